@@ -1,0 +1,250 @@
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/migrations"
+	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/worker"
+)
+
+// Client enqueues jobs and, once started, runs their handlers. A Client that
+// is never started is a pure producer.
+type Client struct {
+	pool  *pgxpool.Pool
+	cfg   Config
+	store *store.Store
+
+	mu       sync.Mutex // guards handlers, fallback and runner
+	handlers map[string]*handlerEntry
+	fallback *handlerEntry
+	runner   *worker.Runner
+}
+
+// NewClient returns a Client using pool, which the caller owns and closes
+// after Stop. The pool should allow at least one connection per pool's
+// claim loop plus the completer, heartbeat and reaper (and one LISTEN
+// connection, which skiplock opens itself outside the pool).
+func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
+	if pool == nil {
+		return nil, invalidConfig("pool", "must not be nil")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{pool: pool, cfg: cfg, store: store.New(cfg.Schema), handlers: map[string]*handlerEntry{}}, nil
+}
+
+// Config returns the client's configuration with defaults filled in.
+func (c *Client) Config() Config { return c.cfg }
+
+// Pool returns the client's connection pool.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
+// Start runs the worker pools until Stop. It fails if no handler is
+// registered.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runner != nil {
+		return nil
+	}
+	if len(c.handlers) == 0 && c.fallback == nil {
+		return errors.New("skiplock: Start: no handlers registered (use skiplock.Handle)")
+	}
+	var kinds []string
+	if c.fallback == nil {
+		for k := range c.handlers {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+	}
+	pools := make([]worker.PoolConfig, len(c.cfg.Pools))
+	for i, p := range c.cfg.Pools {
+		pk := p.Kinds
+		if pk == nil {
+			pk = kinds
+		}
+		pools[i] = worker.PoolConfig{Name: p.Name, Queues: p.Queues, Kinds: pk, Concurrency: p.Concurrency,
+			BatchSize: p.BatchSize, TenantCap: p.TenantCap}
+	}
+	reaper := c.cfg.ReaperInterval
+	if reaper < 0 {
+		reaper = 0
+	}
+	connCfg := c.pool.Config().ConnConfig
+	c.runner = worker.New(worker.Config{
+		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,
+		Handler: c.runJob, Lease: c.cfg.LeaseDuration, HeartbeatInterval: c.cfg.HeartbeatInterval,
+		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.ArchiveCompleted,
+		PollOnly: c.cfg.PollOnly,
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			return pgx.ConnectConfig(ctx, connCfg.Copy())
+		},
+	})
+	return c.runner.Start(ctx)
+}
+
+// Stop stops claiming, hands back jobs claimed but not started, and waits
+// for running jobs until ctx is done (or ShutdownTimeout when ctx has no
+// deadline). Jobs still running then are cancelled and handed back to ready
+// at once. Safe to call more than once, and if Start never ran.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	r := c.runner
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.ShutdownTimeout)
+		defer cancel()
+	}
+	return r.Stop(ctx)
+}
+
+// StopAndCancel stops at once: running handlers' contexts are cancelled and
+// their jobs handed back to ready.
+func (c *Client) StopAndCancel(ctx context.Context) error {
+	c.mu.Lock()
+	r := c.runner
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	return r.StopAndCancel(ctx)
+}
+
+// Stats is a snapshot of this process's worker counters.
+type Stats struct {
+	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
+	Running                                             int
+	ClaimP50, ClaimP99                                  time.Duration
+	ListenerUp                                          bool
+}
+
+// Stats returns this process's worker counters (zero before Start).
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	r := c.runner
+	c.mu.Unlock()
+	if r == nil {
+		return Stats{}
+	}
+	s := r.Stats()
+	return Stats{Claimed: s.Claimed, Completed: s.Completed, Failed: s.Failed, DeadLettered: s.DeadLettered,
+		LeaseLost: s.LeaseLost, Running: s.Running, ClaimP50: s.ClaimP50, ClaimP99: s.ClaimP99, ListenerUp: s.ListenerUp}
+}
+
+// Reap returns expired leases now (the reaper also runs on its own).
+func (c *Client) Reap(ctx context.Context) (backToReady, deadLettered int, err error) {
+	return c.store.Reap(ctx, c.pool, 1000)
+}
+
+// Cancel cancels a job: a ready job goes to the dead-letter table with
+// reason "cancelled"; a running job's handler context is cancelled and the
+// job dead-lettered when it returns. It returns the state the job was in, or
+// ErrJobNotFound when no such job is in flight.
+func (c *Client) Cancel(ctx context.Context, id int64) (string, error) {
+	state, err := c.store.Cancel(ctx, c.pool, id)
+	if err != nil {
+		return "", fmt.Errorf("skiplock: cancel: %w", err)
+	}
+	if state == "" {
+		return "", ErrJobNotFound
+	}
+	return state, nil
+}
+
+// ErrJobNotFound is returned for an id that names no job in flight.
+var ErrJobNotFound = errors.New("skiplock: job not found")
+
+// PauseQueue stops every process from claiming from queue (within one
+// statement: the claim checks the flag). Running jobs finish normally.
+func (c *Client) PauseQueue(ctx context.Context, queue string) error {
+	return c.setPaused(ctx, queue, true)
+}
+
+// ResumeQueue lets processes claim from queue again.
+func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
+	return c.setPaused(ctx, queue, false)
+}
+
+func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error {
+	if err := validateName("queue", queue); err != nil {
+		return err
+	}
+	if _, err := c.pool.Exec(ctx, c.store.SQL("pause_queue"), queue, paused); err != nil {
+		return fmt.Errorf("skiplock: pause: %w", err)
+	}
+	if !paused {
+		_, _ = c.pool.Exec(ctx, c.store.SQL("notify_queues"), []string{queue})
+	}
+	return nil
+}
+
+// CompleteTx completes job inside tx, the handler's own transaction, so the
+// job's completion commits or rolls back with the handler's domain writes.
+// The lease is checked inside tx: if this worker no longer holds it,
+// CompleteTx returns ErrLeaseLost and tx must not commit. After a nil return
+// the handler should commit tx and return nil; the worker then writes nothing
+// more for the job. tx is a pgx.Tx or a *sql.Tx.
+func CompleteTx[T any](ctx context.Context, c *Client, tx any, job *Job[T]) error {
+	if job.completedTx == nil {
+		return errors.New("skiplock: CompleteTx: job did not come from a running handler")
+	}
+	q := c.store.SQL("complete_one_delete")
+	if job.archive {
+		q = c.store.SQL("complete_one_archive")
+	}
+	var id int64
+	var err error
+	switch db := tx.(type) {
+	case store.DBTX:
+		err = db.QueryRow(ctx, q, job.ID, job.LeaseToken, job.WorkerID).Scan(&id)
+	case SQLQueryer:
+		err = db.QueryRowContext(ctx, q, job.ID, job.LeaseToken, job.WorkerID).Scan(&id)
+	default:
+		return fmt.Errorf("skiplock: CompleteTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
+	}
+	if isNoRows(err) {
+		return ErrLeaseLost
+	}
+	if err != nil {
+		return fmt.Errorf("skiplock: CompleteTx: %w", err)
+	}
+	*job.completedTx = true
+	return nil
+}
+
+// Migrate brings the schema to the latest version in one transaction, under
+// an advisory lock (concurrent callers serialize; a second run does nothing).
+// It returns the versions it applied.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	var ran []int
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		ran, err = MigrateTx(ctx, tx, schema)
+		return err
+	})
+	return ran, err
+}
+
+// MigrateTx applies pending migrations inside the caller's transaction, for
+// teams that run skiplock's schema from their own migration tool.
+func MigrateTx(ctx context.Context, tx pgx.Tx, schema string) ([]int, error) {
+	if schema == "" {
+		schema = "skiplock"
+	}
+	return migrations.UpTx(ctx, tx, schema, 0)
+}

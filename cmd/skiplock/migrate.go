@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/internal/migrations"
+)
+
+func init() { register(newMigrateCmd) }
+
+func newMigrateCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "migrate", Short: "Apply, revert, inspect or export skiplock's schema migrations"}
+	var target int
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Apply pending migrations (a no-op when current; concurrent runs serialize)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, err := connect(cmd.Context(), 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			var ran []int
+			err = pgx.BeginFunc(cmd.Context(), pool, func(tx pgx.Tx) error {
+				var err error
+				ran, err = migrations.UpTx(cmd.Context(), tx, g.schema, target)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if g.jsonOut {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"schema": g.schema, "applied": nonNil(ran)})
+			}
+			if len(ran) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "schema %s is current (version %d)\n", g.schema, migrations.Latest())
+			}
+			for _, v := range ran {
+				fmt.Fprintf(cmd.OutOrStdout(), "applied %03d\n", v)
+			}
+			return nil
+		},
+	}
+	up.Flags().IntVar(&target, "to", 0, "stop at this version (default latest)")
+	addJSON(up)
+
+	var downTo int
+	var yes bool
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Revert migrations down to --to (0 removes skiplock's schema and its data)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if downTo == 0 && !yes {
+				return usageError("migrate down --to 0 drops every job; add --yes to confirm")
+			}
+			pool, err := connect(cmd.Context(), 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			var ran []int
+			err = pgx.BeginFunc(cmd.Context(), pool, func(tx pgx.Tx) error {
+				var err error
+				ran, err = migrations.DownTx(cmd.Context(), tx, g.schema, downTo)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if g.jsonOut {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"schema": g.schema, "reverted": nonNil(ran)})
+			}
+			for _, v := range ran {
+				fmt.Fprintf(cmd.OutOrStdout(), "reverted %03d\n", v)
+			}
+			return nil
+		},
+	}
+	down.Flags().IntVar(&downTo, "to", 0, "target version")
+	down.Flags().BoolVar(&yes, "yes", false, "confirm a destructive revert")
+	addJSON(down)
+
+	var check bool
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "List migrations and whether each is applied (--check exits 3 when any is pending)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, err := connect(cmd.Context(), 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			st, err := migrations.StatusOf(cmd.Context(), pool, g.schema)
+			if err != nil {
+				return err
+			}
+			pending := 0
+			type row struct {
+				Version   int        `json:"version"`
+				Name      string     `json:"name"`
+				AppliedAt *time.Time `json:"applied_at"`
+			}
+			rows := make([]row, 0, len(st))
+			for _, s := range st {
+				if s.AppliedAt == nil {
+					pending++
+				}
+				rows = append(rows, row{s.Version, s.Name, s.AppliedAt})
+			}
+			if g.jsonOut {
+				if err := printJSON(cmd.OutOrStdout(), map[string]any{"schema": g.schema, "migrations": rows, "pending": pending}); err != nil {
+					return err
+				}
+			} else {
+				for _, r := range rows {
+					state := "pending"
+					if r.AppliedAt != nil {
+						state = "applied " + r.AppliedAt.UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%03d_%-20s %s\n", r.Version, r.Name, state)
+				}
+			}
+			if check && pending > 0 {
+				return checkFailed(fmt.Errorf("%d migration(s) pending", pending))
+			}
+			return nil
+		},
+	}
+	status.Flags().BoolVar(&check, "check", false, "exit 3 if any migration is pending")
+	addJSON(status)
+
+	var downSQL bool
+	var from, to int
+	sqlCmd := &cobra.Command{
+		Use:   "sql",
+		Short: "Print migrations as plain SQL for your own migration tool",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := migrations.SQL(g.schema, !downSQL, from, to)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), s)
+			return err
+		},
+	}
+	sqlCmd.Flags().BoolVar(&downSQL, "down", false, "print the down migrations (newest first)")
+	sqlCmd.Flags().IntVar(&from, "from", 1, "first version")
+	sqlCmd.Flags().IntVar(&to, "to", 0, "last version (default latest)")
+
+	cmd.AddCommand(up, down, status, sqlCmd)
+	return cmd
+}
+
+func nonNil(v []int) []int {
+	if v == nil {
+		return []int{}
+	}
+	return v
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/internal/migrations"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	databaseURL string
+	schema      string
+	jsonOut     bool
+	logLevel    string
+}
+
+var g globals
+
+// commands registers subcommand constructors; each command file adds itself
+// in init so commands can be written independently.
+var commands []func() *cobra.Command
+
+func register(f func() *cobra.Command) { commands = append(commands, f) }
+
+func newRootCmd() *cobra.Command {
+	g = globals{}
+	root := &cobra.Command{
+		Use:           "skiplock",
+		Short:         "A PostgreSQL job queue: CLI, polyglot worker, dashboard and benchmark",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := migrations.ValidateSchema(g.schema); err != nil {
+				return usageError("--schema: %v", err)
+			}
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.databaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables)")
+	pf.StringVar(&g.schema, "schema", envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
+	pf.StringVar(&g.logLevel, "log-level", envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError("%v", err) })
+	for _, f := range commands {
+		root.AddCommand(f())
+	}
+	return root
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// addJSON adds the --json flag to a command that reports something.
+func addJSON(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "print machine-readable JSON")
+}
+
+// exitError carries an exit code; err (may be nil) is printed to stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+// checkFailed is exit code 3: a check (doctor, migrate status --check) failed.
+func checkFailed(err error) error { return &exitError{code: 3, err: err} }
+
+func isUsage(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown flag") ||
+		strings.Contains(msg, "accepts ") || strings.Contains(msg, "required flag")
+}
+
+func logger(w io.Writer) *slog.Logger {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		lvl = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
+}
+
+// databaseURL resolves the connection: --database-url, $DATABASE_URL, or
+// "" (pgx then reads the libpq PG* variables).
+func databaseURL() string {
+	if g.databaseURL != "" {
+		return g.databaseURL
+	}
+	return os.Getenv("DATABASE_URL")
+}
+
+// connect opens a pool sized for CLI use, with a connect timeout, and checks
+// the server answers. Errors never include the URL (it may hold a password).
+func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL())
+	if err != nil {
+		return nil, usageError("--database-url: cannot parse the connection string")
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", cfg.ConnConfig.Host, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, cfg.ConnConfig.ConnectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to %s:%d/%s: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	return pool, nil
+}
+
+// printJSON writes v as one line of JSON to stdout.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(v)
+}

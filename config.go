@@ -1,0 +1,186 @@
+package skiplock
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/migrations"
+)
+
+// Config configures a Client. The zero value of every field means its
+// documented default; NewClient validates it once and names the field of
+// any error.
+type Config struct {
+	// Schema holds skiplock's tables; default "skiplock". Its name is part of
+	// every NOTIFY channel and advisory-lock key, so two installations in one
+	// database never interfere.
+	Schema string
+	// Logger receives lifecycle and failure logs (job id, queue, kind,
+	// attempt; never payloads). Default slog.Default().
+	Logger *slog.Logger
+	// WorkerID names this process in locked_by and the workers table.
+	// Default hostname:pid:random.
+	WorkerID string
+	// Pools are the worker pools Start runs. Default: one pool named
+	// "default" over the "default" queue, concurrency 10.
+	Pools []Pool
+	// LeaseDuration is how long a claim is valid without a heartbeat.
+	// Default 30s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often leases are extended; it must be below
+	// LeaseDuration/2. Default LeaseDuration/3.
+	HeartbeatInterval time.Duration
+	// PollInterval is the backstop poll when no NOTIFY arrives. Default 1s.
+	PollInterval time.Duration
+	// ReaperInterval is how often expired leases are returned; default
+	// LeaseDuration/6, at least 1s. Negative disables the reaper.
+	ReaperInterval time.Duration
+	// MaxAttempts is the default for jobs enqueued without one. Default 20.
+	MaxAttempts int
+	// MaxPayloadBytes limits payload size. Default 1 MiB.
+	MaxPayloadBytes int
+	// Backoff returns the delay before retry number attempt (1-based). Default
+	// capped exponential with jitter: 1s·2^(attempt-1)·[0.5,1), at most 1h.
+	Backoff func(attempt int) time.Duration
+	// ArchiveCompleted keeps finished jobs in the partitioned jobs_done table
+	// instead of deleting them.
+	ArchiveCompleted bool
+	// PollOnly disables LISTEN (for transaction-mode poolers such as
+	// PgBouncer); jobs are found by polling every PollInterval.
+	PollOnly bool
+	// ShutdownTimeout bounds how long Stop lets running jobs finish when its
+	// context has no deadline. Default 25s.
+	ShutdownTimeout time.Duration
+}
+
+// Pool is one worker pool: the queues (and optionally kinds) it claims and
+// how many jobs it runs at once. Pools are independent, so a bulk backfill
+// in one never crowds out latency-sensitive work in another.
+type Pool struct {
+	// Name labels the pool in logs and metrics. Default the first queue.
+	Name string
+	// Queues this pool claims from. Default ["default"].
+	Queues []string
+	// Kinds restricts the pool to these kinds. Default: every kind with a
+	// registered handler (or any kind when a fallback handler is set).
+	Kinds []string
+	// Concurrency is the number of jobs run at once. Default 10.
+	Concurrency int
+	// BatchSize is the most jobs one claim takes. Default min(Concurrency, 50).
+	BatchSize int
+	// TenantCap, when positive, is the most jobs of one tenant in one claim
+	// batch while other tenants have work.
+	TenantCap int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = "skiplock"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		c.WorkerID = fmt.Sprintf("%s:%d:%04x", host, os.Getpid(), os.Getpid()^int(time.Now().UnixNano()&0xffff))
+	}
+	if len(c.Pools) == 0 {
+		c.Pools = []Pool{{}}
+	}
+	pools := make([]Pool, len(c.Pools))
+	for i, p := range c.Pools {
+		if len(p.Queues) == 0 {
+			p.Queues = []string{DefaultQueue}
+		}
+		if p.Name == "" {
+			p.Name = p.Queues[0]
+		}
+		if p.Concurrency == 0 {
+			p.Concurrency = 10
+		}
+		if p.BatchSize == 0 {
+			p.BatchSize = min(p.Concurrency, 50)
+		}
+		pools[i] = p
+	}
+	c.Pools = pools
+	if c.LeaseDuration == 0 {
+		c.LeaseDuration = 30 * time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.LeaseDuration / 3
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = time.Second
+	}
+	if c.ReaperInterval == 0 {
+		c.ReaperInterval = max(c.LeaseDuration/6, time.Second)
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 20
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 25 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		return invalidConfig("Schema", "must match ^[a-z_][a-z0-9_]{0,47}$, got %q", c.Schema)
+	}
+	if c.LeaseDuration < 100*time.Millisecond {
+		return invalidConfig("LeaseDuration", "must be at least 100ms, got %s", c.LeaseDuration)
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval*2 > c.LeaseDuration {
+		return invalidConfig("HeartbeatInterval", "(%s) must be positive and at most LeaseDuration/2 (%s)", c.HeartbeatInterval, c.LeaseDuration/2)
+	}
+	if c.PollInterval < 10*time.Millisecond {
+		return invalidConfig("PollInterval", "must be at least 10ms, got %s", c.PollInterval)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsLimit {
+		return invalidConfig("MaxAttempts", "must be between 1 and %d, got %d", MaxAttemptsLimit, c.MaxAttempts)
+	}
+	if c.MaxPayloadBytes < 2 || c.MaxPayloadBytes > 32<<20 {
+		return invalidConfig("MaxPayloadBytes", "must be between 2 and 32 MiB, got %d", c.MaxPayloadBytes)
+	}
+	if len(c.WorkerID) > 200 {
+		return invalidConfig("WorkerID", "longer than 200 bytes")
+	}
+	names := map[string]bool{}
+	for i, p := range c.Pools {
+		field := fmt.Sprintf("Pools[%d]", i)
+		if names[p.Name] {
+			return invalidConfig(field+".Name", "duplicate pool name %q", p.Name)
+		}
+		names[p.Name] = true
+		for _, q := range p.Queues {
+			if err := validateName("queue", q); err != nil {
+				return invalidConfig(field+".Queues", "%v", err)
+			}
+		}
+		for _, k := range p.Kinds {
+			if err := validateName("kind", k); err != nil {
+				return invalidConfig(field+".Kinds", "%v", err)
+			}
+		}
+		if p.Concurrency < 1 || p.Concurrency > 10000 {
+			return invalidConfig(field+".Concurrency", "must be between 1 and 10000, got %d", p.Concurrency)
+		}
+		if p.BatchSize < 1 || p.BatchSize > 1000 {
+			return invalidConfig(field+".BatchSize", "must be between 1 and 1000, got %d", p.BatchSize)
+		}
+		if p.TenantCap < 0 {
+			return invalidConfig(field+".TenantCap", "must not be negative, got %d", p.TenantCap)
+		}
+	}
+	return nil
+}

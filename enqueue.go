@@ -1,0 +1,370 @@
+package skiplock
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// DefaultQueue is the queue a job goes to when EnqueueParams.Queue is empty.
+const DefaultQueue = "default"
+
+// EnqueueParams describes one job to enqueue. Only Kind is required.
+type EnqueueParams struct {
+	// Queue routes the job to the worker pools that claim it. Default "default".
+	Queue string
+	// Kind selects the handler.
+	Kind string
+	// Payload is the job's arguments: a value marshalled to a JSON object, or
+	// raw JSON as json.RawMessage or []byte. nil means {}.
+	Payload any
+	// Priority orders ready jobs: larger runs earlier (-1000..1000).
+	Priority int
+	// RunAt schedules the job; zero means now (by the database clock).
+	RunAt time.Time
+	// Delay schedules the job this long after now, by the database clock.
+	// Ignored when RunAt is set.
+	Delay time.Duration
+	// MaxAttempts bounds how many times the job is claimed before it moves to
+	// the dead-letter table; 0 uses the client's default.
+	MaxAttempts int
+	// UniqueKey makes the enqueue idempotent: while a job with the same queue
+	// and key is in flight (ready or running), enqueueing returns its id and
+	// inserts nothing.
+	UniqueKey string
+	// BumpSchedule, with UniqueKey, moves the in-flight job's run_at to the
+	// later of its current and the new one instead of doing nothing: a
+	// debounce.
+	BumpSchedule bool
+	// Tenant is the fairness key: a pool with a tenant cap never gives one
+	// tenant more than its share of a claim batch.
+	Tenant string
+	// Entity serializes jobs: at most one job per entity key runs at a time.
+	Entity string
+}
+
+// EnqueueResult is the outcome of one enqueue.
+type EnqueueResult struct {
+	ID       int64 `json:"id"`
+	Inserted bool  `json:"inserted"` // false: an in-flight job with the same unique key was returned
+}
+
+// prepared turns params into validated store arguments.
+func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
+	var a store.EnqueueArgs
+	if p.Queue == "" {
+		p.Queue = DefaultQueue
+	}
+	if err := validateName("queue", p.Queue); err != nil {
+		return a, err
+	}
+	if err := validateName("kind", p.Kind); err != nil {
+		return a, err
+	}
+	raw, err := marshalPayload(p.Payload)
+	if err != nil {
+		return a, err
+	}
+	if err := ValidatePayload(raw, c.cfg.MaxPayloadBytes); err != nil {
+		return a, err
+	}
+	if p.Priority < MinPriority || p.Priority > MaxPriority {
+		return a, invalidJob("priority", "must be between %d and %d, got %d", MinPriority, MaxPriority, p.Priority)
+	}
+	if !p.RunAt.IsZero() {
+		if p.RunAt.Before(time.Unix(0, 0)) {
+			return a, invalidJob("run_at", "%s is before 1970", p.RunAt.UTC().Format(time.RFC3339))
+		}
+		if time.Until(p.RunAt) > MaxScheduleAhead {
+			return a, invalidJob("run_at", "%s is more than 5 years ahead", p.RunAt.UTC().Format(time.RFC3339))
+		}
+		t := p.RunAt
+		a.RunAt = &t
+	} else if p.Delay < 0 {
+		return a, invalidJob("delay", "must not be negative, got %s", p.Delay)
+	} else if p.Delay > MaxScheduleAhead {
+		return a, invalidJob("delay", "%s is more than 5 years", p.Delay)
+	}
+	maxAttempts := p.MaxAttempts
+	if maxAttempts == 0 {
+		maxAttempts = c.cfg.MaxAttempts
+	}
+	if maxAttempts < 0 || maxAttempts > MaxAttemptsLimit {
+		return a, invalidJob("max_attempts", "must be between 1 and %d, got %d", MaxAttemptsLimit, maxAttempts)
+	}
+	if maxAttempts > 0 {
+		a.MaxAttempts = &maxAttempts
+	}
+	for _, k := range []struct {
+		field string
+		v     string
+		max   int
+		dst   **string
+	}{
+		{"unique_key", p.UniqueKey, MaxUniqueKeyBytes, &a.UniqueKey},
+		{"tenant", p.Tenant, MaxKeyBytes, &a.Tenant},
+		{"entity", p.Entity, MaxKeyBytes, &a.Entity},
+	} {
+		if k.v == "" {
+			continue
+		}
+		if err := validateKey(k.field, k.v, k.max); err != nil {
+			return a, err
+		}
+		v := k.v
+		*k.dst = &v
+	}
+	if p.BumpSchedule && p.UniqueKey == "" {
+		return a, invalidJob("bump_schedule", "needs a unique_key")
+	}
+	a.Queue, a.Kind, a.Payload, a.Priority, a.Delay, a.Bump = p.Queue, p.Kind, string(raw), p.Priority, p.Delay, p.BumpSchedule
+	return a, nil
+}
+
+func marshalPayload(v any) ([]byte, error) {
+	switch p := v.(type) {
+	case nil:
+		return []byte("{}"), nil
+	case json.RawMessage:
+		return p, nil
+	case []byte:
+		return p, nil
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			// The marshal error names a Go type, not a value.
+			return nil, invalidJob("payload", "cannot be marshalled to JSON: %v", err)
+		}
+		return b, nil
+	}
+}
+
+// Enqueue inserts one job using the client's pool, in one round trip.
+func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
+	return c.EnqueueTx(ctx, c.pool, p)
+}
+
+// SQLQueryer is the database/sql side of EnqueueTx: satisfied by *sql.Tx,
+// *sql.DB and *sql.Conn (with pgx's stdlib driver or lib/pq).
+type SQLQueryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// EnqueueTx inserts one job inside the caller's transaction: the job exists
+// if and only if that transaction commits, and its wake-up NOTIFY is
+// delivered only then. tx is a pgx.Tx (or anything with pgx's Exec, Query and
+// QueryRow, such as a *pgxpool.Pool or *pgx.Conn), or a database/sql
+// *sql.Tx, *sql.DB or *sql.Conn. EnqueueTx never commits or rolls back.
+func (c *Client) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
+	a, err := c.prepare(p)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	var r EnqueueResult
+	switch db := tx.(type) {
+	case store.DBTX:
+		err = db.QueryRow(ctx, c.store.SQL("enqueue"), a.Args()...).Scan(&r.ID, &r.Inserted)
+	case SQLQueryer:
+		err = db.QueryRowContext(ctx, c.store.SQL("enqueue"), sqlArgs(a.Args())...).Scan(&r.ID, &r.Inserted)
+	default:
+		return r, fmt.Errorf("skiplock: EnqueueTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
+	}
+	if err != nil {
+		return r, enqueueError(err)
+	}
+	return r, nil
+}
+
+// sqlArgs adapts pointer arguments for database/sql drivers, which want
+// plain values or nil.
+func sqlArgs(args []any) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case *string:
+			if v == nil {
+				out[i] = nil
+			} else {
+				out[i] = *v
+			}
+		case *int:
+			if v == nil {
+				out[i] = nil
+			} else {
+				out[i] = int64(*v)
+			}
+		case *time.Time:
+			if v == nil {
+				out[i] = nil
+			} else {
+				out[i] = *v
+			}
+		case int:
+			out[i] = int64(v)
+		default:
+			out[i] = a
+		}
+	}
+	return out
+}
+
+// enqueueError turns the SQL function's validation errors into FieldErrors
+// and strips PostgreSQL's detail (which can echo row values).
+func enqueueError(err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "22023" {
+		if f, m, ok := cutField(pg.Message); ok {
+			return &FieldError{Field: f, Message: m, base: ErrInvalidJob}
+		}
+	}
+	if errors.As(err, &pg) {
+		return fmt.Errorf("skiplock: enqueue: %s (SQLSTATE %s)", pg.Message, pg.Code)
+	}
+	return fmt.Errorf("skiplock: enqueue: %w", err)
+}
+
+func cutField(msg string) (field, rest string, ok bool) {
+	const prefix = "skiplock: "
+	if len(msg) <= len(prefix) || msg[:len(prefix)] != prefix {
+		return "", "", false
+	}
+	msg = msg[len(prefix):]
+	for i := 0; i < len(msg); i++ {
+		if msg[i] == ':' {
+			return msg[:i], trimSpace(msg[i+1:]), true
+		}
+	}
+	return "", "", false
+}
+
+func trimSpace(s string) string {
+	for len(s) > 0 && s[0] == ' ' {
+		s = s[1:]
+	}
+	return s
+}
+
+// copyColumns are the columns EnqueueMany's COPY fills.
+var copyColumns = []string{"queue", "kind", "payload", "priority", "run_at", "max_attempts", "tenant", "entity"}
+
+// EnqueueMany inserts many jobs in one transaction through COPY (tens of
+// thousands per second) and returns how many it inserted. Every job is
+// validated first; one bad job rejects the whole call, naming its index, and
+// nothing is written. Jobs with a UniqueKey or BumpSchedule go through the
+// idempotent path (pipelined in the same round trip), so duplicates are
+// skipped rather than failing the batch.
+func (c *Client) EnqueueMany(ctx context.Context, ps []EnqueueParams) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = c.EnqueueManyTx(ctx, tx, ps)
+		return err
+	})
+	return n, err
+}
+
+// EnqueueManyTx is EnqueueMany inside the caller's pgx transaction.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) (int64, error) {
+	rows := make([][]any, 0, len(ps))
+	var uniques []store.EnqueueArgs
+	queues := map[string]bool{}
+	for i, p := range ps {
+		a, err := c.prepare(p)
+		if err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				return 0, &FieldError{Field: fmt.Sprintf("jobs[%d].%s", i, fe.Field), Message: fe.Message, base: ErrInvalidJob}
+			}
+			return 0, err
+		}
+		if a.UniqueKey != nil {
+			uniques = append(uniques, a)
+			continue
+		}
+		var runAt any = a.Delay // relative to the database clock, resolved below
+		if a.RunAt != nil {
+			runAt = *a.RunAt
+		} else if a.Delay == 0 {
+			queues[a.Queue] = true
+		}
+		maxAttempts := any(int32(20))
+		if a.MaxAttempts != nil {
+			maxAttempts = int32(*a.MaxAttempts)
+		}
+		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity})
+	}
+	var inserted int64
+	if len(rows) > 0 {
+		// COPY cannot call now(); read the database clock once instead.
+		var now time.Time
+		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+			return 0, fmt.Errorf("skiplock: enqueue: %w", err)
+		}
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{c.store.Schema, "jobs"}, copyColumns, &copySource{rows: rows, now: now})
+		if err != nil {
+			return 0, enqueueError(err)
+		}
+		inserted += n
+	}
+	if len(uniques) > 0 {
+		b := &pgx.Batch{}
+		for _, a := range uniques {
+			b.Queue(c.store.SQL("enqueue"), a.Args()...)
+		}
+		res := tx.SendBatch(ctx, b)
+		for range uniques {
+			var r EnqueueResult
+			if err := res.QueryRow().Scan(&r.ID, &r.Inserted); err != nil {
+				res.Close()
+				return 0, enqueueError(err)
+			}
+			if r.Inserted {
+				inserted++
+			}
+		}
+		if err := res.Close(); err != nil {
+			return 0, enqueueError(err)
+		}
+	}
+	if len(queues) > 0 {
+		names := make([]string, 0, len(queues))
+		for q := range queues {
+			names = append(names, q)
+		}
+		if _, err := tx.Exec(ctx, c.store.SQL("notify_queues"), names); err != nil {
+			return 0, fmt.Errorf("skiplock: enqueue notify: %w", err)
+		}
+	}
+	return inserted, nil
+}
+
+// copySource feeds COPY; a run_at given as a duration is a delay from the
+// database's now.
+type copySource struct {
+	rows [][]any
+	i    int
+	now  time.Time
+}
+
+func (s *copySource) Next() bool {
+	s.i++
+	return s.i <= len(s.rows)
+}
+
+func (s *copySource) Values() ([]any, error) {
+	r := s.rows[s.i-1]
+	if d, ok := r[4].(time.Duration); ok {
+		r[4] = s.now.Add(d)
+	}
+	return r, nil
+}
+
+func (s *copySource) Err() error { return nil }

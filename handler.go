@@ -1,0 +1,261 @@
+package skiplock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/worker"
+)
+
+// Job is a job as its handler sees it, with the payload decoded into T.
+type Job[T any] struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Priority    int
+	Attempt     int // 1 on the first run; counted at claim time
+	MaxAttempts int
+	Args        T               // the payload decoded into T
+	Payload     json.RawMessage // the payload as stored
+	RunAt       time.Time
+	CreatedAt   time.Time
+	AttemptedAt time.Time
+	Tenant      string
+	Entity      string
+	UniqueKey   string
+	// LeaseToken is this claim's fencing token: unique per attempt, it changes
+	// whenever the job is claimed again. Pass it (with ID) to external systems
+	// as an idempotency key, see docs/fencing.md.
+	LeaseToken int64
+	// WorkerID is the process that holds the lease.
+	WorkerID string
+
+	completedTx *bool
+	archive     bool
+}
+
+// LogValue keeps accidental logging of a job safe: id, queue, kind and
+// attempt only, never the payload.
+func (j *Job[T]) LogValue() slog.Value {
+	return slog.GroupValue(slog.Int64("job_id", j.ID), slog.String("queue", j.Queue),
+		slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
+}
+
+// HandlerFunc handles one job. Return nil to complete it, an error to fail
+// the attempt (retried with backoff until MaxAttempts, then dead-lettered),
+// or one of Snooze, Discard and Cancel. ctx is cancelled when the lease is
+// lost, the job is cancelled, its timeout passes, or the worker hard-stops.
+type HandlerFunc[T any] func(ctx context.Context, job *Job[T]) error
+
+// HandlerOption tunes one kind's handler.
+type HandlerOption func(*handlerEntry)
+
+// WithTimeout bounds each run of the kind; the run fails with reason
+// "timeout" when it passes.
+func WithTimeout(d time.Duration) HandlerOption { return func(h *handlerEntry) { h.timeout = d } }
+
+// WithBackoff overrides the retry delay for the kind.
+func WithBackoff(f func(attempt int) time.Duration) HandlerOption {
+	return func(h *handlerEntry) { h.backoff = f }
+}
+
+type handlerEntry struct {
+	run     func(ctx context.Context, j *worker.Job, completedTx *bool) error
+	timeout time.Duration
+	backoff func(attempt int) time.Duration
+}
+
+// Handle registers fn for kind on c. Call it before Start.
+func Handle[T any](c *Client, kind string, fn HandlerFunc[T], opts ...HandlerOption) error {
+	if err := validateName("kind", kind); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runner != nil {
+		return errors.New("skiplock: Handle: client already started")
+	}
+	if _, dup := c.handlers[kind]; dup {
+		return fmt.Errorf("skiplock: Handle: kind %q already has a handler", kind)
+	}
+	c.handlers[kind] = newEntry(c, fn, opts)
+	return nil
+}
+
+// HandleFallback registers fn for every kind without its own handler, which
+// also makes pools without Kinds claim any kind. `skiplock work --exec` uses it.
+func HandleFallback(c *Client, fn HandlerFunc[json.RawMessage], opts ...HandlerOption) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runner != nil {
+		return errors.New("skiplock: HandleFallback: client already started")
+	}
+	c.fallback = newEntry(c, fn, opts)
+	return nil
+}
+
+func newEntry[T any](c *Client, fn HandlerFunc[T], opts []HandlerOption) *handlerEntry {
+	h := &handlerEntry{}
+	h.run = func(ctx context.Context, wj *worker.Job, completedTx *bool) error {
+		j := &Job[T]{
+			ID: wj.ID, Queue: wj.Queue, Kind: wj.Kind, Priority: wj.Priority, Attempt: wj.Attempt,
+			MaxAttempts: wj.MaxAttempts, Payload: wj.Payload, RunAt: wj.RunAt, CreatedAt: wj.CreatedAt,
+			AttemptedAt: wj.AttemptedAt, Tenant: wj.Tenant, Entity: wj.Entity, UniqueKey: wj.UniqueKey,
+			LeaseToken: wj.LeaseToken, WorkerID: c.cfg.WorkerID, completedTx: completedTx,
+			archive: c.cfg.ArchiveCompleted,
+		}
+		if err := decodeArgs(wj.Payload, &j.Args); err != nil {
+			return &decodeError{err: err}
+		}
+		return fn(ctx, j)
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+func decodeArgs[T any](raw []byte, dst *T) error {
+	switch p := any(dst).(type) {
+	case *json.RawMessage:
+		*p = append((*p)[:0], raw...)
+		return nil
+	case *[]byte:
+		*p = append((*p)[:0], raw...)
+		return nil
+	}
+	return json.Unmarshal(raw, dst)
+}
+
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string {
+	// json errors name Go types and offsets, not values.
+	return "payload does not decode into the handler's type: " + e.err.Error()
+}
+
+// Snooze reschedules the job after d without spending an attempt.
+func Snooze(d time.Duration) error { return &controlError{kind: worker.Snooze, delay: d} }
+
+// Discard sends the job to the dead-letter table at once with reason
+// "discarded", whatever attempts remain.
+func Discard(reason error) error {
+	return &controlError{kind: worker.DeadLetter, reason: "discarded", err: reason}
+}
+
+// Cancel ends the job without retrying: it goes to the dead-letter table with
+// reason "cancelled".
+func Cancel(reason error) error {
+	return &controlError{kind: worker.DeadLetter, reason: "cancelled", err: reason}
+}
+
+type controlError struct {
+	kind   worker.OutcomeKind
+	delay  time.Duration
+	reason string
+	err    error
+}
+
+func (e *controlError) Error() string {
+	if e.err != nil {
+		return e.reason + ": " + e.err.Error()
+	}
+	if e.kind == worker.Snooze {
+		return "snoozed for " + e.delay.String()
+	}
+	return e.reason
+}
+
+func (e *controlError) Unwrap() error { return e.err }
+
+// DefaultBackoff is capped exponential backoff with jitter:
+// 1s·2^(attempt-1) scaled by a random factor in [0.5, 1), at most one hour.
+func DefaultBackoff(attempt int) time.Duration {
+	base := time.Hour
+	if attempt < 13 {
+		base = min(time.Hour, time.Second<<max(attempt-1, 0))
+	}
+	return time.Duration(float64(base) * (0.5 + rand.Float64()*0.5))
+}
+
+const maxErrorBytes = 4096
+
+func truncate(s string) string {
+	if len(s) <= maxErrorBytes {
+		return s
+	}
+	return s[:maxErrorBytes] + "…"
+}
+
+// runJob is the worker.Handler: it finds the kind's handler, runs it with its
+// timeout, turns panics into failures and maps the result to an outcome.
+func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome) {
+	h := c.handlers[j.Kind]
+	if h == nil {
+		h = c.fallback
+	}
+	if h == nil {
+		return worker.Outcome{Kind: worker.DeadLetter, Reason: "unknown_kind", Error: "no handler registered for kind " + j.Kind}
+	}
+	if h.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, h.timeout, errTimeout)
+		defer cancel()
+	}
+	var completedTx bool
+	err, panicked := func() (err error, panicked bool) {
+		defer func() {
+			if p := recover(); p != nil {
+				panicked = true
+				err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+			}
+		}()
+		return h.run(ctx, j, &completedTx), false
+	}()
+	if err == nil {
+		if completedTx {
+			return worker.Outcome{Kind: worker.Nothing}
+		}
+		return worker.Outcome{Kind: worker.Complete}
+	}
+	var ce *controlError
+	if errors.As(err, &ce) {
+		if ce.kind == worker.Snooze {
+			return worker.Outcome{Kind: worker.Snooze, Delay: ce.delay}
+		}
+		return worker.Outcome{Kind: worker.DeadLetter, Reason: ce.reason, Error: truncate(ce.Error())}
+	}
+	reason := "error"
+	switch {
+	case panicked:
+		reason = "panic"
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelError, "skiplock: handler panicked",
+			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
+	case errors.Is(context.Cause(ctx), errTimeout):
+		reason = "timeout"
+		err = fmt.Errorf("timed out after %s: %w", h.timeout, err)
+	}
+	var de *decodeError
+	if errors.As(err, &de) {
+		return worker.Outcome{Kind: worker.DeadLetter, Reason: "discarded", Error: truncate(err.Error())}
+	}
+	if j.Attempt >= j.MaxAttempts {
+		return worker.Outcome{Kind: worker.DeadLetter, Reason: reason, Error: truncate(err.Error())}
+	}
+	backoff := c.cfg.Backoff
+	if h.backoff != nil {
+		backoff = h.backoff
+	}
+	c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: job failed; will retry",
+		slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
+		slog.Int("attempt", j.Attempt), slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", reason))
+	return worker.Outcome{Kind: worker.Retry, Delay: backoff(j.Attempt), Error: truncate(err.Error())}
+}
+
+var errTimeout = errors.New("skiplock: handler timeout")

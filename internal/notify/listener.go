@@ -1,0 +1,184 @@
+// Package notify runs the one LISTEN connection of a process and fans its
+// notifications out. NOTIFY is a latency optimisation, never a correctness
+// mechanism: callers always keep polling, and every reconnect is reported so
+// they can poll at once for anything sent while the connection was down.
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Config configures a Listener.
+type Config struct {
+	// Connect opens a dedicated connection (never one from a pool: a pool may
+	// recycle it and silently drop the LISTEN).
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// Channels to LISTEN on.
+	Channels []string
+	// OnNotify receives every notification. It must not block.
+	OnNotify func(channel, payload string)
+	// OnConnect is called after each successful (re)LISTEN, with whether the
+	// NOTIFY self-test passed (false behind a transaction-mode pooler).
+	OnConnect func(delivered bool)
+	// OnDisconnect is called when the connection is lost.
+	OnDisconnect func(err error)
+	// IdleCheck is how long the connection may be silent before it is pinged
+	// to detect a dead peer (default 15s).
+	IdleCheck time.Duration
+	Logger    *slog.Logger
+}
+
+// Listener owns the LISTEN connection. Start and Stop follow the shared
+// service lifecycle: idempotent, and Stop is safe if Start never ran.
+type Listener struct {
+	cfg Config
+
+	mu     sync.Mutex // guards cancel and done
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Listener; call Start to run it.
+func New(cfg Config) *Listener {
+	if cfg.IdleCheck <= 0 {
+		cfg.IdleCheck = 15 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Listener{cfg: cfg}
+}
+
+// Start runs the listener in a goroutine until Stop.
+func (l *Listener) Start(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done != nil {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel, l.done = cancel, make(chan struct{})
+	go func() {
+		defer close(l.done)
+		l.run(ctx)
+	}()
+	return nil
+}
+
+// Stop ends the listener and waits for it (or for ctx).
+func (l *Listener) Stop(ctx context.Context) error {
+	l.mu.Lock()
+	cancel, done := l.cancel, l.done
+	l.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+const selfTestPrefix = "skiplock-selftest:"
+
+func (l *Listener) run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := l.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if l.cfg.OnDisconnect != nil {
+			l.cfg.OnDisconnect(err)
+		}
+		l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: listener disconnected; polling continues",
+			slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+		jitter := time.Duration(rand.Int64N(int64(backoff) / 2))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff + jitter):
+		}
+		backoff = min(backoff*2, 10*time.Second)
+	}
+}
+
+func (l *Listener) session(ctx context.Context) error {
+	conn, err := l.cfg.Connect(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	for _, ch := range l.cfg.Channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	delivered := l.selfTest(ctx, conn)
+	if l.cfg.OnConnect != nil {
+		l.cfg.OnConnect(delivered)
+	}
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, l.cfg.IdleCheck)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			if len(n.Payload) >= len(selfTestPrefix) && n.Payload[:len(selfTestPrefix)] == selfTestPrefix {
+				continue
+			}
+			l.cfg.OnNotify(n.Channel, n.Payload)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			// Silence: make sure the peer is still there.
+			pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("ping: %w", err)
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// selfTest sends a notification to itself and waits briefly for it: behind a
+// transaction-mode pooler LISTEN is accepted but nothing ever arrives.
+func (l *Listener) selfTest(ctx context.Context, conn *pgx.Conn) bool {
+	if len(l.cfg.Channels) == 0 {
+		return false
+	}
+	token := fmt.Sprintf("%s%d", selfTestPrefix, rand.Int64())
+	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", l.cfg.Channels[0], token); err != nil {
+		return false
+	}
+	deadline, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(deadline)
+		if err != nil {
+			return false
+		}
+		if n.Payload == token {
+			return true
+		}
+		l.cfg.OnNotify(n.Channel, n.Payload)
+	}
+}

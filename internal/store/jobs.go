@@ -1,0 +1,234 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// ClaimedJob is one row returned by a claim: everything a worker needs to run
+// the job and to prove, later, that it still holds the lease.
+type ClaimedJob struct {
+	ID          int64
+	Queue       string
+	Kind        string
+	Payload     []byte
+	Priority    int
+	Attempt     int
+	MaxAttempts int
+	RunAt       time.Time
+	CreatedAt   time.Time
+	AttemptedAt time.Time
+	LeaseToken  int64
+	Tenant      string
+	Entity      string
+	UniqueKey   string
+}
+
+// ClaimParams selects what a pool claims.
+type ClaimParams struct {
+	Queues    []string
+	Kinds     []string // nil: any kind
+	Batch     int
+	WorkerID  string
+	Lease     time.Duration
+	TenantCap int // 0: no per-tenant cap
+}
+
+// Claim claims up to p.Batch ready jobs in one statement.
+func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob, error) {
+	var kinds any
+	if p.Kinds != nil {
+		kinds = p.Kinds
+	}
+	args := []any{p.Queues, kinds, p.Batch, p.WorkerID, Micros(p.Lease)}
+	q := s.SQL("claim")
+	if p.TenantCap > 0 {
+		q = s.SQL("claim_capped")
+		args = append(args, p.TenantCap)
+	}
+	rows, err := db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]ClaimedJob, 0, p.Batch)
+	for rows.Next() {
+		var j ClaimedJob
+		var tenant, entity, unique *string
+		if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Priority, &j.Attempt, &j.MaxAttempts,
+			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique); err != nil {
+			return nil, err
+		}
+		j.Tenant, j.Entity, j.UniqueKey = deref(tenant), deref(entity), deref(unique)
+		out = append(out, j)
+	}
+	return out, rows.Err()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Lease identifies one claim of one job: the fence every write carries.
+type Lease struct {
+	ID    int64
+	Token int64
+}
+
+func split(ls []Lease) (ids, tokens []int64) {
+	ids = make([]int64, len(ls))
+	tokens = make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], tokens[i] = l.ID, l.Token
+	}
+	return ids, tokens
+}
+
+func collectIDs(ctx context.Context, db DBTX, sql string, args ...any) (map[int64]bool, error) {
+	rows, err := db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]bool{}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out[id] = true
+	}
+	return out, rows.Err()
+}
+
+// Heartbeat extends the leases; the result maps each job still held to
+// whether someone asked to cancel it. Jobs absent from it lost their lease.
+func (s *Store) Heartbeat(ctx context.Context, db DBTX, ls []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
+	ids, tokens := split(ls)
+	rows, err := db.Query(ctx, s.SQL("heartbeat"), ids, tokens, Micros(lease), worker)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[int64]bool, len(ls))
+	for rows.Next() {
+		var id int64
+		var cancel bool
+		if err := rows.Scan(&id, &cancel); err != nil {
+			return nil, err
+		}
+		out[id] = cancel
+	}
+	return out, rows.Err()
+}
+
+// Complete finishes jobs successfully (deleting them, or archiving them into
+// jobs_done) and returns the ids whose lease was still held.
+func (s *Store) Complete(ctx context.Context, db DBTX, ls []Lease, worker string, archive bool) (map[int64]bool, error) {
+	ids, tokens := split(ls)
+	q := s.SQL("complete_delete")
+	if archive {
+		q = s.SQL("complete_archive")
+	}
+	return collectIDs(ctx, db, q, ids, tokens, worker)
+}
+
+// Reschedule is one job going back to ready.
+type Reschedule struct {
+	Lease
+	Delay  time.Duration
+	Refund bool    // true: the attempt is not spent (snooze, never started)
+	Error  *string // nil keeps the previous last_error
+}
+
+// Reschedule returns jobs to ready and reports which leases were still held.
+func (s *Store) Reschedule(ctx context.Context, db DBTX, rs []Reschedule, worker string) (map[int64]bool, error) {
+	n := len(rs)
+	ids, tokens, delays := make([]int64, n), make([]int64, n), make([]int64, n)
+	refunds, errs := make([]int32, n), make([]*string, n)
+	for i, r := range rs {
+		ids[i], tokens[i], delays[i], errs[i] = r.ID, r.Token, Micros(r.Delay), r.Error
+		if r.Refund {
+			refunds[i] = 1
+		}
+	}
+	return collectIDs(ctx, db, s.SQL("reschedule"), ids, tokens, delays, refunds, errs, worker)
+}
+
+// Dead is one job going to the dead-letter table.
+type Dead struct {
+	Lease
+	Reason string
+	Error  string
+}
+
+// DeadLetter moves jobs to jobs_dead and reports which leases were still held.
+func (s *Store) DeadLetter(ctx context.Context, db DBTX, ds []Dead, worker string) (map[int64]bool, error) {
+	n := len(ds)
+	ids, tokens, reasons, errs := make([]int64, n), make([]int64, n), make([]string, n), make([]string, n)
+	for i, d := range ds {
+		ids[i], tokens[i], reasons[i], errs[i] = d.ID, d.Token, d.Reason, d.Error
+	}
+	return collectIDs(ctx, db, s.SQL("dead_letter"), ids, tokens, reasons, errs, worker)
+}
+
+// Reap returns expired leases to ready (or to the dead-letter table) and
+// reports how many went each way.
+func (s *Store) Reap(ctx context.Context, db DBTX, batch int) (back, dead int, err error) {
+	err = db.QueryRow(ctx, s.SQL("reap"), batch).Scan(&back, &dead)
+	return back, dead, err
+}
+
+// Cancel cancels a job by id and returns the state it was in ("ready",
+// "running", or "" when no such job is in flight).
+func (s *Store) Cancel(ctx context.Context, db DBTX, id int64) (string, error) {
+	var state string
+	err := db.QueryRow(ctx, s.SQL("cancel"), id).Scan(&state)
+	return state, err
+}
+
+// WorkerBeat is the process row written with each heartbeat.
+type WorkerBeat struct {
+	ID          string
+	Hostname    string
+	PID         int
+	Queues      []string
+	Concurrency int
+	Running     int
+	Claimed     int64
+	Completed   int64
+	Failed      int64
+	ClaimP99MS  *float64
+	Stopped     bool
+}
+
+// BeatWorker upserts the process row.
+func (s *Store) BeatWorker(ctx context.Context, db DBTX, w WorkerBeat) error {
+	_, err := db.Exec(ctx, s.SQL("worker_beat"), w.ID, w.Hostname, w.PID, w.Queues, w.Concurrency, w.Running,
+		w.Claimed, w.Completed, w.Failed, w.ClaimP99MS, w.Stopped)
+	return err
+}
+
+// EnqueueArgs are the parameters of one enqueue, already validated.
+type EnqueueArgs struct {
+	Queue       string
+	Kind        string
+	Payload     string // JSON object text
+	Priority    int
+	RunAt       *time.Time // nil: now + Delay, by the database clock
+	Delay       time.Duration
+	MaxAttempts *int
+	UniqueKey   *string
+	Tenant      *string
+	Entity      *string
+	Bump        bool
+}
+
+// Args returns the positional arguments of the "enqueue" statement.
+func (a EnqueueArgs) Args() []any {
+	return []any{a.Queue, a.Kind, a.Payload, a.Priority, a.RunAt, a.MaxAttempts, a.UniqueKey,
+		a.Tenant, a.Entity, a.Bump, Micros(a.Delay)}
+}

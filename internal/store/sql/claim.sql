@@ -1,0 +1,142 @@
+-- name: claim
+-- Batched claim: one statement per batch. Candidates are read per queue from
+-- the partial ready index in claim order and locked with FOR NO KEY UPDATE
+-- SKIP LOCKED (other claimers skip them; foreign-key checks on jobs.id are not
+-- blocked). The attempt is counted here, so a job that kills its worker still
+-- spends attempts. Lease expiry uses the database clock.
+--   $1 queues text[]   $2 kinds text[] (NULL = any)   $3 batch int
+--   $4 worker id       $5 lease (microseconds)
+WITH picked AS (
+    SELECT c.id
+    FROM unnest($1::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.entity
+        FROM {{schema}}.jobs AS j
+        WHERE j.state = 'ready'
+          AND j.queue = q.name
+          AND j.run_at <= now()
+          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
+          AND (j.entity IS NULL OR (
+                NOT EXISTS (SELECT 1 FROM {{schema}}.jobs AS r
+                            WHERE r.state = 'running'
+                              AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity)
+                AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT $3
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS c
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+),
+one_per_entity AS (
+    -- Two ready jobs of one entity in a batch: keep the first in claim order.
+    SELECT p.id FROM (
+        SELECT c.id, row_number() OVER (PARTITION BY COALESCE(j.entity, j.id::text)
+                                        ORDER BY j.priority DESC, j.run_at, j.id) AS rn,
+               j.priority, j.run_at
+        FROM picked AS c JOIN {{schema}}.jobs AS j ON j.id = c.id
+    ) AS p
+    WHERE p.rn = 1
+    ORDER BY p.priority DESC, p.run_at, p.id
+    LIMIT $3
+)
+UPDATE {{schema}}.jobs AS j
+SET state            = 'running',
+    attempts         = j.attempts + 1,
+    locked_by        = $4,
+    lease_token      = (random() * 9.2e18)::bigint,
+    lease_expires_at = now() + $5::bigint * interval '1 microsecond',
+    attempted_at     = now()
+FROM one_per_entity AS o
+WHERE j.id = o.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key;
+
+-- name: claim_capped
+-- Tenant-capped claim: no tenant takes more than $6 jobs of one batch while
+-- others have work. Tenants are enumerated with a skip scan over the
+-- per-tenant ready index (one probe per tenant, however deep one tenant's
+-- burst is), each contributes its first $6 jobs in claim order, and jobs
+-- without a tenant form one more group. The best $3 of those, in claim
+-- order, are then locked with SKIP LOCKED (re-checked against the newest row
+-- version) and claimed.
+--   $1..$5 as claim, $6 cap per tenant
+WITH RECURSIVE open_queues AS (
+    SELECT q.name FROM unnest($1::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+),
+tenants (queue, tenant, n) AS (
+    SELECT o.name,
+           (SELECT j.tenant FROM {{schema}}.jobs AS j
+            WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
+            ORDER BY j.tenant LIMIT 1),
+           1
+    FROM open_queues AS o
+  UNION ALL
+    SELECT t.queue,
+           (SELECT j.tenant FROM {{schema}}.jobs AS j
+            WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = t.queue AND j.tenant > t.tenant
+            ORDER BY j.tenant LIMIT 1),
+           t.n + 1
+    FROM tenants AS t
+    WHERE t.tenant IS NOT NULL AND t.n < 1000
+),
+candidates AS (
+    SELECT c.id, c.priority, c.run_at, c.entity
+    FROM tenants AS t
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.entity
+        FROM {{schema}}.jobs AS j
+        WHERE j.state = 'ready' AND j.queue = t.queue AND j.tenant = t.tenant
+          AND j.run_at <= now()
+          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
+          AND (j.entity IS NULL OR NOT EXISTS (
+                SELECT 1 FROM {{schema}}.jobs AS r
+                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT $6
+    ) AS c
+    WHERE t.tenant IS NOT NULL
+  UNION ALL
+    SELECT c.id, c.priority, c.run_at, c.entity
+    FROM open_queues AS o
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.entity
+        FROM {{schema}}.jobs AS j
+        WHERE j.state = 'ready' AND j.queue = o.name AND j.tenant IS NULL
+          AND j.run_at <= now()
+          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
+          AND (j.entity IS NULL OR NOT EXISTS (
+                SELECT 1 FROM {{schema}}.jobs AS r
+                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity))
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT $6
+    ) AS c
+),
+best AS (
+    -- One job per entity per batch; the unique running index is the guard.
+    SELECT d.id FROM (
+        SELECT c.id, c.priority, c.run_at,
+               row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
+                                  ORDER BY c.priority DESC, c.run_at, c.id) AS rn
+        FROM candidates AS c
+    ) AS d
+    WHERE d.rn = 1
+    ORDER BY d.priority DESC, d.run_at, d.id
+    LIMIT $3
+),
+locked AS (
+    SELECT j.id FROM {{schema}}.jobs AS j
+    WHERE j.id IN (SELECT b.id FROM best AS b) AND j.state = 'ready'
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE {{schema}}.jobs AS j
+SET state            = 'running',
+    attempts         = j.attempts + 1,
+    locked_by        = $4,
+    lease_token      = (random() * 9.2e18)::bigint,
+    lease_expires_at = now() + $5::bigint * interval '1 microsecond',
+    attempted_at     = now()
+FROM locked AS l
+WHERE j.id = l.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key;

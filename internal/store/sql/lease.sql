@@ -1,0 +1,179 @@
+-- Every statement here is fenced by (id, lease_token, locked_by, state =
+-- 'running'): only the current lease holder's writes land. A job missing from
+-- RETURNING has lost its lease; its worker writes nothing more for it.
+
+-- name: heartbeat
+-- Extends the leases of all of one worker's running jobs in one statement.
+-- lease_expires_at is in no index, so this is a HOT update.
+--   $1 ids  $2 tokens  $3 lease (microseconds)  $4 worker id
+UPDATE {{schema}}.jobs AS j
+SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
+WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $4 AND j.state = 'running'
+RETURNING j.id, j.cancel_requested;
+
+-- name: complete_delete
+-- Success, default mode: the row is deleted (least write amplification).
+--   $1 ids  $2 tokens  $3 worker id
+DELETE FROM {{schema}}.jobs AS j
+USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
+WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $3 AND j.state = 'running'
+RETURNING j.id;
+
+-- name: complete_archive
+-- Success, archive mode: the row moves to the partitioned history table.
+WITH done AS (
+    DELETE FROM {{schema}}.jobs AS j
+    USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
+    WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $3 AND j.state = 'running'
+    RETURNING j.*
+)
+INSERT INTO {{schema}}.jobs_done (id, priority, attempts, run_at, created_at, attempted_at, finished_at,
+                                  queue, kind, locked_by, tenant, entity, payload)
+SELECT d.id, d.priority, d.attempts, d.run_at, d.created_at, d.attempted_at, now(),
+       d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.payload
+FROM done AS d
+RETURNING id;
+
+-- name: reschedule
+-- Back to ready: a retry after a failure (refund 0, with an error and a
+-- backoff delay), a snooze (refund 1: no attempt spent), or a job handed back
+-- at shutdown (refund 1 if it never started).
+--   $1 ids  $2 tokens  $3 delays (microseconds)  $4 refunds  $5 errors (NULL keeps the last)  $6 worker id
+UPDATE {{schema}}.jobs AS j
+SET state            = 'ready',
+    attempts         = j.attempts - l.refund,
+    run_at           = now() + l.delay_us * interval '1 microsecond',
+    last_error       = COALESCE(l.err, j.last_error),
+    locked_by        = NULL,
+    lease_token      = NULL,
+    lease_expires_at = NULL,
+    cancel_requested = false
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[]) AS l(id, token, delay_us, refund, err)
+WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $6 AND j.state = 'running'
+RETURNING j.id;
+
+-- name: dead_letter
+-- Final failure: the row leaves the hot table for jobs_dead in one statement,
+-- so the failure context is never lost and never duplicated.
+--   $1 ids  $2 tokens  $3 reasons  $4 errors  $5 worker id
+WITH d AS (
+    DELETE FROM {{schema}}.jobs AS j
+    USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS l(id, token, reason, err)
+    WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $5 AND j.state = 'running'
+    RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error
+)
+INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
+                                  reason, locked_by, unique_key, tenant, entity, last_error, payload)
+SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.queue, d.kind,
+       d.dead_reason, d.locked_by, d.unique_key, d.tenant, d.entity, COALESCE(d.dead_error, d.last_error), d.payload
+FROM d
+RETURNING id;
+
+-- name: reap
+-- Returns jobs whose lease expired (by the database clock) to ready, or to
+-- the dead-letter table once their attempts are spent. A heartbeat that
+-- commits first moves lease_expires_at forward; the row lock plus the
+-- re-check of lease_expires_at on the newest row version means a job whose
+-- heartbeat is alive is never touched. Safe in every process at once.
+--   $1 batch size
+WITH expired AS (
+    SELECT j.id FROM {{schema}}.jobs AS j
+    WHERE j.state = 'running' AND j.lease_expires_at < now()
+    ORDER BY j.id
+    LIMIT $1
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+back AS (
+    UPDATE {{schema}}.jobs AS j
+    SET state = 'ready', locked_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+        cancel_requested = false, run_at = now(),
+        last_error = 'lease expired: worker ' || j.locked_by || ' stopped heartbeating'
+    FROM expired AS e
+    WHERE j.id = e.id AND j.attempts < j.max_attempts AND NOT j.cancel_requested
+      AND j.lease_expires_at < now()
+    RETURNING j.id
+),
+dead AS (
+    DELETE FROM {{schema}}.jobs AS j
+    USING expired AS e
+    WHERE j.id = e.id AND (j.attempts >= j.max_attempts OR j.cancel_requested)
+      AND j.lease_expires_at < now()
+    RETURNING j.*
+),
+buried AS (
+    INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
+                                      reason, locked_by, unique_key, tenant, entity, last_error, payload)
+    SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.queue, d.kind,
+           CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'lease_expired' END,
+           d.locked_by, d.unique_key, d.tenant, d.entity,
+           'lease expired: worker ' || d.locked_by || ' stopped heartbeating', d.payload
+    FROM dead AS d
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM back)::int, (SELECT count(*) FROM buried)::int;
+
+-- name: cancel
+-- Cancels a job by id. A ready job goes straight to the dead-letter table
+-- with reason 'cancelled'; a running job is flagged and its worker is told
+-- (NOTIFY on the cancel channel, and again by its next heartbeat), cancels
+-- the handler's context and dead-letters it. Returns the job's state before.
+--   $1 id
+WITH r AS (
+    DELETE FROM {{schema}}.jobs AS j WHERE j.id = $1 AND j.state = 'ready' RETURNING j.*
+),
+buried AS (
+    INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
+                                      reason, locked_by, unique_key, tenant, entity, last_error, payload)
+    SELECT r.id, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at, r.queue, r.kind,
+           'cancelled', r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload
+    FROM r
+    RETURNING id
+),
+flagged AS (
+    UPDATE {{schema}}.jobs AS j SET cancel_requested = true
+    WHERE j.id = $1 AND j.state = 'running'
+    RETURNING j.id, pg_notify({{schema_lit}} || '.cancel', j.id::text)
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM buried) THEN 'ready'
+            WHEN EXISTS (SELECT 1 FROM flagged) THEN 'running'
+            ELSE '' END;
+
+-- name: worker_beat
+-- One row per worker process, refreshed with every heartbeat.
+--   $1 id $2 hostname $3 pid $4 queues $5 concurrency $6 running
+--   $7 claimed $8 completed $9 failed $10 claim p99 ms $11 stopped
+INSERT INTO {{schema}}.workers AS w (id, hostname, pid, queues, concurrency, running,
+                                     claimed_total, completed_total, failed_total, claim_p99_ms, stopped_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, CASE WHEN $11::boolean THEN now() END)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = now(), running = EXCLUDED.running, concurrency = EXCLUDED.concurrency,
+    queues = EXCLUDED.queues, claimed_total = EXCLUDED.claimed_total,
+    completed_total = EXCLUDED.completed_total, failed_total = EXCLUDED.failed_total,
+    claim_p99_ms = EXCLUDED.claim_p99_ms, stopped_at = EXCLUDED.stopped_at;
+
+-- name: complete_one_delete
+-- Success inside the handler's own transaction (CompleteTx). Scalars only, so
+-- it runs through any driver.
+--   $1 id  $2 token  $3 worker id
+DELETE FROM {{schema}}.jobs AS j
+WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3 AND j.state = 'running'
+RETURNING j.id;
+
+-- name: complete_one_archive
+WITH done AS (
+    DELETE FROM {{schema}}.jobs AS j
+    WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3 AND j.state = 'running'
+    RETURNING j.*
+)
+INSERT INTO {{schema}}.jobs_done (id, priority, attempts, run_at, created_at, attempted_at, finished_at,
+                                  queue, kind, locked_by, tenant, entity, payload)
+SELECT d.id, d.priority, d.attempts, d.run_at, d.created_at, d.attempted_at, now(),
+       d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.payload
+FROM done AS d
+RETURNING id;
+
+-- name: pause_queue
+--   $1 queue $2 paused
+INSERT INTO {{schema}}.queues AS q (name, paused) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now();

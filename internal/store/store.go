@@ -1,0 +1,112 @@
+// Package store holds all of skiplock's hot-path SQL. Each concern lives in
+// one .sql file under sql/, split into named statements ("-- name: x"), and
+// is rendered once per schema; the Go here is one small wrapper per query.
+package store
+
+import (
+	"bufio"
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+var raw = mustParse()
+
+func mustParse() map[string]string {
+	out := map[string]string{}
+	err := fs.WalkDir(files, "sql", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := files.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var name string
+		var b strings.Builder
+		flush := func() {
+			if name != "" {
+				out[name] = strings.TrimSpace(b.String())
+			}
+			b.Reset()
+		}
+		sc := bufio.NewScanner(strings.NewReader(string(body)))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if n, ok := strings.CutPrefix(line, "-- name: "); ok {
+				flush()
+				name = strings.TrimSpace(n)
+				if _, dup := out[name]; dup {
+					return fmt.Errorf("store: duplicate query %q in %s", name, path)
+				}
+				continue
+			}
+			b.WriteString(line)
+			b.WriteByte('\n')
+		}
+		flush()
+		return sc.Err()
+	})
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// DBTX is what a query runs on: a pool, a connection or a transaction.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store is the query set rendered for one schema.
+type Store struct {
+	Schema string
+	q      map[string]string
+}
+
+// New renders every query for schema (already validated by the caller).
+func New(schema string) *Store {
+	r := strings.NewReplacer(
+		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
+		"{{schema_lit}}", "'"+schema+"'",
+	)
+	q := make(map[string]string, len(raw))
+	for k, v := range raw {
+		q[k] = r.Replace(v)
+	}
+	return &Store{Schema: schema, q: q}
+}
+
+// SQL returns a rendered statement by name; it panics on an unknown name,
+// which is a programming error caught by any test that runs the query.
+func (s *Store) SQL(name string) string {
+	v, ok := s.q[name]
+	if !ok {
+		panic("store: no query named " + name)
+	}
+	return v
+}
+
+// Table returns the quoted, schema-qualified name of one of skiplock's tables.
+func (s *Store) Table(name string) string { return pgx.Identifier{s.Schema, name}.Sanitize() }
+
+// Channel is the NOTIFY channel for ready jobs of this installation.
+func (s *Store) Channel() string { return s.Schema + ".jobs" }
+
+// CancelChannel is the NOTIFY channel for cancellations of running jobs.
+func (s *Store) CancelChannel() string { return s.Schema + ".cancel" }
+
+// Micros converts a duration for the "* interval '1 microsecond'" idiom.
+func Micros(d time.Duration) int64 { return d.Microseconds() }

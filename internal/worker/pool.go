@@ -1,0 +1,157 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// pool is one worker pool: a producer goroutine that claims and a fixed set
+// of executor goroutines that run. The producer keeps up to Concurrency +
+// BatchSize jobs in hand, so a freed executor finds its next job already
+// claimed: there is no fetch cooldown, and claims stay batched.
+type pool struct {
+	r   *Runner
+	cfg PoolConfig
+
+	jobs    chan *Job     // claimed, waiting for an executor
+	done    chan struct{} // one token per finished job (executor → producer)
+	wakeCh  chan struct{} // NOTIFY for one of our queues, or a reconnect
+	stopCh  chan struct{} // closed by stopClaiming
+	stopped bool          // producer-owned copy of "stopCh closed"
+
+	stopOnce sync.Once
+	wg       sync.WaitGroup // producer and executors
+}
+
+func newPool(r *Runner, cfg PoolConfig) *pool {
+	return &pool{
+		r: r, cfg: cfg,
+		jobs:   make(chan *Job, cfg.Concurrency+cfg.BatchSize),
+		done:   make(chan struct{}, cfg.Concurrency+cfg.BatchSize),
+		wakeCh: make(chan struct{}, 1),
+		stopCh: make(chan struct{}),
+	}
+}
+
+func (p *pool) start() {
+	p.wg.Add(1 + p.cfg.Concurrency)
+	go p.produce()
+	for i := 0; i < p.cfg.Concurrency; i++ {
+		go p.executeLoop()
+	}
+}
+
+func (p *pool) wake() {
+	select {
+	case p.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pool) stopClaiming() { p.stopOnce.Do(func() { close(p.stopCh) }) }
+
+func (p *pool) wait() { p.wg.Wait() }
+
+func (p *pool) stopping() bool {
+	select {
+	case <-p.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *pool) executeLoop() {
+	defer p.wg.Done()
+	for j := range p.jobs {
+		p.r.execute(j, p.stopping())
+		p.done <- struct{}{}
+	}
+}
+
+// produce is the claim loop. It owns inflight (jobs claimed and not yet
+// finished by an executor).
+func (p *pool) produce() {
+	defer p.wg.Done()
+	defer close(p.jobs)
+	limit := p.cfg.Concurrency + p.cfg.BatchSize
+	// Claim when at least this many slots are free, so claims stay batched
+	// under load but an idle pool claims at once.
+	threshold := max(1, min(p.cfg.BatchSize, limit)/2)
+	inflight := 0
+	more := true // the last claim was full: more work is probably waiting
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	backoff := time.Duration(0)
+	for {
+		free := limit - inflight
+		if more && free >= threshold && !p.stopping() {
+			n := min(free, p.cfg.BatchSize)
+			got, err := p.claim(n)
+			if err != nil {
+				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+				if p.r.bgCtx.Err() == nil {
+					p.r.log.Warn("skiplock: claim failed; retrying", slog.String("pool", p.cfg.Name),
+						slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+				}
+				more = false
+				resetTimer(poll, backoff)
+			} else {
+				backoff = 0
+				for _, j := range got {
+					p.jobs <- j // never blocks: capacity is limit
+				}
+				inflight += len(got)
+				more = len(got) == n
+				if more {
+					continue
+				}
+			}
+		}
+		select {
+		case <-p.stopCh:
+			// Drain: wait for the executors to finish what they hold.
+			for inflight > 0 {
+				<-p.done
+				inflight--
+			}
+			return
+		case <-p.done:
+			inflight--
+		case <-p.wakeCh:
+			more = true
+		case <-poll.C:
+			more = true
+			resetTimer(poll, p.r.cfg.PollInterval)
+		}
+	}
+}
+
+func (p *pool) claim(n int) ([]*Job, error) {
+	ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	jobs, err := p.r.cfg.Store.Claim(ctx, p.r.cfg.Pool, store.ClaimParams{
+		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
+		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.r.claimLat.add(time.Since(start))
+	p.r.claimed.Add(int64(len(jobs)))
+	return p.r.track(jobs), nil
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	t.Stop()
+	select {
+	case <-t.C:
+	default:
+	}
+	t.Reset(d)
+}

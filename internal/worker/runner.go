@@ -1,0 +1,547 @@
+// Package worker is skiplock's execution runtime: per pool a producer that
+// claims batches with SKIP LOCKED and feeds a fixed set of executors; per
+// process one completer that writes outcomes in batches, one heartbeater that
+// extends every lease in one statement, and one reaper. Every write is fenced
+// by the job's lease; a job whose lease is gone has its handler cancelled and
+// nothing more written for it.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// Job is a claimed job as the runtime sees it.
+type Job = store.ClaimedJob
+
+// OutcomeKind says what happens to a job after its handler returned.
+type OutcomeKind int
+
+// The outcomes a handler run can have.
+const (
+	Complete   OutcomeKind = iota // success: delete or archive
+	Retry                         // failure with attempts left: back to ready after Delay
+	Snooze                        // back to ready after Delay without spending the attempt
+	DeadLetter                    // final: to jobs_dead with Reason
+	Release                       // handed back at shutdown (Refund when it never started)
+	Nothing                       // write nothing (completed in the handler's own transaction)
+)
+
+// Outcome is what a handler run produced.
+type Outcome struct {
+	Kind   OutcomeKind
+	Delay  time.Duration
+	Reason string // DeadLetter: error, panic, timeout, discarded, cancelled, unknown_kind
+	Error  string // for last_error; never contains payload data put there by skiplock
+	Refund bool
+}
+
+// Handler runs one job. It must honour ctx: ctx is cancelled when the lease
+// is lost, when the job is cancelled, and at hard stop; context.Cause(ctx)
+// says which.
+type Handler func(ctx context.Context, job *Job) Outcome
+
+// Causes of a handler's context cancellation.
+var (
+	ErrLeaseLost = errors.New("skiplock: lease lost")
+	ErrCancelled = errors.New("skiplock: job cancelled")
+	ErrHardStop  = errors.New("skiplock: worker stopping")
+)
+
+// PoolConfig is one worker pool: what it claims and how many jobs it runs.
+type PoolConfig struct {
+	Name        string
+	Queues      []string
+	Kinds       []string // nil: any kind
+	Concurrency int
+	BatchSize   int
+	TenantCap   int
+}
+
+// Config configures a Runner. All durations must be set by the caller.
+type Config struct {
+	Pool              *pgxpool.Pool
+	Store             *store.Store
+	Logger            *slog.Logger
+	WorkerID          string
+	Pools             []PoolConfig
+	Handler           Handler
+	Lease             time.Duration
+	HeartbeatInterval time.Duration
+	PollInterval      time.Duration
+	ReaperInterval    time.Duration // 0 disables the reaper
+	Archive           bool
+	PollOnly          bool
+	// Connect opens the dedicated LISTEN connection.
+	Connect func(ctx context.Context) (*pgx.Conn, error)
+}
+
+// tracked is one job this process holds a lease on, from claim until its
+// outcome is durably written.
+type tracked struct {
+	job     *Job
+	cancel  context.CancelCauseFunc // nil until the handler starts
+	started bool
+	// Set by the heartbeater or the cancel listener; read by the executor
+	// after the handler returns. Guarded by Runner.mu.
+	lost            bool
+	cancelRequested bool
+	finished        bool // handler returned; outcome queued for the completer
+}
+
+// Stats is a snapshot of the runner's counters.
+type Stats struct {
+	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
+	Running                                             int
+	ClaimP50, ClaimP99                                  time.Duration
+	ListenerUp                                          bool
+}
+
+// Runner runs the pools of one process.
+type Runner struct {
+	cfg Config
+	log *slog.Logger
+
+	mu   sync.Mutex // guards jobs
+	jobs map[int64]*tracked
+
+	pools     []*pool
+	completer *completer
+	listener  *notify.Listener
+
+	hardCtx    context.Context // cancelled at hard stop; parent of every handler context
+	hardCancel context.CancelCauseFunc
+	bgCtx      context.Context // cancelled after the final flush; for background loops
+	bgCancel   context.CancelFunc
+	bgWG       sync.WaitGroup
+
+	startOnce, stopOnce sync.Once
+	started             atomic.Bool
+	stopped             chan struct{}
+
+	claimed, completed, failed, dead, leaseLost atomic.Int64
+	listenerUp                                  atomic.Bool
+	pollOnly                                    atomic.Bool
+	claimLat                                    latencyRing
+
+	// Test hooks (nil in production).
+	BeforeComplete func([]store.Lease)
+}
+
+// New validates nothing (the root package did) and returns a Runner.
+func New(cfg Config) *Runner {
+	r := &Runner{cfg: cfg, log: cfg.Logger, jobs: map[int64]*tracked{}, stopped: make(chan struct{})}
+	r.pollOnly.Store(cfg.PollOnly)
+	for _, pc := range cfg.Pools {
+		r.pools = append(r.pools, newPool(r, pc))
+	}
+	r.completer = newCompleter(r)
+	return r
+}
+
+// Start launches every goroutine. Stop (or StopAndCancel) must follow.
+func (r *Runner) Start(ctx context.Context) error {
+	r.startOnce.Do(func() {
+		base := context.WithoutCancel(ctx)
+		r.hardCtx, r.hardCancel = context.WithCancelCause(base)
+		r.bgCtx, r.bgCancel = context.WithCancel(base)
+		r.started.Store(true)
+		if !r.cfg.PollOnly && r.cfg.Connect != nil {
+			r.listener = notify.New(notify.Config{
+				Connect:  r.cfg.Connect,
+				Channels: []string{r.cfg.Store.Channel(), r.cfg.Store.CancelChannel()},
+				OnNotify: r.onNotify,
+				OnConnect: func(delivered bool) {
+					r.listenerUp.Store(delivered)
+					if !delivered {
+						r.log.Warn("skiplock: NOTIFY self-test failed (a transaction-mode pooler?); running in poll-only mode",
+							slog.Duration("poll_interval", r.cfg.PollInterval))
+					}
+					r.wakeAll() // catch anything sent while we were not listening
+				},
+				OnDisconnect: func(error) { r.listenerUp.Store(false) },
+				Logger:       r.log,
+			})
+			_ = r.listener.Start(r.bgCtx)
+		}
+		r.completer.start(r.bgCtx, &r.bgWG)
+		r.bgWG.Add(1)
+		go func() { defer r.bgWG.Done(); r.heartbeatLoop(r.bgCtx) }()
+		if r.cfg.ReaperInterval > 0 {
+			r.bgWG.Add(1)
+			go func() { defer r.bgWG.Done(); r.reapLoop(r.bgCtx) }()
+		}
+		for _, p := range r.pools {
+			p.start()
+		}
+		r.log.Info("skiplock: worker started", slog.String("worker_id", r.cfg.WorkerID), slog.Int("pools", len(r.pools)))
+	})
+	return nil
+}
+
+// Stop drains: no new claims, buffered jobs are handed back, running jobs get
+// until ctx is done to finish; then they are cancelled and handed back to
+// ready at once. It returns after every goroutine has exited.
+func (r *Runner) Stop(ctx context.Context) error {
+	if !r.started.Load() {
+		return nil
+	}
+	r.stopOnce.Do(func() { r.stop(ctx) })
+	<-r.stopped
+	return nil
+}
+
+// StopAndCancel stops without waiting for running jobs.
+func (r *Runner) StopAndCancel(ctx context.Context) error {
+	if !r.started.Load() {
+		return nil
+	}
+	r.hardCancel(ErrHardStop)
+	return r.Stop(ctx)
+}
+
+func (r *Runner) stop(ctx context.Context) {
+	defer close(r.stopped)
+	for _, p := range r.pools {
+		p.stopClaiming()
+	}
+	drained := make(chan struct{})
+	go func() {
+		for _, p := range r.pools {
+			p.wait()
+		}
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		r.log.Warn("skiplock: drain timeout; cancelling running jobs and handing them back")
+		r.hardCancel(ErrHardStop)
+		select {
+		case <-drained:
+		case <-time.After(5 * time.Second):
+			r.log.Error("skiplock: handlers ignored cancellation; releasing their jobs anyway")
+			r.releaseStragglers()
+		}
+	}
+	r.hardCancel(ErrHardStop)
+	r.completer.close() // flushes everything queued
+	r.completer.wait()
+	r.bgCancel()
+	if r.listener != nil {
+		_ = r.listener.Stop(context.Background())
+	}
+	r.bgWG.Wait()
+	r.beat(context.Background(), true)
+	r.log.Info("skiplock: worker stopped", slog.String("worker_id", r.cfg.WorkerID))
+}
+
+// releaseStragglers hands back jobs whose handlers never returned.
+func (r *Runner) releaseStragglers() {
+	r.mu.Lock()
+	var jobs []*Job
+	for _, t := range r.jobs {
+		if t.started && !t.lost {
+			jobs = append(jobs, t.job)
+			t.lost = true // whatever the handler does later, write nothing
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range jobs {
+		r.completer.add(result{job: j, out: Outcome{Kind: Release}})
+	}
+}
+
+// Stats returns the counters.
+func (r *Runner) Stats() Stats {
+	r.mu.Lock()
+	running := len(r.jobs)
+	r.mu.Unlock()
+	p50, p99 := r.claimLat.quantiles()
+	return Stats{
+		Claimed: r.claimed.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
+		DeadLettered: r.dead.Load(), LeaseLost: r.leaseLost.Load(), Running: running,
+		ClaimP50: p50, ClaimP99: p99, ListenerUp: r.listenerUp.Load(),
+	}
+}
+
+func (r *Runner) onNotify(channel, payload string) {
+	if channel == r.cfg.Store.CancelChannel() {
+		var id int64
+		if _, err := fmt.Sscan(payload, &id); err == nil {
+			r.requestCancel(id)
+		}
+		return
+	}
+	for _, p := range r.pools {
+		if payload == "" || slices.Contains(p.cfg.Queues, payload) {
+			p.wake()
+		}
+	}
+}
+
+func (r *Runner) wakeAll() {
+	for _, p := range r.pools {
+		p.wake()
+	}
+}
+
+func (r *Runner) requestCancel(id int64) {
+	r.mu.Lock()
+	t := r.jobs[id]
+	var cancel context.CancelCauseFunc
+	if t != nil {
+		t.cancelRequested = true
+		cancel = t.cancel
+	}
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrCancelled)
+	}
+}
+
+func (r *Runner) track(jobs []Job) []*Job {
+	out := make([]*Job, len(jobs))
+	r.mu.Lock()
+	for i := range jobs {
+		j := &jobs[i]
+		r.jobs[j.ID] = &tracked{job: j}
+		out[i] = j
+	}
+	r.mu.Unlock()
+	return out
+}
+
+func (r *Runner) untrack(ids []int64) {
+	r.mu.Lock()
+	for _, id := range ids {
+		delete(r.jobs, id)
+	}
+	r.mu.Unlock()
+}
+
+// execute runs one job's handler and hands its outcome to the completer.
+func (r *Runner) execute(j *Job, stopping bool) {
+	r.mu.Lock()
+	t := r.jobs[j.ID]
+	if t == nil || t.lost {
+		r.mu.Unlock()
+		return
+	}
+	if stopping || r.hardCtx.Err() != nil {
+		r.mu.Unlock()
+		r.completer.add(result{job: j, out: Outcome{Kind: Release, Refund: true}})
+		return
+	}
+	ctx, cancel := context.WithCancelCause(r.hardCtx)
+	t.cancel, t.started = cancel, true
+	cancelled := t.cancelRequested
+	r.mu.Unlock()
+	if cancelled {
+		cancel(ErrCancelled)
+	}
+
+	out := r.cfg.Handler(ctx, j)
+	cause := context.Cause(ctx)
+	cancel(nil)
+
+	r.mu.Lock()
+	lost, cancelRequested := t.lost, t.cancelRequested
+	t.finished = true
+	r.mu.Unlock()
+	switch {
+	case lost:
+		// Someone else may own the job now: write nothing at all.
+		r.leaseLost.Add(1)
+		r.untrack([]int64{j.ID})
+		r.log.Warn("skiplock: lease lost; handler result discarded",
+			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
+		return
+	case out.Kind == Nothing:
+		r.completed.Add(1)
+		r.untrack([]int64{j.ID})
+		return
+	case cancelRequested && out.Kind != Complete:
+		out = Outcome{Kind: DeadLetter, Reason: "cancelled", Error: "cancelled while running"}
+	case errors.Is(cause, ErrHardStop) && out.Kind != Complete:
+		out = Outcome{Kind: Release} // the attempt counts; the job is ready again at once
+	}
+	r.completer.add(result{job: j, out: out})
+}
+
+// markLost records that the lease of id is gone and cancels its handler.
+func (r *Runner) markLost(id int64) {
+	r.mu.Lock()
+	t := r.jobs[id]
+	var cancel context.CancelCauseFunc
+	if t != nil && !t.lost {
+		t.lost = true
+		cancel = t.cancel
+		if !t.started {
+			delete(r.jobs, id) // never started: nothing will report back
+			r.leaseLost.Add(1)
+		}
+	}
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrLeaseLost)
+	}
+}
+
+func (r *Runner) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer t.Stop()
+	r.beat(ctx, false)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.heartbeat(ctx)
+			r.beat(ctx, false)
+		}
+	}
+}
+
+// heartbeat extends every lease this process holds in one statement.
+func (r *Runner) heartbeat(ctx context.Context) {
+	r.mu.Lock()
+	leases := make([]store.Lease, 0, len(r.jobs))
+	for id, t := range r.jobs {
+		if !t.lost {
+			leases = append(leases, store.Lease{ID: id, Token: t.job.LeaseToken})
+		}
+	}
+	r.mu.Unlock()
+	if len(leases) == 0 {
+		return
+	}
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
+	alive, err := r.cfg.Store.Heartbeat(qctx, r.cfg.Pool, leases, r.cfg.Lease, r.cfg.WorkerID)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("skiplock: heartbeat failed; will retry", slog.String("error", err.Error()), slog.Int("jobs", len(leases)))
+		}
+		return
+	}
+	for _, l := range leases {
+		cancelReq, ok := alive[l.ID]
+		switch {
+		case !ok:
+			// Gone: reaped and maybe re-claimed, or completed by a flush that
+			// raced this heartbeat. Only a job still tracked is lost.
+			r.mu.Lock()
+			t := r.jobs[l.ID]
+			finished := t != nil && t.finished
+			r.mu.Unlock()
+			if t != nil && !finished {
+				r.markLost(l.ID)
+			}
+		case cancelReq:
+			r.requestCancel(l.ID)
+		}
+	}
+}
+
+// beat writes this process's row in the workers table.
+func (r *Runner) beat(ctx context.Context, stopped bool) {
+	st := r.Stats()
+	queues := []string{}
+	conc := 0
+	for _, p := range r.pools {
+		queues = append(queues, p.cfg.Queues...)
+		conc += p.cfg.Concurrency
+	}
+	var p99 *float64
+	if st.ClaimP99 > 0 {
+		v := float64(st.ClaimP99) / float64(time.Millisecond)
+		p99 = &v
+	}
+	host, _ := os.Hostname()
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := r.cfg.Store.BeatWorker(qctx, r.cfg.Pool, store.WorkerBeat{
+		ID: r.cfg.WorkerID, Hostname: host, PID: os.Getpid(), Queues: queues, Concurrency: conc,
+		Running: st.Running, Claimed: st.Claimed, Completed: st.Completed, Failed: st.Failed,
+		ClaimP99MS: p99, Stopped: stopped,
+	})
+	if err != nil && ctx.Err() == nil {
+		r.log.Debug("skiplock: worker row update failed", slog.String("error", err.Error()))
+	}
+}
+
+func (r *Runner) reapLoop(ctx context.Context) {
+	for {
+		// Jitter keeps many processes from reaping in lockstep.
+		d := r.cfg.ReaperInterval/2 + time.Duration(rand.Int64N(int64(r.cfg.ReaperInterval)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		r.Reap(ctx)
+	}
+}
+
+// Reap runs the reaper once, in bounded batches.
+func (r *Runner) Reap(ctx context.Context) {
+	for ctx.Err() == nil {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		back, dead, err := r.cfg.Store.Reap(qctx, r.cfg.Pool, 1000)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("skiplock: reaper failed", slog.String("error", err.Error()))
+			}
+			return
+		}
+		if back+dead > 0 {
+			r.log.Info("skiplock: reaped expired leases", slog.Int("back_to_ready", back), slog.Int("dead_lettered", dead))
+		}
+		if back+dead < 1000 {
+			return
+		}
+	}
+}
+
+// latencyRing keeps the last 1024 claim durations for quantiles.
+type latencyRing struct {
+	mu  sync.Mutex // guards buf and n
+	buf [1024]time.Duration
+	n   int
+}
+
+func (l *latencyRing) add(d time.Duration) {
+	l.mu.Lock()
+	l.buf[l.n%len(l.buf)] = d
+	l.n++
+	l.mu.Unlock()
+}
+
+func (l *latencyRing) quantiles() (p50, p99 time.Duration) {
+	l.mu.Lock()
+	n := min(l.n, len(l.buf))
+	s := append([]time.Duration(nil), l.buf[:n]...)
+	l.mu.Unlock()
+	if n == 0 {
+		return 0, 0
+	}
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[n*50/100], s[min(n-1, n*99/100)]
+}

@@ -1,0 +1,145 @@
+package skiplock
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"regexp"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits shared with the SQL function skiplock.validate_job.
+const (
+	// DefaultMaxPayloadBytes is the default payload size limit (1 MiB).
+	DefaultMaxPayloadBytes = 1 << 20
+	// MaxNameBytes bounds queue and kind names.
+	MaxNameBytes = 128
+	// MaxUniqueKeyBytes bounds unique keys.
+	MaxUniqueKeyBytes = 512
+	// MaxKeyBytes bounds tenant and entity keys.
+	MaxKeyBytes = 256
+	// MinPriority and MaxPriority bound priorities (larger runs earlier).
+	MinPriority, MaxPriority = -1000, 1000
+	// MaxAttemptsLimit bounds max_attempts.
+	MaxAttemptsLimit = 1000
+	// MaxScheduleAhead bounds how far in the future run_at may be.
+	MaxScheduleAhead = 5 * 365 * 24 * time.Hour
+	maxPayloadDepth  = 64
+)
+
+var nameRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]*$`)
+
+func validateName(field, v string) error {
+	switch {
+	case v == "":
+		return invalidJob(field, "must not be empty")
+	case len(v) > MaxNameBytes:
+		return invalidJob(field, "longer than %d bytes", MaxNameBytes)
+	case !utf8.ValidString(v):
+		return invalidJob(field, "not valid UTF-8")
+	case !nameRe.MatchString(v):
+		return invalidJob(field, "must match %s", nameRe)
+	}
+	return nil
+}
+
+func validateKey(field, v string, max int) error {
+	switch {
+	case len(v) > max:
+		return invalidJob(field, "longer than %d bytes", max)
+	case !utf8.ValidString(v):
+		return invalidJob(field, "not valid UTF-8")
+	case bytes.IndexByte([]byte(v), 0) >= 0:
+		return invalidJob(field, "contains a NUL byte")
+	}
+	return nil
+}
+
+// ValidatePayload checks raw JSON the way PostgreSQL's jsonb and skiplock's
+// rules need it: valid UTF-8, valid JSON, an object, within the size limit,
+// no NUL character (jsonb cannot store \u0000), nesting at most 64 deep.
+// The error names the problem and an offset, never the content.
+func ValidatePayload(raw []byte, maxBytes int) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxPayloadBytes
+	}
+	if len(raw) > maxBytes {
+		return invalidJob("payload", "%d bytes exceeds the limit of %d bytes", len(raw), maxBytes)
+	}
+	if !utf8.Valid(raw) {
+		off := 0
+		for off < len(raw) {
+			r, size := utf8.DecodeRune(raw[off:])
+			if r == utf8.RuneError && size <= 1 {
+				break
+			}
+			off += size
+		}
+		return invalidJob("payload", "invalid UTF-8 at byte offset %d", off)
+	}
+	if bytes.IndexByte(raw, 0) >= 0 {
+		return invalidJob("payload", "contains a raw NUL byte")
+	}
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) == 0 {
+		return invalidJob("payload", "is empty; use {} for no arguments")
+	}
+	if trimmed[0] != '{' {
+		if !json.Valid(raw) {
+			return invalidJob("payload", "not valid JSON")
+		}
+		return invalidJob("payload", "must be a JSON object, got %s", jsonType(trimmed[0]))
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				return invalidJob("payload", "not valid JSON at byte offset %d", se.Offset)
+			}
+			return invalidJob("payload", "not valid JSON at byte offset %d", dec.InputOffset())
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			if t == '{' || t == '[' {
+				depth++
+				if depth > maxPayloadDepth {
+					return invalidJob("payload", "nesting deeper than %d levels", maxPayloadDepth)
+				}
+			} else {
+				depth--
+			}
+		case string:
+			if bytes.IndexByte([]byte(t), 0) >= 0 {
+				return invalidJob("payload", "contains a NUL character (\\u0000) near byte offset %d, which PostgreSQL cannot store", dec.InputOffset())
+			}
+		}
+		if depth == 0 && dec.More() {
+			return invalidJob("payload", "has data after the JSON object")
+		}
+	}
+	return nil
+}
+
+func jsonType(c byte) string {
+	switch {
+	case c == '[':
+		return "array"
+	case c == '"':
+		return "string"
+	case c == 't' || c == 'f':
+		return "boolean"
+	case c == 'n':
+		return "null"
+	default:
+		return "number"
+	}
+}
