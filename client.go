@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/migrations"
+	"github.com/skiplock/skiplock/internal/service"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
 )
@@ -27,6 +28,7 @@ type Client struct {
 	handlers map[string]*handlerEntry
 	fallback *handlerEntry
 	runner   *worker.Runner
+	services []service.Service // maintenance: retention, partitions, scheduler
 }
 
 // NewClient returns a Client using pool, which the caller owns and closes
@@ -91,7 +93,22 @@ func (c *Client) Start(ctx context.Context) error {
 			return pgx.ConnectConfig(ctx, connCfg.Copy())
 		},
 	})
-	return c.runner.Start(ctx)
+	if err := c.runner.Start(ctx); err != nil {
+		return err
+	}
+	c.services = append(c.retentionServices(), c.schedulerServices()...)
+	for _, s := range c.services {
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Client) stopServices(ctx context.Context) {
+	for _, s := range c.services {
+		_ = s.Stop(ctx)
+	}
 }
 
 // Stop stops claiming, hands back jobs claimed but not started, and waits
@@ -110,6 +127,7 @@ func (c *Client) Stop(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.ShutdownTimeout)
 		defer cancel()
 	}
+	c.stopServices(context.WithoutCancel(ctx))
 	return r.Stop(ctx)
 }
 
@@ -122,6 +140,7 @@ func (c *Client) StopAndCancel(ctx context.Context) error {
 	if r == nil {
 		return nil
 	}
+	c.stopServices(ctx)
 	return r.StopAndCancel(ctx)
 }
 
