@@ -129,6 +129,12 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	return a, nil
 }
 
+// Validate checks p exactly as Enqueue would, without touching the database.
+func (c *Client) Validate(p EnqueueParams) error {
+	_, err := c.prepare(p)
+	return err
+}
+
 func marshalPayload(v any) ([]byte, error) {
 	switch p := v.(type) {
 	case nil:

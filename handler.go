@@ -65,10 +65,15 @@ func WithBackoff(f func(attempt int) time.Duration) HandlerOption {
 	return func(h *handlerEntry) { h.backoff = f }
 }
 
+// WithMaxAttempts caps the attempts of jobs of this kind run by this client:
+// a failure at attempt n (or the job's own max_attempts, if lower) is final.
+func WithMaxAttempts(n int) HandlerOption { return func(h *handlerEntry) { h.maxAttempts = n } }
+
 type handlerEntry struct {
-	run     func(ctx context.Context, j *worker.Job, completedTx *bool) error
-	timeout time.Duration
-	backoff func(attempt int) time.Duration
+	run         func(ctx context.Context, j *worker.Job, completedTx *bool) error
+	timeout     time.Duration
+	backoff     func(attempt int) time.Duration
+	maxAttempts int
 }
 
 // Handle registers fn for kind on c. Call it before Start.
@@ -245,7 +250,11 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome)
 	if errors.As(err, &de) {
 		return worker.Outcome{Kind: worker.DeadLetter, Reason: "discarded", Error: truncate(err.Error())}
 	}
-	if j.Attempt >= j.MaxAttempts {
+	maxAttempts := j.MaxAttempts
+	if h.maxAttempts > 0 {
+		maxAttempts = min(maxAttempts, h.maxAttempts)
+	}
+	if j.Attempt >= maxAttempts {
 		return worker.Outcome{Kind: worker.DeadLetter, Reason: reason, Error: truncate(err.Error())}
 	}
 	backoff := c.cfg.Backoff

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock"
+)
+
+func init() { register(newWorkCmd) }
+
+type workFlags struct {
+	queues       []string
+	kinds        string
+	concurrency  int
+	batch        int
+	lease        time.Duration
+	maxAttempts  int
+	tenantCap    int
+	timeout      time.Duration
+	drainTimeout time.Duration
+	pollOnly     bool
+	pollInterval time.Duration
+	execCmd      string
+}
+
+func newWorkCmd() *cobra.Command {
+	var f workFlags
+	cmd := &cobra.Command{
+		Use:   "work --exec CMD",
+		Short: "Run jobs with any program: CMD runs through sh -c once per job, payload on stdin",
+		Long: `Claims jobs and runs CMD through "sh -c" once per job, with the payload on stdin and
+SKIPLOCK_JOB_ID, SKIPLOCK_JOB_QUEUE, SKIPLOCK_JOB_KIND, SKIPLOCK_JOB_ATTEMPT (and
+SKIPLOCK_JOB_MAX_ATTEMPTS, SKIPLOCK_JOB_LEASE_TOKEN, the fencing token) in its environment.
+Exit 0 completes the job; any other exit fails the attempt with the tail of stderr as the
+error. The child's process group is killed if the lease is lost, on timeout and on hard stop.
+SIGTERM drains (running jobs get --drain-timeout); a second SIGTERM stops at once.
+The worker also runs the reaper and the recurring-job scheduler.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWork(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.queues, "queue", nil, "queue to claim from (repeatable; default \"default\")")
+	fl.StringVar(&f.kinds, "kinds", "", "comma-separated kinds to claim (default any)")
+	fl.IntVar(&f.concurrency, "concurrency", 10, "jobs run at once")
+	fl.IntVar(&f.batch, "batch", 0, "most jobs per claim (default min(concurrency, 50))")
+	fl.DurationVar(&f.lease, "lease", 30*time.Second, "lease duration (heartbeat every lease/3)")
+	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "cap on attempts for jobs run here (default: each job's own)")
+	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "most jobs of one tenant in one claim batch (0: no cap)")
+	fl.DurationVar(&f.timeout, "timeout", 0, "per-job timeout (0: none)")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", 25*time.Second, "how long SIGTERM lets running jobs finish")
+	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN (behind a transaction-mode pooler)")
+	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "backstop poll interval")
+	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
+	return cmd
+}
+
+func runWork(cmd *cobra.Command, f workFlags) error {
+	if strings.TrimSpace(f.execCmd) == "" {
+		return usageError("--exec: required")
+	}
+	if f.concurrency < 1 || f.concurrency > 10000 {
+		return usageError("--concurrency: must be between 1 and 10000")
+	}
+	if f.batch < 0 || f.batch > 1000 {
+		return usageError("--batch: must be between 1 and 1000")
+	}
+	if f.maxAttempts < 0 || f.maxAttempts > skiplock.MaxAttemptsLimit {
+		return usageError("--max-attempts: must be between 1 and %d", skiplock.MaxAttemptsLimit)
+	}
+	if f.tenantCap < 0 {
+		return usageError("--tenant-cap: must not be negative")
+	}
+	if f.lease < time.Second {
+		return usageError("--lease: must be at least 1s")
+	}
+	if len(f.queues) == 0 {
+		f.queues = []string{skiplock.DefaultQueue}
+	}
+	var kinds []string
+	if f.kinds != "" {
+		for _, k := range strings.Split(f.kinds, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	log := logger(cmd.ErrOrStderr())
+	// The worker outlives the first signal (it drains), so it runs on a
+	// context of its own; signals are handled here.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	ctx := context.WithoutCancel(cmd.Context())
+
+	pool, err := connect(ctx, int32(6))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	c, err := skiplock.NewClient(pool, skiplock.Config{
+		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
+		ShutdownTimeout: f.drainTimeout,
+		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
+			BatchSize: f.batch, TenantCap: f.tenantCap}},
+	})
+	if err != nil {
+		var fe *skiplock.FieldError
+		if errors.As(err, &fe) {
+			return usageError("%v", err)
+		}
+		return err
+	}
+	var opts []skiplock.HandlerOption
+	if f.timeout > 0 {
+		opts = append(opts, skiplock.WithTimeout(f.timeout))
+	}
+	if f.maxAttempts > 0 {
+		opts = append(opts, skiplock.WithMaxAttempts(f.maxAttempts))
+	}
+	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
+	if err := skiplock.HandleFallback(c, execHandler(f.execCmd, stderr), opts...); err != nil {
+		return err
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	<-sigs
+	log.Info("skiplock: draining; send the signal again to stop at once", "drain_timeout", f.drainTimeout)
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
+		defer cancel()
+		stopped <- c.Stop(sctx)
+	}()
+	select {
+	case err := <-stopped:
+		return err
+	case <-sigs:
+		log.Warn("skiplock: second signal; stopping at once")
+		return c.StopAndCancel(ctx)
+	}
+}
+
+// execHandler runs command for each job, in its own process group so the
+// whole tree can be killed.
+func execHandler(command string, stderr *lockedWriter) skiplock.HandlerFunc[json.RawMessage] {
+	return func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
+		c := exec.Command("sh", "-c", command)
+		c.Stdin = bytes.NewReader(j.Payload)
+		c.Env = append(os.Environ(),
+			"SKIPLOCK_JOB_ID="+strconv.FormatInt(j.ID, 10),
+			"SKIPLOCK_JOB_QUEUE="+j.Queue,
+			"SKIPLOCK_JOB_KIND="+j.Kind,
+			"SKIPLOCK_JOB_ATTEMPT="+strconv.Itoa(j.Attempt),
+			"SKIPLOCK_JOB_MAX_ATTEMPTS="+strconv.Itoa(j.MaxAttempts),
+			"SKIPLOCK_JOB_LEASE_TOKEN="+strconv.FormatInt(j.LeaseToken, 10),
+		)
+		tail := &tailBuffer{max: 2048}
+		c.Stdout = stderr
+		c.Stderr = multiWriter{tail, stderr}
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, strings.TrimSpace(tail.String()))
+			}
+			return nil
+		case <-ctx.Done():
+			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+			<-done
+			return fmt.Errorf("killed: %v", context.Cause(ctx))
+		}
+	}
+}
+
+// lockedWriter serializes writes from concurrent children.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  interface{ Write([]byte) (int, error) }
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+type multiWriter []interface{ Write([]byte) (int, error) }
+
+func (m multiWriter) Write(p []byte) (int, error) {
+	for _, w := range m {
+		_, _ = w.Write(p)
+	}
+	return len(p), nil
+}
+
+// tailBuffer keeps the last max bytes written.
+type tailBuffer struct {
+	mu  sync.Mutex // guards buf
+	buf []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
