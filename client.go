@@ -90,7 +90,9 @@ func (c *Client) Start(ctx context.Context) error {
 		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.ArchiveCompleted,
 		PollOnly: c.cfg.PollOnly,
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			return pgx.ConnectConfig(ctx, connCfg.Copy())
+			cc := connCfg.Copy()
+			cc.RuntimeParams["application_name"] = "skiplock-listener"
+			return pgx.ConnectConfig(ctx, cc)
 		},
 	})
 	if err := c.runner.Start(ctx); err != nil {

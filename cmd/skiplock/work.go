@@ -44,7 +44,8 @@ func newWorkCmd() *cobra.Command {
 		Short: "Run jobs with any program: CMD runs through sh -c once per job, payload on stdin",
 		Long: `Claims jobs and runs CMD through "sh -c" once per job, with the payload on stdin and
 SKIPLOCK_JOB_ID, SKIPLOCK_JOB_QUEUE, SKIPLOCK_JOB_KIND, SKIPLOCK_JOB_ATTEMPT (and
-SKIPLOCK_JOB_MAX_ATTEMPTS, SKIPLOCK_JOB_LEASE_TOKEN, the fencing token) in its environment.
+SKIPLOCK_JOB_MAX_ATTEMPTS, SKIPLOCK_JOB_LEASE_TOKEN (the fencing token), SKIPLOCK_WORKER_ID and
+SKIPLOCK_WORKER_PID) in its environment.
 Exit 0 completes the job; any other exit fails the attempt with the tail of stderr as the
 error. The child's process group is killed if the lease is lost, on timeout and on hard stop.
 SIGTERM drains (running jobs get --drain-timeout); a second SIGTERM stops at once.
@@ -168,6 +169,8 @@ func execHandler(command string, stderr *lockedWriter) skiplock.HandlerFunc[json
 			"SKIPLOCK_JOB_ATTEMPT="+strconv.Itoa(j.Attempt),
 			"SKIPLOCK_JOB_MAX_ATTEMPTS="+strconv.Itoa(j.MaxAttempts),
 			"SKIPLOCK_JOB_LEASE_TOKEN="+strconv.FormatInt(j.LeaseToken, 10),
+			"SKIPLOCK_WORKER_ID="+j.WorkerID,
+			"SKIPLOCK_WORKER_PID="+strconv.Itoa(os.Getpid()),
 		)
 		tail := &tailBuffer{max: 2048}
 		c.Stdout = stderr
