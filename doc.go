@@ -1,0 +1,52 @@
+// Package skiplock is a background job queue that lives entirely inside
+// PostgreSQL.
+//
+// One hot table holds ready and running jobs. Workers claim them in batches
+// with UPDATE … WHERE id IN (SELECT … FOR NO KEY UPDATE SKIP LOCKED LIMIT n),
+// so concurrent workers never block each other, and the claim's only index is
+// partial on ready rows, so it stays proportional to the backlog however many
+// jobs have run.
+//
+// # Enqueue in your transaction
+//
+// A job commits in the same transaction as the row that caused it:
+//
+//	tx, _ := pool.Begin(ctx)
+//	tx.Exec(ctx, `INSERT INTO orders ...`)
+//	client.EnqueueTx(ctx, tx, skiplock.EnqueueParams{Kind: "order.confirm", Payload: Confirm{OrderID: 7}})
+//	tx.Commit(ctx) // the job exists if and only if this commits
+//
+// EnqueueTx takes a pgx.Tx or a database/sql *sql.Tx. Any language can
+// enqueue with plain SQL: SELECT skiplock.enqueue(queue => 'q', kind => 'k', payload => '{}').
+//
+// # Handlers
+//
+// Register a typed handler per kind, then Start:
+//
+//	skiplock.Handle(client, "order.confirm", func(ctx context.Context, j *skiplock.Job[Confirm]) error {
+//		return send(ctx, j.Args.OrderID)
+//	})
+//	client.Start(ctx)
+//	defer client.Stop(context.Background())
+//
+// Return nil to complete, an error to retry with capped exponential backoff
+// and jitter (then the dead-letter table), or Snooze, Discard or Cancel.
+// Panics are failures, not crashes.
+//
+// # Leases
+//
+// Every claim sets locked_by and a fresh lease token and counts the attempt.
+// The worker extends all its leases in one statement per heartbeat; the
+// reaper returns jobs whose lease expired by the database clock. Every write
+// after the claim — heartbeat, completion, retry, snooze — is fenced by
+// (id, lease token, locked_by): a worker that lost its lease writes nothing
+// and its handler's context is cancelled. CompleteTx completes a job inside
+// the handler's own transaction, so its database side effects happen exactly
+// once. See docs/lease-protocol.md.
+//
+// # Operations
+//
+// The schema ships SQL views for lag, backlog, dead letters and vacuum state;
+// the skiplock binary adds stats, top, doctor, dead-letter triage and replay,
+// a dashboard, Prometheus metrics and a benchmark.
+package skiplock
