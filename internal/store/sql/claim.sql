@@ -7,7 +7,7 @@
 --   $1 queues text[]   $2 kinds text[] (NULL = any)   $3 batch int
 --   $4 worker id       $5 lease (microseconds)
 WITH picked AS (
-    SELECT c.id
+    SELECT c.id, c.priority, c.run_at, c.entity
     FROM unnest($1::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
@@ -30,10 +30,10 @@ WITH picked AS (
 one_per_entity AS (
     -- Two ready jobs of one entity in a batch: keep the first in claim order.
     SELECT p.id FROM (
-        SELECT c.id, row_number() OVER (PARTITION BY COALESCE(j.entity, j.id::text)
-                                        ORDER BY j.priority DESC, j.run_at, j.id) AS rn,
-               j.priority, j.run_at
-        FROM picked AS c JOIN {{schema}}.jobs AS j ON j.id = c.id
+        SELECT c.id, c.priority, c.run_at,
+               row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
+                                  ORDER BY c.priority DESC, c.run_at, c.id) AS rn
+        FROM picked AS c
     ) AS p
     WHERE p.rn = 1
     ORDER BY p.priority DESC, p.run_at, p.id
