@@ -17,9 +17,12 @@ WITH picked AS (
           AND j.run_at <= now()
           AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
           AND (j.entity IS NULL OR (
-                NOT EXISTS (SELECT 1 FROM {{schema}}.jobs AS r
-                            WHERE r.state = 'running'
-                              AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity)
+                -- A scalar subquery, not NOT EXISTS: the planner may turn
+                -- NOT EXISTS into a hashed subplan that scans every running row.
+                (SELECT 1 FROM {{schema}}.jobs AS r
+                 WHERE r.state = 'running'
+                   AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+                 LIMIT 1) IS NULL
                 AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $3
@@ -89,9 +92,10 @@ candidates AS (
         WHERE j.state = 'ready' AND j.queue = t.queue AND j.tenant = t.tenant
           AND j.run_at <= now()
           AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR NOT EXISTS (
+          AND (j.entity IS NULL OR (
                 SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity))
+                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+                LIMIT 1) IS NULL)
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
@@ -105,9 +109,10 @@ candidates AS (
         WHERE j.state = 'ready' AND j.queue = o.name AND j.tenant IS NULL
           AND j.run_at <= now()
           AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR NOT EXISTS (
+          AND (j.entity IS NULL OR (
                 SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity))
+                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+                LIMIT 1) IS NULL)
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c

@@ -1,0 +1,181 @@
+// Package dbtest gives tests real PostgreSQL databases: a template database
+// migrated once per migration set, and a fresh copy per test.
+package dbtest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock/internal/migrations"
+)
+
+// DB is one test's database.
+type DB struct {
+	URL    string
+	Pool   *pgxpool.Pool
+	Schema string
+}
+
+var (
+	once     sync.Once
+	adminURL string
+	onceErr  error
+	tmplOnce sync.Once
+	tmplName string
+	tmplErr  error
+)
+
+// AdminURL returns the URL of a maintenance connection to the test server.
+func AdminURL(t testing.TB) string {
+	t.Helper()
+	once.Do(func() { adminURL, onceErr = discover() })
+	if onceErr != nil {
+		t.Fatalf("dbtest: %v", onceErr)
+	}
+	return adminURL
+}
+
+func discover() (string, error) {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u, nil
+	}
+	u := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&connect_timeout=2"
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return "", fmt.Errorf("no PostgreSQL: set TEST_DATABASE_URL or run one on 127.0.0.1:5432 (%v)", err)
+	}
+	conn.Close(ctx)
+	return u, nil
+}
+
+func withDB(u, db string) string {
+	p, _ := url.Parse(u)
+	p.Path = "/" + db
+	return p.String()
+}
+
+func template(t testing.TB) string {
+	t.Helper()
+	admin := AdminURL(t)
+	tmplOnce.Do(func() {
+		h := sha256.New()
+		for _, m := range migrations.All() {
+			h.Write([]byte(m.Up))
+		}
+		tmplName = "skiplock_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12]
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, admin)
+		if err != nil {
+			tmplErr = err
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err = conn.Exec(ctx, "SELECT pg_advisory_lock(727172)"); err != nil {
+			tmplErr = err
+			return
+		}
+		defer conn.Exec(ctx, "SELECT pg_advisory_unlock(727172)")
+		var exists bool
+		if err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", tmplName).Scan(&exists); err != nil {
+			tmplErr = err
+			return
+		}
+		if exists {
+			return
+		}
+		building := tmplName + "_build"
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+building+" WITH (FORCE)")
+		if _, err = conn.Exec(ctx, "CREATE DATABASE "+building); err != nil {
+			tmplErr = err
+			return
+		}
+		tc, err := pgx.Connect(ctx, withDB(admin, building))
+		if err != nil {
+			tmplErr = err
+			return
+		}
+		err = pgx.BeginFunc(ctx, tc, func(tx pgx.Tx) error {
+			_, err := migrations.UpTx(ctx, tx, "skiplock", 0)
+			return err
+		})
+		tc.Close(ctx)
+		if err != nil {
+			tmplErr = err
+			return
+		}
+		_, tmplErr = conn.Exec(ctx, "ALTER DATABASE "+building+" RENAME TO "+tmplName)
+	})
+	if tmplErr != nil {
+		t.Fatalf("dbtest: template: %v", tmplErr)
+	}
+	return tmplName
+}
+
+// New returns a fresh migrated database (schema "skiplock"), dropped when
+// the test passes and kept (its URL logged) when it fails.
+func New(t testing.TB) *DB { return create(t, template(t)) }
+
+// NewEmpty returns a fresh database with no migrations applied.
+func NewEmpty(t testing.TB) *DB { return create(t, "template0") }
+
+func create(t testing.TB, tmpl string) *DB {
+	t.Helper()
+	admin := AdminURL(t)
+	ctx := context.Background()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "t_" + hex.EncodeToString(b)
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	defer conn.Close(ctx)
+	for i := 0; ; i++ {
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+tmpl)
+		if err == nil || i >= 50 || !strings.Contains(err.Error(), "being accessed by other users") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("dbtest: create database: %v", err)
+	}
+	u := withDB(admin, name)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		if t.Failed() {
+			t.Logf("dbtest: kept database %s", u)
+			return
+		}
+		c, err := pgx.Connect(context.Background(), admin)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	return &DB{URL: u, Pool: pool, Schema: "skiplock"}
+}
