@@ -1,0 +1,209 @@
+// Package devdb starts a throwaway PostgreSQL cluster from the server
+// binaries installed on the machine: for `skiplock dev`, for tests where no
+// server answers, and for fault-injection tests that crash and restart the
+// database.
+package devdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Options configures a cluster.
+type Options struct {
+	// Dir is the data directory; "" creates a temporary one (removed by Remove).
+	Dir string
+	// Port to listen on (127.0.0.1); 0 picks a free one.
+	Port int
+	// Fast turns off fsync, synchronous_commit and full_page_writes: for
+	// tests only, never for data you want to keep.
+	Fast bool
+	// Logger receives progress lines; nil discards them.
+	Logger *slog.Logger
+}
+
+// Cluster is a running (or stopped) local PostgreSQL cluster.
+type Cluster struct {
+	dir, sockDir, bin, logFile string
+	port                       int
+	tempDir                    bool
+	opts                       Options
+	cred                       *syscall.Credential
+}
+
+// ErrNoServer reports that no PostgreSQL server binaries are installed.
+var ErrNoServer = errors.New("devdb: no PostgreSQL server binaries found (install the postgresql package)")
+
+// BinDir finds the directory holding initdb and pg_ctl.
+func BinDir() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		d := strings.TrimSpace(string(out))
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
+	if len(matches) == 0 {
+		return "", ErrNoServer
+	}
+	sort.Slice(matches, func(i, j int) bool { return versionOf(matches[i]) > versionOf(matches[j]) })
+	return filepath.Dir(matches[0]), nil
+}
+
+func versionOf(p string) int {
+	parts := strings.Split(p, "/")
+	for _, s := range parts {
+		if v, err := strconv.Atoi(s); err == nil {
+			return v
+		}
+	}
+	return 0
+}
+
+// Start initialises (if needed) and starts a cluster.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{bin: bin, opts: opts, port: opts.Port, dir: opts.Dir}
+	if os.Getuid() == 0 {
+		// initdb refuses to run as root: run the server as the postgres user.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("devdb: running as root needs a 'postgres' OS user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	if c.dir == "" {
+		base, err := os.MkdirTemp("", "skiplock-devdb-")
+		if err != nil {
+			return nil, err
+		}
+		c.tempDir = true
+		c.dir = filepath.Join(base, "data")
+	}
+	c.sockDir = filepath.Join(filepath.Dir(c.dir), "sock")
+	c.logFile = filepath.Join(filepath.Dir(c.dir), "postgres.log")
+	for _, d := range []string{filepath.Dir(c.dir), c.sockDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+		if err := c.chown(d); err != nil {
+			return nil, err
+		}
+	}
+	if c.port == 0 {
+		if c.port, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "PG_VERSION")); err != nil {
+		c.logf("devdb: initdb", "dir", c.dir)
+		if out, err := c.run(ctx, "initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions"); err != nil {
+			return nil, fmt.Errorf("devdb: initdb: %w: %s", err, out)
+		}
+	}
+	if err := c.start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) chown(p string) error {
+	if c.cred == nil {
+		return nil
+	}
+	return os.Chown(p, int(c.cred.Uid), int(c.cred.Gid))
+}
+
+func (c *Cluster) logf(msg string, args ...any) {
+	if c.opts.Logger != nil {
+		c.opts.Logger.Info(msg, args...)
+	}
+}
+
+func (c *Cluster) run(ctx context.Context, tool string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, tool), args...)
+	cmd.Dir = filepath.Dir(c.dir)
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	o := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", c.port, c.sockDir)
+	if c.opts.Fast {
+		o += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	c.logf("devdb: starting PostgreSQL", "port", c.port)
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.dir, "-l", c.logFile, "-w", "-t", "60", "-o", o, "start"); err != nil {
+		return fmt.Errorf("devdb: pg_ctl start: %w: %s (log: %s)", err, out, c.logFile)
+	}
+	return nil
+}
+
+// URL returns a connection URL for database db as user postgres.
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+}
+
+// Port returns the TCP port.
+func (c *Cluster) Port() int { return c.port }
+
+// Dir returns the data directory.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Stop shuts the server down cleanly (pg_ctl stop -m fast).
+func (c *Cluster) Stop(ctx context.Context) error { return c.stop(ctx, "fast") }
+
+// Crash stops the server the way a power cut would (pg_ctl stop -m
+// immediate): no checkpoint, recovery on the next start. For fault tests.
+func (c *Cluster) Crash(ctx context.Context) error { return c.stop(ctx, "immediate") }
+
+func (c *Cluster) stop(ctx context.Context, mode string) error {
+	if out, err := c.run(ctx, "pg_ctl", "-D", c.dir, "-m", mode, "-w", "stop"); err != nil {
+		return fmt.Errorf("devdb: pg_ctl stop: %w: %s", err, out)
+	}
+	return nil
+}
+
+// Restart starts a stopped (or crashed) cluster again on the same port.
+func (c *Cluster) Restart(ctx context.Context) error { return c.start(ctx) }
+
+// Remove stops the server if it runs and deletes a temporary data directory.
+func (c *Cluster) Remove() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = c.run(ctx, "pg_ctl", "-D", c.dir, "-m", "fast", "-w", "stop")
+	if c.tempDir {
+		return os.RemoveAll(filepath.Dir(c.dir))
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
