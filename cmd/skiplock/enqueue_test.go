@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+)
+
+// runCLI runs the CLI in-process and returns exit code, stdout and stderr.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	outF, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	errF, err := os.CreateTemp(t.TempDir(), "err")
+	require.NoError(t, err)
+	code := run(context.Background(), args, outF, errF)
+	out, _ := os.ReadFile(outF.Name())
+	errb, _ := os.ReadFile(errF.Name())
+	return code, string(out), string(errb)
+}
+
+func TestEnqueueCLI(t *testing.T) {
+	db := dbtest.New(t)
+	code, out, _ := runCLI(t, "enqueue", "--database-url", db.URL, "--queue", "q", "--kind", "k",
+		"--payload", `{"a":1}`, "--unique-key", "u", "--json")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"inserted":true`)
+	code, out, _ = runCLI(t, "enqueue", "--database-url", db.URL, "--queue", "q", "--kind", "k", "--unique-key", "u", "--json")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"inserted":false`)
+
+	bad := []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"--kind", "k", "--payload", "{bad"}, "--payload"},
+		{[]string{"--kind", "k", "--payload", "[1]"}, "--payload"},
+		{[]string{"--kind", "k", "--payload", `{"a":"\u0000"}`}, "--payload"},
+		{[]string{"--kind", ""}, "--kind"},
+		{[]string{"--kind", strings.Repeat("k", 200)}, "--kind"},
+		{[]string{"--kind", "k", "--queue", "a b"}, "--queue"},
+		{[]string{"--kind", "k", "--priority", "99999"}, "--priority"},
+		{[]string{"--kind", "k", "--run-at", "tomorrow"}, "--run-at"},
+		{[]string{"--kind", "k", "--run-at", "9999-01-01T00:00:00Z"}, "--run-at"},
+		{[]string{"--kind", "k", "--delay", "-1s"}, "--delay"},
+		{[]string{"--kind", "k", "--max-attempts", "5000"}, "--max-attempts"},
+		{[]string{"--kind", "k", "--tenant", strings.Repeat("t", 300)}, "--tenant"},
+		{[]string{"--kind", "k", "--nope"}, "--nope"},
+	}
+	for _, b := range bad {
+		args := append([]string{"enqueue", "--database-url", db.URL}, b.args...)
+		code, _, stderr := runCLI(t, args...)
+		require.Equal(t, 2, code, "%v: %s", b.args, stderr)
+		require.Contains(t, stderr, b.field, b.args)
+	}
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n))
+	require.Equal(t, 1, n, "bad input changed nothing")
+}
+
+func TestEnqueueFileCLI(t *testing.T) {
+	db := dbtest.New(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.ndjson")
+	var b bytes.Buffer
+	for i := 0; i < 300; i++ {
+		b.WriteString(`{"queue":"bulk","kind":"k","payload":{"i":1},"tenant":"t"}` + "\n")
+	}
+	require.NoError(t, os.WriteFile(good, b.Bytes(), 0o600))
+	code, out, stderr := runCLI(t, "enqueue", "--database-url", db.URL, "--file", good, "--batch", "100")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, `"inserted":300`)
+
+	badFile := filepath.Join(dir, "bad.ndjson")
+	require.NoError(t, os.WriteFile(badFile, []byte(`{"kind":"k"}`+"\n"+`{"kind":"k","priority":5000}`+"\n"), 0o600))
+	code, _, stderr = runCLI(t, "enqueue", "--database-url", db.URL, "--file", badFile)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "line 2")
+	require.Contains(t, stderr, "priority")
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n))
+	require.Equal(t, 300, n, "nothing from the bad file was written")
+}
