@@ -21,7 +21,6 @@ type pool struct {
 	done    chan struct{} // one token per finished job (executor → producer)
 	wakeCh  chan struct{} // NOTIFY for one of our queues, or a reconnect
 	stopCh  chan struct{} // closed by stopClaiming
-	stopped bool          // producer-owned copy of "stopCh closed"
 
 	stopOnce sync.Once
 	wg       sync.WaitGroup // producer and executors
