@@ -83,6 +83,10 @@ func (c *Client) Start(ctx context.Context) error {
 	if reaper < 0 {
 		reaper = 0
 	}
+	if need := int32(len(pools) + 3); c.pool.Config().MaxConns < need {
+		c.cfg.Logger.Warn("skiplock: the pool may be too small: each worker pool claims on its own connection, plus the completer, heartbeat and reaper",
+			"max_conns", c.pool.Config().MaxConns, "recommended_min", need)
+	}
 	connCfg := c.pool.Config().ConnConfig
 	c.runner = worker.New(worker.Config{
 		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,

@@ -2,9 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -17,10 +20,10 @@ type pool struct {
 	r   *Runner
 	cfg PoolConfig
 
-	jobs    chan *Job     // claimed, waiting for an executor
-	done    chan struct{} // one token per finished job (executor → producer)
-	wakeCh  chan struct{} // NOTIFY for one of our queues, or a reconnect
-	stopCh  chan struct{} // closed by stopClaiming
+	jobs   chan *Job     // claimed, waiting for an executor
+	done   chan struct{} // one token per finished job (executor → producer)
+	wakeCh chan struct{} // NOTIFY for one of our queues, or a reconnect
+	stopCh chan struct{} // closed by stopClaiming
 
 	stopOnce sync.Once
 	wg       sync.WaitGroup // producer and executors
@@ -86,11 +89,19 @@ func (p *pool) produce() {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	backoff := time.Duration(0)
+	entityRaces := 0
 	for {
 		free := limit - inflight
 		if more && free >= threshold && !p.stopping() {
 			n := min(free, p.cfg.BatchSize)
 			got, err := p.claim(n)
+			if isEntityRace(err) && entityRaces < 3 {
+				// Another claimer took a job of the same entity first: the
+				// unique running index refused ours, as designed. Try again.
+				entityRaces++
+				continue
+			}
+			entityRaces = 0
 			if err != nil {
 				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
 				if p.r.bgCtx.Err() == nil {
@@ -144,6 +155,13 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	p.r.claimLat.add(time.Since(start))
 	p.r.claimed.Add(int64(len(jobs)))
 	return p.r.track(jobs), nil
+}
+
+// isEntityRace reports the unique-violation on jobs_running that guards
+// per-entity serialization when two claims race for one entity.
+func isEntityRace(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "23505" && pg.ConstraintName == "jobs_running"
 }
 
 func resetTimer(t *time.Timer, d time.Duration) {
