@@ -1,0 +1,118 @@
+package health
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/skiplock/skiplock/internal/migrations"
+)
+
+// DBTX is what the health queries run on: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx. Begin is used only where a check must run inside a transaction it
+// rolls back (the doctor's EXPLAIN of the claim).
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+//go:embed sql/health.sql
+var sqlFile string
+
+var raw = mustParse(sqlFile)
+
+// mustParse splits the embedded file into named statements ("-- name: x").
+func mustParse(body string) map[string]string {
+	out := map[string]string{}
+	var name string
+	var b strings.Builder
+	flush := func() {
+		if name != "" {
+			out[name] = strings.TrimSpace(b.String())
+		}
+		b.Reset()
+	}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if n, ok := strings.CutPrefix(line, "-- name: "); ok {
+			flush()
+			name = strings.TrimSpace(n)
+			if _, dup := out[name]; dup {
+				panic("health: duplicate query " + name)
+			}
+			continue
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	flush()
+	if err := sc.Err(); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// rendered caches the statements per schema.
+var rendered sync.Map // schema → map[string]string
+
+// ErrNotMigrated is returned (wrapped) when the schema lacks the health pack:
+// it was never migrated, or not to version 2 or later.
+var ErrNotMigrated = errors.New("health: the schema lacks the health views (run `skiplock migrate up`)")
+
+// queries returns the statements rendered for schema, validating its name.
+func queries(schema string) (map[string]string, error) {
+	if v, ok := rendered.Load(schema); ok {
+		return v.(map[string]string), nil
+	}
+	if err := migrations.ValidateSchema(schema); err != nil {
+		return nil, fmt.Errorf("health: %w", err)
+	}
+	r := strings.NewReplacer(
+		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
+		"{{schema_lit}}", "'"+schema+"'",
+	)
+	q := make(map[string]string, len(raw))
+	for k, v := range raw {
+		q[k] = r.Replace(v)
+	}
+	rendered.Store(schema, q)
+	return q, nil
+}
+
+// query returns one rendered statement; an unknown name is a programming
+// error caught by any test that runs it.
+func query(schema, name string) (string, error) {
+	q, err := queries(schema)
+	if err != nil {
+		return "", err
+	}
+	s, ok := q[name]
+	if !ok {
+		panic("health: no query named " + name)
+	}
+	return s, nil
+}
+
+// wrap adds context to a query error and turns "relation does not exist" on
+// skiplock's own objects into ErrNotMigrated.
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42883" || pe.Code == "3F000") {
+		return fmt.Errorf("health: %s: %w (%s)", what, ErrNotMigrated, pe.Message)
+	}
+	return fmt.Errorf("health: %s: %w", what, err)
+}

@@ -1,0 +1,201 @@
+-- Queries over the health pack of migration 002 (views and functions in the
+-- schema). Each statement is named ("-- name: x") and rendered per schema.
+
+-- name: queue_stats
+SELECT s.queue, s.ready, s.scheduled, s.running, s.dead, s.oldest_ready_age_seconds, s.paused
+FROM {{schema}}.queue_stats AS s
+ORDER BY s.queue;
+
+-- name: vacuum_state
+-- The hot table's vacuum state and the oldest transaction holding back the
+-- xmin horizon (sessions and prepared transactions; slots carry no age).
+SELECT v.n_live_tup, v.n_dead_tup, v.dead_ratio, v.last_autovacuum, v.last_vacuum,
+       v.autovacuum_count, v.vacuum_count, v.autovacuum_threshold, v.n_tup_upd, v.n_tup_hot_upd,
+       coalesce(v.reloptions, '{}'::text[]), v.heap_bytes,
+       x.xact_age_seconds, x.pid, x.application_name
+FROM {{schema}}.vacuum_state AS v
+LEFT JOIN LATERAL (
+    SELECT h.xact_age_seconds, h.pid, h.application_name
+    FROM {{schema}}.xmin_holders AS h
+    WHERE h.xact_age_seconds IS NOT NULL
+    ORDER BY h.xact_age_seconds DESC
+    LIMIT 1
+) AS x ON true;
+
+-- name: xmin_holders
+--   $1 limit
+SELECT h.holder, h.pid, coalesce(h.usename, ''), coalesce(h.application_name, ''),
+       coalesce(h.backend_type, ''), coalesce(h.state, ''), h.backend_xmin::text,
+       h.xmin_age_xids, h.xact_start, h.xact_age_seconds
+FROM {{schema}}.xmin_holders AS h
+LIMIT $1;
+
+-- name: long_runners
+--   $1 limit
+SELECT r.id, r.queue, r.kind, r.attempt, r.max_attempts, r.locked_by, r.attempted_at,
+       r.runtime_seconds, r.lease_expires_at, r.lease_expired
+FROM {{schema}}.long_runners AS r
+LIMIT $1;
+
+-- name: wait_p99
+SELECT w.queue, w.sampled, w.wait_p50_seconds, w.wait_p99_seconds
+FROM {{schema}}.wait_p99 AS w
+ORDER BY w.queue;
+
+-- name: dead_letter_groups
+-- Groups by kind and error signature, biggest first; the sample is the
+-- newest error of the group (first line, bounded), found by index probe.
+--   $1 kind (NULL: every kind)  $2 limit
+SELECT g.kind, g.error_signature, g.n, g.first_at, g.last_at,
+       coalesce((SELECT left(split_part(coalesce(d.last_error, ''), E'\n', 1), 300)
+                 FROM {{schema}}.jobs_dead AS d
+                 WHERE d.kind = g.kind AND d.error_signature = g.error_signature
+                 ORDER BY d.dead_at DESC
+                 LIMIT 1), '')
+FROM (
+    SELECT d.kind, d.error_signature, count(*) AS n, min(d.dead_at) AS first_at, max(d.dead_at) AS last_at
+    FROM {{schema}}.jobs_dead AS d
+    WHERE ($1::text IS NULL OR d.kind = $1::text)
+    GROUP BY d.kind, d.error_signature
+) AS g
+ORDER BY g.n DESC, g.kind, g.error_signature
+LIMIT $2;
+
+-- name: dead_letter_size
+SELECT t.total, t.last_24h, t.prev_24h FROM {{schema}}.dead_letter_delta AS t;
+
+-- name: dead_letter_daily
+--   $1 days
+SELECT d.day::timestamp, d.kind, d.count
+FROM {{schema}}.dead_letter_daily AS d
+WHERE d.day > (now() AT TIME ZONE 'UTC')::date - $1::int
+ORDER BY d.day, d.kind;
+
+-- name: workers
+SELECT w.id, w.hostname, w.pid, w.queues, w.concurrency, w.running,
+       w.claimed_total, w.completed_total, w.failed_total, w.claim_p99_ms,
+       w.started_at, w.heartbeat_at, w.stopped_at,
+       (w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond') AS live
+FROM {{schema}}.workers AS w
+ORDER BY live DESC, w.heartbeat_at DESC, w.id
+LIMIT 1000;
+
+-- name: count_dead
+--   $1 kind  $2 signature  $3 ids  $4 older than (microseconds)
+SELECT count(*)
+FROM {{schema}}.jobs_dead AS d
+WHERE ($1::text IS NULL OR d.kind = $1::text)
+  AND ($2::text IS NULL OR d.error_signature = {{schema}}.error_signature($2::text))
+  AND ($3::bigint[] IS NULL OR d.id = ANY ($3::bigint[]))
+  AND ($4::bigint IS NULL OR d.dead_at < now() - $4::bigint * interval '1 microsecond');
+
+-- name: replay_dead
+-- One batch of a replay, in one statement: the dead rows are deleted and
+-- their jobs inserted together, so a dead job becomes exactly one new job
+-- however many replays race (a row another replay holds is skipped; one it
+-- deleted is gone). A dead job whose unique key is in flight again stays
+-- dead; of two dead jobs sharing a key in one batch only the newest goes.
+-- The replayed jobs start afresh (attempt 0, run_at now) and their queues
+-- are woken on commit.
+--   $1 kind  $2 signature  $3 ids  $4 batch size
+WITH cand AS (
+    SELECT d.id, d.queue, d.unique_key, d.dead_at
+    FROM {{schema}}.jobs_dead AS d
+    WHERE ($1::text IS NULL OR d.kind = $1::text)
+      AND ($2::text IS NULL OR d.error_signature = {{schema}}.error_signature($2::text))
+      AND ($3::bigint[] IS NULL OR d.id = ANY ($3::bigint[]))
+      AND (d.unique_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {{schema}}.jobs AS j
+            WHERE j.queue = d.queue AND j.unique_key = d.unique_key))
+    ORDER BY d.dead_at, d.id
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+),
+batch AS (
+    SELECT c.id
+    FROM (
+        SELECT c.id, c.unique_key,
+               row_number() OVER (PARTITION BY c.queue, c.unique_key ORDER BY c.dead_at DESC, c.id DESC) AS rn
+        FROM cand AS c
+    ) AS c
+    WHERE c.unique_key IS NULL OR c.rn = 1
+),
+d AS (
+    DELETE FROM {{schema}}.jobs_dead AS d
+    WHERE d.id IN (SELECT b.id FROM batch AS b)
+    RETURNING d.*
+),
+ins AS (
+    INSERT INTO {{schema}}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity)
+    SELECT d.queue, d.kind, d.payload, d.priority, now(), d.max_attempts, d.unique_key, d.tenant, d.entity
+    FROM d
+    ORDER BY d.dead_at, d.id
+    RETURNING id, queue
+),
+woken AS (
+    SELECT pg_notify({{schema_lit}} || '.jobs', q.queue)
+    FROM (SELECT DISTINCT i.queue FROM ins AS i) AS q
+)
+SELECT (SELECT count(*) FROM ins)::int, (SELECT count(*) FROM cand)::int, (SELECT count(*) FROM woken)::int;
+
+-- name: purge_dead
+-- One bounded batch of a purge, oldest first.
+--   $1 kind  $2 signature  $3 ids  $4 older than (microseconds)  $5 batch size
+WITH victims AS (
+    SELECT d.id
+    FROM {{schema}}.jobs_dead AS d
+    WHERE ($1::text IS NULL OR d.kind = $1::text)
+      AND ($2::text IS NULL OR d.error_signature = {{schema}}.error_signature($2::text))
+      AND ($3::bigint[] IS NULL OR d.id = ANY ($3::bigint[]))
+      AND ($4::bigint IS NULL OR d.dead_at < now() - $4::bigint * interval '1 microsecond')
+    ORDER BY d.dead_at, d.id
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {{schema}}.jobs_dead AS d
+USING victims AS v
+WHERE d.id = v.id;
+
+-- name: ensure_done_partitions
+SELECT {{schema}}.ensure_done_partitions($1::int);
+
+-- name: drop_done_partitions
+SELECT {{schema}}.drop_done_partitions($1::bigint * interval '1 microsecond');
+
+-- name: done_partitions
+SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass({{schema_lit}} || '.jobs_done')
+ORDER BY c.relname;
+
+-- name: doctor_settings
+-- The hot table's storage options and the server settings autovacuum needs.
+SELECT coalesce(c.reloptions, '{}'::text[]),
+       current_setting('autovacuum'), current_setting('track_counts')
+FROM pg_class AS c
+WHERE c.oid = to_regclass({{schema_lit}} || '.jobs');
+
+-- name: doctor_ready_index
+-- The claim path's partial index: present, valid, with its definition.
+SELECT i.indisvalid, i.indisready, pg_get_indexdef(i.indexrelid), coalesce(pg_get_expr(i.indpred, i.indrelid), '')
+FROM pg_index AS i
+WHERE i.indexrelid = to_regclass({{schema_lit}} || '.jobs_ready');
+
+-- name: doctor_notify
+SELECT pg_notification_queue_usage();
+
+-- name: doctor_stuck
+-- Running jobs whose lease expired longer ago than $1: nobody is reaping.
+--   $1 threshold (microseconds)
+SELECT count(*) FILTER (WHERE j.lease_expires_at < now() - $1::bigint * interval '1 microsecond'),
+       count(*) FILTER (WHERE j.lease_expires_at < now()),
+       coalesce(extract(epoch FROM now() - min(j.lease_expires_at)), 0)::float8
+FROM {{schema}}.jobs AS j
+WHERE j.state = 'running' AND j.lease_expires_at < now();
+
+-- name: doctor_live_workers
+--   $1 live window (microseconds)
+SELECT count(*)
+FROM {{schema}}.workers AS w
+WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond';

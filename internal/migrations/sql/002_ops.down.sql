@@ -1,0 +1,15 @@
+DROP FUNCTION IF EXISTS {{schema}}.drop_done_partitions(interval);
+DROP FUNCTION IF EXISTS {{schema}}.ensure_done_partitions(integer);
+DROP TABLE IF EXISTS {{schema}}.jobs_done_default;
+DROP VIEW IF EXISTS {{schema}}.xmin_holders;
+DROP VIEW IF EXISTS {{schema}}.vacuum_state;
+DROP VIEW IF EXISTS {{schema}}.dead_letter_delta;
+DROP VIEW IF EXISTS {{schema}}.dead_letter_daily;
+DROP VIEW IF EXISTS {{schema}}.wait_p99;
+DROP VIEW IF EXISTS {{schema}}.long_runners;
+DROP VIEW IF EXISTS {{schema}}.queue_stats;
+DROP FUNCTION IF EXISTS {{schema}}.queue_stats_rows();
+DROP INDEX IF EXISTS {{schema}}.jobs_dead_queue;
+DROP INDEX IF EXISTS {{schema}}.jobs_dead_signature;
+ALTER TABLE {{schema}}.jobs_dead DROP COLUMN IF EXISTS error_signature;
+DROP FUNCTION IF EXISTS {{schema}}.error_signature(text);
