@@ -1,0 +1,457 @@
+// Package bench is the articles' benchmark harness, built into skiplock
+// (`skiplock bench`): seed N jobs into a queue of its own, drain them with
+// one worker pool of W workers claiming batches of B, a handler that does
+// nothing or sleeps a random time in a range, and report throughput against
+// the ideal rate (workers ÷ mean handler time), wait time, claim latency,
+// WAL written per job, dead tuples left behind and the share of reaped
+// leases. RunLatency times enqueue → handler start on an idle queue.
+//
+// Both runs use a pool of their own (a copy of the caller's configuration
+// with a statement tracer), a queue named bench_<random>, and delete their
+// jobs, dead letters and worker row when they finish, however they finish.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// Result is what Run measured. The JSON names are the ones PRODUCT §2
+// promises (jobs_per_s, ideal_jobs_per_s, wait_p50_ms, wait_p99_ms,
+// claim_p99_ms, wal_bytes_per_job, dead_tuples_after, reaped_leases_pct)
+// plus details.
+type Result struct {
+	Queue   string `json:"queue"`
+	Jobs    int    `json:"jobs"`
+	Workers int    `json:"workers"`
+	Batch   int    `json:"batch"`
+	Handler string `json:"handler"`
+
+	// SeedSeconds and SeedJobsPerS time the bulk load (EnqueueMany, COPY in
+	// transactions of SeedChunk jobs).
+	SeedSeconds  float64 `json:"seed_seconds"`
+	SeedJobsPerS float64 `json:"seed_jobs_per_s"`
+
+	// Seconds is the drain: from Start until every job's outcome is written.
+	Seconds  float64 `json:"seconds"`
+	JobsPerS float64 `json:"jobs_per_s"`
+	// IdealJobsPerS is workers ÷ the handler's nominal mean time; nil (JSON
+	// null) for the no-op handler, whose ideal is unbounded.
+	IdealJobsPerS *float64 `json:"ideal_jobs_per_s"`
+	// PctOfIdeal is 100 × JobsPerS ÷ IdealJobsPerS (nil for noop).
+	PctOfIdeal *float64 `json:"pct_of_ideal"`
+	// HandlerMeanMS is the measured mean handler time (sleep overshoot
+	// included); 0 for noop.
+	HandlerMeanMS float64 `json:"handler_mean_ms"`
+	// PctOfMeasuredIdeal is 100 × JobsPerS ÷ (workers ÷ HandlerMeanMS): the
+	// queue's own efficiency, whatever the sleep's precision (nil for noop).
+	PctOfMeasuredIdeal *float64 `json:"pct_of_measured_ideal"`
+
+	// Wait is handler start − the job's run_at (all jobs are seeded due).
+	WaitP50MS float64 `json:"wait_p50_ms"`
+	WaitP99MS float64 `json:"wait_p99_ms"`
+	WaitMaxMS float64 `json:"wait_max_ms"`
+
+	// Claim latency as the worker sees it (statement sent → rows read), over
+	// every claim of the run.
+	ClaimP50MS float64 `json:"claim_p50_ms"`
+	ClaimP99MS float64 `json:"claim_p99_ms"`
+	Claims     int64   `json:"claims"`
+
+	// WALBytesPerJob is the WAL generated per job over the whole life cycle
+	// (enqueue → claim → complete): seed plus drain. It is server-wide, so
+	// other sessions' writes during the run count too.
+	WALBytesPerJob      float64 `json:"wal_bytes_per_job"`
+	SeedWALBytesPerJob  float64 `json:"seed_wal_bytes_per_job"`
+	DrainWALBytesPerJob float64 `json:"drain_wal_bytes_per_job"`
+	WALStartLSN         string  `json:"wal_start_lsn"`
+	WALSeededLSN        string  `json:"wal_seeded_lsn"`
+	WALEndLSN           string  `json:"wal_end_lsn"`
+
+	// Dead tuples of the jobs table (pg_stat_user_tables.n_dead_tup) before
+	// the drain and after it, once the benchmark's backends have exited and
+	// flushed their statistics; autovacuum may have run in between.
+	DeadTuplesBefore  int64 `json:"dead_tuples_before"`
+	DeadTuplesAfter   int64 `json:"dead_tuples_after"`
+	AutovacuumsDuring int64 `json:"autovacuums_during"`
+
+	// ReapedLeasesPct is the share of jobs that ran more than once (attempt
+	// > 1: a lease expired and the reaper handed the job back).
+	ReapedLeasesPct float64 `json:"reaped_leases_pct"`
+	LeaseLost       int64   `json:"lease_lost"`
+	Failed          int64   `json:"failed"`
+
+	// StatementsPerJob is the drain's round trips (statements, batches and
+	// COPYs sent by the runtime) per job; Statements breaks them down.
+	StatementsPerJob float64     `json:"statements_per_job"`
+	Statements       []Statement `json:"statements"`
+
+	// Memory of this process: the peak resident set sampled during the drain
+	// and the lifetime high-water mark (VmHWM, seeding included).
+	DrainPeakRSSBytes int64 `json:"drain_peak_rss_bytes"`
+	MaxRSSBytes       int64 `json:"max_rss_bytes"`
+}
+
+// SeedChunk is how many jobs one seeding transaction (one COPY) loads.
+const SeedChunk = 10_000
+
+const benchKind = "bench"
+
+// Run runs the harness once on pool's database; see the package comment.
+// The schema must be migrated. ctx cancels the run (its jobs are still
+// cleaned up).
+func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
+	o = o.withDefaults()
+	h, err := o.validate()
+	if err != nil {
+		return Result{}, err
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	st := store.New(o.Schema)
+	if err := checkSchema(ctx, pool, st); err != nil {
+		return Result{}, err
+	}
+	tr := newTracer(st)
+	queue, workerID := names()
+	bp, err := ownPool(ctx, pool, tr, 8, queue)
+	if err != nil {
+		return Result{}, err
+	}
+	defer bp.Close()
+
+	res := Result{Queue: queue, Jobs: o.Jobs, Workers: o.Workers, Batch: o.Batch, Handler: h.String()}
+	c, err := skiplock.NewClient(bp, skiplock.Config{
+		Schema: o.Schema, Logger: quietLogger(progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
+		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+	})
+	if err != nil {
+		return res, err
+	}
+	var waits, handlerTimes hist
+	var reaped atomic.Int64
+	err = skiplock.Handle(c, benchKind, func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
+		start := time.Now()
+		waits.add(start.Sub(j.RunAt))
+		if j.Attempt > 1 {
+			reaped.Add(1)
+		}
+		if h.Noop {
+			return nil
+		}
+		d := h.Min
+		if h.Max > h.Min {
+			d += mrand.N(h.Max - h.Min + 1)
+		}
+		if err := preciseSleep(ctx, start.Add(d)); err != nil {
+			return err
+		}
+		handlerTimes.add(time.Since(start))
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	defer cleanup(pool, st, queue, workerID)
+
+	lsn0, err := walLSN(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	res.WALStartLSN = lsn0
+	seedStart := time.Now()
+	if err := seed(ctx, c, queue, o.Jobs, progress); err != nil {
+		return res, err
+	}
+	res.SeedSeconds = time.Since(seedStart).Seconds()
+	res.SeedJobsPerS = float64(o.Jobs) / res.SeedSeconds
+	lsn1, err := walLSN(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	res.WALSeededLSN = lsn1
+	deadBefore, avBefore, err := deadTuples(ctx, pool, st)
+	if err != nil {
+		return res, err
+	}
+	res.DeadTuplesBefore = deadBefore
+
+	if o.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			return res, fmt.Errorf("bench: cpu profile: %w", err)
+		}
+	}
+	tr.start()
+	start := time.Now()
+	if err := c.Start(ctx); err != nil {
+		return res, err
+	}
+	peakRSS, err := waitDone(ctx, c, o.Jobs, start, progress)
+	res.Seconds = time.Since(start).Seconds()
+	if o.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		_ = c.StopAndCancel(context.WithoutCancel(ctx))
+		return res, err
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err = c.Stop(stopCtx)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	counts := tr.stop()
+	stats := c.Stats()
+	lsn2, err := walLSN(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	res.WALEndLSN = lsn2
+	// Backends flush their table statistics when they exit: close our pool
+	// and wait for them before reading n_dead_tup.
+	bp.Close()
+	waitBackendsGone(ctx, pool, queue)
+	res.DeadTuplesAfter, res.AutovacuumsDuring, err = deadTuples(ctx, pool, st)
+	if err != nil {
+		return res, err
+	}
+	res.AutovacuumsDuring -= avBefore
+
+	n := float64(o.Jobs)
+	res.JobsPerS = n / res.Seconds
+	if !h.Noop {
+		ideal := float64(o.Workers) / h.Mean().Seconds()
+		pct := 100 * res.JobsPerS / ideal
+		res.IdealJobsPerS, res.PctOfIdeal = &ideal, &pct
+		res.HandlerMeanMS = handlerTimes.meanMS()
+		if res.HandlerMeanMS > 0 {
+			m := 100 * res.JobsPerS / (float64(o.Workers) / (res.HandlerMeanMS / 1000))
+			res.PctOfMeasuredIdeal = &m
+		}
+	}
+	res.WaitP50MS, res.WaitP99MS, res.WaitMaxMS = waits.quantileMS(0.50), waits.quantileMS(0.99), waits.maxMS()
+	res.ClaimP50MS, res.ClaimP99MS, res.Claims = tr.claims.quantileMS(0.50), tr.claims.quantileMS(0.99), int64(tr.claims.count())
+	seedWAL, err1 := lsnDiff(ctx, pool, lsn1, lsn0)
+	drainWAL, err2 := lsnDiff(ctx, pool, lsn2, lsn1)
+	if err := errors.Join(err1, err2); err != nil {
+		return res, err
+	}
+	res.SeedWALBytesPerJob, res.DrainWALBytesPerJob = float64(seedWAL)/n, float64(drainWAL)/n
+	res.WALBytesPerJob = float64(seedWAL+drainWAL) / n
+	res.ReapedLeasesPct = 100 * float64(reaped.Load()) / n
+	res.LeaseLost, res.Failed = stats.LeaseLost, stats.Failed
+	var total int64
+	for _, v := range counts {
+		total += v
+	}
+	res.StatementsPerJob = float64(total) / n
+	res.Statements = sortedCounts(counts)
+	res.DrainPeakRSSBytes = peakRSS
+	res.MaxRSSBytes = procStatus("VmHWM")
+	return res, nil
+}
+
+// ownPool opens a pool for the benchmark with the caller's connection
+// settings, the tracer and the application_name "skiplock-<queue>".
+func ownPool(ctx context.Context, pool *pgxpool.Pool, tr *tracer, maxConns int32, queue string) (*pgxpool.Pool, error) {
+	cfg := pool.Config()
+	cfg.MaxConns = maxConns
+	cfg.MinConns = 0
+	if tr != nil {
+		cfg.ConnConfig.Tracer = tr
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock-" + queue
+	bp, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bench: open pool: %w", err)
+	}
+	return bp, nil
+}
+
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, st *store.Store) error {
+	var ok bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", st.Table("jobs")).Scan(&ok); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("bench: schema %q is not migrated (run skiplock migrate up)", st.Schema)
+	}
+	return nil
+}
+
+// names returns a fresh queue name and worker id.
+func names() (queue, workerID string) {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	host, _ := os.Hostname()
+	return "bench_" + id, fmt.Sprintf("bench:%s:%d:%s", host, os.Getpid(), id)
+}
+
+func quietLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// seed loads n due jobs into queue with EnqueueMany (COPY), SeedChunk per
+// transaction, priorities 0..10 like the articles' seed.
+func seed(ctx context.Context, c *skiplock.Client, queue string, n int, progress io.Writer) error {
+	ps := make([]skiplock.EnqueueParams, 0, min(n, SeedChunk))
+	last := time.Now()
+	for done := 0; done < n; {
+		ps = ps[:0]
+		for i := done; i < n && len(ps) < SeedChunk; i++ {
+			ps = append(ps, skiplock.EnqueueParams{Queue: queue, Kind: benchKind, Priority: mrand.IntN(11),
+				Payload: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`)})
+		}
+		if _, err := c.EnqueueMany(ctx, ps); err != nil {
+			return fmt.Errorf("bench: seed: %w", err)
+		}
+		done += len(ps)
+		if time.Since(last) >= time.Second || done == n {
+			last = time.Now()
+			fmt.Fprintf(progress, "bench: seeded %d/%d jobs\n", done, n)
+		}
+	}
+	return nil
+}
+
+// waitDone waits until n outcomes are written, printing a progress line
+// every second, and returns the peak RSS sampled meanwhile.
+func waitDone(ctx context.Context, c *skiplock.Client, n int, start time.Time, progress io.Writer) (int64, error) {
+	poll := time.NewTicker(5 * time.Millisecond)
+	defer poll.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var prev, peak int64
+	lastMove := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return peak, ctx.Err()
+		case <-poll.C:
+			s := c.Stats()
+			if s.Completed+s.DeadLettered >= int64(n) {
+				return max(peak, procStatus("VmRSS")), nil
+			}
+		case <-tick.C:
+			s := c.Stats()
+			done := s.Completed + s.DeadLettered
+			peak = max(peak, procStatus("VmRSS"))
+			el := time.Since(start).Seconds()
+			fmt.Fprintf(progress, "bench: %d/%d done  %.0f jobs/s (last second %d)  running %d  claim p99 %.2f ms  rss %d MB\n",
+				done, n, float64(done)/el, done-prev, s.Running, float64(s.ClaimP99)/1e6, peak>>20)
+			if done != prev {
+				lastMove = time.Now()
+			}
+			prev = done
+			if time.Since(lastMove) > 2*time.Minute {
+				return peak, fmt.Errorf("bench: no job finished for 2 minutes (%d/%d done)", done, n)
+			}
+		}
+	}
+}
+
+func walLSN(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var lsn string
+	if err := pool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
+		return "", fmt.Errorf("bench: read WAL position: %w", err)
+	}
+	return lsn, nil
+}
+
+func lsnDiff(ctx context.Context, pool *pgxpool.Pool, a, b string) (int64, error) {
+	var d int64
+	if err := pool.QueryRow(ctx, "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint", a, b).Scan(&d); err != nil {
+		return 0, fmt.Errorf("bench: WAL difference: %w", err)
+	}
+	return d, nil
+}
+
+// deadTuples reads the jobs table's dead tuples and autovacuum count from a
+// fresh statistics snapshot.
+func deadTuples(ctx context.Context, pool *pgxpool.Pool, st *store.Store) (dead, autovacuums int64, err error) {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT coalesce(n_dead_tup, 0), coalesce(autovacuum_count, 0)
+			FROM pg_stat_user_tables WHERE relid = $1::regclass`, st.Table("jobs")).Scan(&dead, &autovacuums)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: read dead tuples: %w", err)
+	}
+	return dead, autovacuums, nil
+}
+
+// waitBackendsGone waits (at most 3 s) until the benchmark pool's backends
+// have exited, so their statistics are flushed.
+func waitBackendsGone(ctx context.Context, pool *pgxpool.Pool, queue string) {
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`,
+			"skiplock-"+queue).Scan(&n)
+		if err != nil || n == 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+}
+
+// cleanup deletes everything the run left: its queue's jobs and dead
+// letters and its worker row. It runs whatever happened to the run's ctx.
+func cleanup(pool *pgxpool.Pool, st *store.Store, queue, workerID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("jobs")+" WHERE queue = $1", queue)
+	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("jobs_dead")+" WHERE queue = $1", queue)
+	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("workers")+" WHERE id = $1", workerID)
+	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("queues")+" WHERE name = $1", queue)
+}
+
+// procStatus returns a "kB" field of /proc/self/status in bytes (0 where
+// there is no /proc).
+func procStatus(field string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+		if err != nil {
+			return 0
+		}
+		return kb << 10
+	}
+	return 0
+}

@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+)
+
+func TestParseHandler(t *testing.T) {
+	good := map[string]Handler{
+		"noop":             {Noop: true},
+		"sleep:2ms-5ms":    {Min: 2 * time.Millisecond, Max: 5 * time.Millisecond},
+		"sleep:3ms":        {Min: 3 * time.Millisecond, Max: 3 * time.Millisecond},
+		" sleep:1ms - 2ms": {Min: time.Millisecond, Max: 2 * time.Millisecond},
+		"sleep:500us-1s":   {Min: 500 * time.Microsecond, Max: time.Second},
+	}
+	for in, want := range good {
+		h, err := ParseHandler(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, h, in)
+		again, err := ParseHandler(h.String())
+		require.NoError(t, err)
+		require.Equal(t, h, again, "String round-trips")
+	}
+	require.Equal(t, 3500*time.Microsecond, Handler{Min: 2 * time.Millisecond, Max: 5 * time.Millisecond}.Mean())
+
+	for _, in := range []string{"", "sleep", "sleep:", "sleep:5ms-2ms", "sleep:-1ms", "sleep:0s", "sleep:2ms-", "sleep:2h",
+		"sleep:abc", "busy:1ms", "noop2"} {
+		_, err := ParseHandler(in)
+		var oe *OptionError
+		require.True(t, errors.As(err, &oe), "%q: %v", in, err)
+		require.Equal(t, "handler", oe.Option, in)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	require.NoError(t, Options{}.Validate(), "defaults are valid")
+	d := Options{}.withDefaults()
+	require.Equal(t, Options{Jobs: 100000, Workers: 32, Batch: 50, Handler: "sleep:2ms-5ms", Schema: "skiplock"}, d)
+
+	bad := []struct {
+		o   Options
+		opt string
+	}{
+		{Options{Jobs: -1}, "jobs"},
+		{Options{Jobs: MaxJobs + 1}, "jobs"},
+		{Options{Workers: -3}, "workers"},
+		{Options{Workers: 10001}, "workers"},
+		{Options{Batch: -1}, "batch"},
+		{Options{Batch: 1001}, "batch"},
+		{Options{Handler: "sleep:9ms-1ms"}, "handler"},
+		{Options{Schema: "Bad-Schema"}, "schema"},
+	}
+	for _, b := range bad {
+		err := b.o.Validate()
+		var oe *OptionError
+		require.True(t, errors.As(err, &oe), "%+v: %v", b.o, err)
+		require.Equal(t, b.opt, oe.Option)
+		require.True(t, strings.HasPrefix(err.Error(), b.opt+": "), err.Error())
+	}
+
+	require.NoError(t, LatencyOptions{}.Validate())
+	for _, o := range []LatencyOptions{{Samples: -1}, {Samples: 2_000_000}, {Schema: "x y"}} {
+		var oe *OptionError
+		require.True(t, errors.As(o.Validate(), &oe), "%+v", o)
+	}
+}
+
+func TestHistQuantiles(t *testing.T) {
+	var h hist
+	var all []time.Duration
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20000; i++ {
+		d := time.Duration(r.ExpFloat64() * float64(3*time.Millisecond))
+		all = append(all, d)
+		h.add(d)
+	}
+	h.add(-time.Second) // clamped to 0
+	all = append(all, 0)
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
+		exact := float64(all[int(q*float64(len(all)))]) / 1e6
+		require.InEpsilon(t, exact, h.quantileMS(q), 0.03, "q=%v", q)
+	}
+	require.InDelta(t, float64(all[len(all)-1])/1e6, h.maxMS(), 0.001)
+	require.Equal(t, uint64(len(all)), h.count())
+
+	// Every bucket's midpoint maps back to the bucket.
+	for i := 0; valueOf(i) < 1<<52; i++ {
+		require.Equal(t, i, bucketOf(uint64(valueOf(i))), "bucket %d", i)
+	}
+	var empty hist
+	require.Zero(t, empty.quantileMS(0.99))
+	require.Zero(t, empty.meanMS())
+}
+
+// TestRunEndToEnd drains a tiny run against real PostgreSQL and checks every
+// reported figure is plausible and nothing is left behind.
+func TestRunEndToEnd(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	var progress bytes.Buffer
+	res, err := Run(ctx, db.Pool, Options{Jobs: 200, Workers: 8, Batch: 10, Handler: "sleep:1ms-2ms", Progress: &progress})
+	require.NoError(t, err)
+	require.Equal(t, 200, res.Jobs)
+	require.True(t, strings.HasPrefix(res.Queue, "bench_"))
+	require.Greater(t, res.JobsPerS, 0.0)
+	require.NotNil(t, res.IdealJobsPerS)
+	require.InDelta(t, 8/0.0015, *res.IdealJobsPerS, 0.01)
+	require.Greater(t, *res.PctOfIdeal, 0.0)
+	require.GreaterOrEqual(t, res.HandlerMeanMS, 1.0)
+	require.Greater(t, res.WaitP99MS, 0.0)
+	require.GreaterOrEqual(t, res.WaitP99MS, res.WaitP50MS)
+	require.Greater(t, res.ClaimP99MS, 0.0)
+	require.Greater(t, res.Claims, int64(0))
+	require.Greater(t, res.WALBytesPerJob, 0.0)
+	require.InDelta(t, res.WALBytesPerJob, res.SeedWALBytesPerJob+res.DrainWALBytesPerJob, 0.01)
+	require.GreaterOrEqual(t, res.DeadTuplesAfter, int64(0))
+	require.Zero(t, res.ReapedLeasesPct)
+	require.Zero(t, res.Failed)
+	require.Greater(t, res.StatementsPerJob, 0.0)
+	require.Greater(t, res.MaxRSSBytes, int64(0))
+	require.Contains(t, progress.String(), "seeded 200/200")
+
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs)
+		+ (SELECT count(*) FROM skiplock.jobs_dead) + (SELECT count(*) FROM skiplock.workers)`).Scan(&left))
+	require.Zero(t, left, "the run cleans up after itself")
+
+	res2, err := Run(ctx, db.Pool, Options{Jobs: 100, Workers: 4, Batch: 7, Handler: "noop"})
+	require.NoError(t, err)
+	require.Nil(t, res2.IdealJobsPerS, "no ideal rate for noop")
+	require.Nil(t, res2.PctOfIdeal)
+	require.Zero(t, res2.HandlerMeanMS)
+}
+
+func TestRunLatencyEndToEnd(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	res, err := RunLatency(ctx, db.Pool, LatencyOptions{Samples: 30})
+	require.NoError(t, err)
+	require.Equal(t, 30, res.Samples)
+	require.True(t, res.ListenerUp)
+	require.Greater(t, res.LatencyP50MS, 0.0)
+	require.GreaterOrEqual(t, res.LatencyP99MS, res.LatencyP50MS)
+	require.GreaterOrEqual(t, res.LatencyMaxMS, res.LatencyP99MS)
+	// With LISTEN up no sample waits for the 1 s poll.
+	require.Less(t, res.LatencyMaxMS, 900.0)
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs)
+		+ (SELECT count(*) FROM skiplock.workers)`).Scan(&left))
+	require.Zero(t, left)
+}
+
+func TestRunRejectsUnmigratedSchema(t *testing.T) {
+	db := dbtest.New(t)
+	_, err := Run(context.Background(), db.Pool, Options{Jobs: 10, Schema: "nothing_here"})
+	require.ErrorContains(t, err, "not migrated")
+	_, err = RunLatency(context.Background(), db.Pool, LatencyOptions{Samples: 1, Schema: "nothing_here"})
+	require.ErrorContains(t, err, "not migrated")
+}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// LatencyResult is what RunLatency measured: enqueue → handler start on an
+// idle queue, one job at a time, with the client's default settings
+// (LISTEN/NOTIFY wake-up, 1 s backstop poll).
+type LatencyResult struct {
+	Queue   string `json:"queue"`
+	Samples int    `json:"samples"`
+	// Latency is from just before Enqueue is called to the first line of the
+	// handler: the enqueue's round trip and commit, NOTIFY delivery, the claim
+	// and the hand-off to an executor.
+	LatencyP50MS  float64 `json:"latency_p50_ms"`
+	LatencyP99MS  float64 `json:"latency_p99_ms"`
+	LatencyMaxMS  float64 `json:"latency_max_ms"`
+	LatencyMeanMS float64 `json:"latency_mean_ms"`
+	// Enqueue is the Enqueue call alone (one round trip, commit included).
+	EnqueueP50MS float64 `json:"enqueue_p50_ms"`
+	EnqueueP99MS float64 `json:"enqueue_p99_ms"`
+	// ListenerUp says whether the LISTEN connection was up (false: every
+	// sample waited for the poll).
+	ListenerUp bool `json:"listener_up"`
+}
+
+// latencyWarmup samples are taken and discarded before the timed ones, so
+// connection set-up and statement preparation are not measured.
+const latencyWarmup = 20
+
+// RunLatency enqueues o.Samples jobs one at a time into an idle queue of its
+// own and times each from enqueue to handler start. The next job is
+// enqueued only after the previous one's completion is written, and a
+// millisecond later, so every sample finds the queue and the worker idle.
+func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (LatencyResult, error) {
+	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return LatencyResult{}, err
+	}
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	st := store.New(o.Schema)
+	if err := checkSchema(ctx, pool, st); err != nil {
+		return LatencyResult{}, err
+	}
+	queue, workerID := names()
+	bp, err := ownPool(ctx, pool, nil, 8, queue)
+	if err != nil {
+		return LatencyResult{}, err
+	}
+	defer bp.Close()
+	res := LatencyResult{Queue: queue, Samples: o.Samples}
+	// Default settings but for the queue, the worker id and a quiet logger.
+	c, err := skiplock.NewClient(bp, skiplock.Config{Schema: o.Schema, Logger: quietLogger(progress), WorkerID: workerID,
+		Pools: []skiplock.Pool{{Queues: []string{queue}}}})
+	if err != nil {
+		return res, err
+	}
+	started := make(chan time.Time, 1)
+	err = skiplock.Handle(c, "bench_latency", func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
+		select {
+		case started <- time.Now():
+		default:
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	defer cleanup(pool, st, queue, workerID)
+	if err := c.Start(ctx); err != nil {
+		return res, err
+	}
+	defer func() { _ = c.Stop(context.WithoutCancel(ctx)) }()
+	// Give the listener a moment to LISTEN, or every sample waits for a poll.
+	for deadline := time.Now().Add(5 * time.Second); !c.Stats().ListenerUp && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	res.ListenerUp = c.Stats().ListenerUp
+
+	var lat, enq hist
+	last := time.Now()
+	for i := 0; i < latencyWarmup+o.Samples; i++ {
+		select {
+		case <-started: // a stale signal (a retried job); drop it
+		default:
+		}
+		t0 := time.Now()
+		if _, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: queue, Kind: "bench_latency"}); err != nil {
+			return res, fmt.Errorf("bench: enqueue: %w", err)
+		}
+		t1 := time.Now()
+		var t2 time.Time
+		select {
+		case t2 = <-started:
+		case <-time.After(30 * time.Second):
+			return res, fmt.Errorf("bench: job %d did not start within 30s", i)
+		case <-ctx.Done():
+			return res, ctx.Err()
+		}
+		if i >= latencyWarmup {
+			lat.add(t2.Sub(t0))
+			enq.add(t1.Sub(t0))
+		}
+		for want := int64(i + 1); c.Stats().Completed < want; {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		time.Sleep(time.Millisecond)
+		if time.Since(last) >= time.Second {
+			last = time.Now()
+			fmt.Fprintf(progress, "bench: latency %d/%d samples  p50 %.2f ms  p99 %.2f ms\n",
+				max(0, i+1-latencyWarmup), o.Samples, lat.quantileMS(0.5), lat.quantileMS(0.99))
+		}
+	}
+	res.ListenerUp = res.ListenerUp && c.Stats().ListenerUp
+	res.LatencyP50MS, res.LatencyP99MS = lat.quantileMS(0.50), lat.quantileMS(0.99)
+	res.LatencyMaxMS, res.LatencyMeanMS = lat.maxMS(), lat.meanMS()
+	res.EnqueueP50MS, res.EnqueueP99MS = enq.quantileMS(0.50), enq.quantileMS(0.99)
+	return res, nil
+}

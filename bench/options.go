@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/migrations"
+)
+
+// Defaults of the articles' harness: seed 100k jobs, 32 workers, batch 50,
+// a handler that sleeps 2–5 ms.
+const (
+	DefaultJobs    = 100_000
+	DefaultWorkers = 32
+	DefaultBatch   = 50
+	DefaultHandler = "sleep:2ms-5ms"
+	DefaultSamples = 1000
+
+	// MaxJobs bounds Options.Jobs.
+	MaxJobs = 100_000_000
+	// MaxSleep bounds the handler's sleep.
+	MaxSleep = time.Minute
+)
+
+// OptionError names the option (as a lower-case flag name: "jobs",
+// "workers", "batch", "handler", "schema", "samples") that is invalid.
+type OptionError struct {
+	Option  string
+	Message string
+}
+
+func (e *OptionError) Error() string { return e.Option + ": " + e.Message }
+
+func optErr(opt, format string, args ...any) error {
+	return &OptionError{Option: opt, Message: fmt.Sprintf(format, args...)}
+}
+
+// Handler is a parsed Options.Handler: a no-op, or a sleep drawn uniformly
+// from [Min, Max].
+type Handler struct {
+	Noop     bool
+	Min, Max time.Duration
+}
+
+// Mean is the handler's nominal mean duration (0 for a no-op).
+func (h Handler) Mean() time.Duration { return (h.Min + h.Max) / 2 }
+
+// String renders h in the syntax ParseHandler accepts.
+func (h Handler) String() string {
+	switch {
+	case h.Noop:
+		return "noop"
+	case h.Min == h.Max:
+		return "sleep:" + h.Min.String()
+	default:
+		return "sleep:" + h.Min.String() + "-" + h.Max.String()
+	}
+}
+
+// ParseHandler parses "noop", "sleep:D" or "sleep:MIN-MAX" (Go durations,
+// e.g. "sleep:2ms-5ms").
+func ParseHandler(s string) (Handler, error) {
+	s = strings.TrimSpace(s)
+	if s == "noop" {
+		return Handler{Noop: true}, nil
+	}
+	spec, ok := strings.CutPrefix(s, "sleep:")
+	if !ok {
+		return Handler{}, optErr("handler", `must be "noop" or "sleep:MIN-MAX" (e.g. sleep:2ms-5ms), got %q`, s)
+	}
+	lo, hi, ranged := strings.Cut(spec, "-")
+	if !ranged {
+		hi = lo
+	}
+	dlo, err := time.ParseDuration(strings.TrimSpace(lo))
+	if err != nil {
+		return Handler{}, optErr("handler", "bad sleep duration %q", lo)
+	}
+	dhi, err := time.ParseDuration(strings.TrimSpace(hi))
+	if err != nil {
+		return Handler{}, optErr("handler", "bad sleep duration %q", hi)
+	}
+	switch {
+	case dlo <= 0:
+		return Handler{}, optErr("handler", "sleep must be positive, got %s", dlo)
+	case dhi < dlo:
+		return Handler{}, optErr("handler", "sleep range %s-%s is empty (MIN > MAX)", dlo, dhi)
+	case dhi > MaxSleep:
+		return Handler{}, optErr("handler", "sleep must be at most %s, got %s", MaxSleep, dhi)
+	}
+	return Handler{Min: dlo, Max: dhi}, nil
+}
+
+// Options configures Run. Zero values take the harness defaults.
+type Options struct {
+	// Jobs is how many jobs are seeded and drained. Default 100,000.
+	Jobs int
+	// Workers is the worker pool's concurrency. Default 32.
+	Workers int
+	// Batch is the most jobs one claim takes. Default 50.
+	Batch int
+	// Handler is "noop" or "sleep:MIN-MAX" (uniform random). Default
+	// "sleep:2ms-5ms".
+	Handler string
+	// Schema holds skiplock's tables (already migrated). Default "skiplock".
+	Schema string
+	// Progress receives a progress line every second; nil discards them.
+	Progress io.Writer
+	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
+	// (seeding excluded).
+	CPUProfile io.Writer
+}
+
+func (o Options) withDefaults() Options {
+	if o.Jobs == 0 {
+		o.Jobs = DefaultJobs
+	}
+	if o.Workers == 0 {
+		o.Workers = DefaultWorkers
+	}
+	if o.Batch == 0 {
+		o.Batch = DefaultBatch
+	}
+	if o.Handler == "" {
+		o.Handler = DefaultHandler
+	}
+	if o.Schema == "" {
+		o.Schema = "skiplock"
+	}
+	return o
+}
+
+// Validate checks o (after defaults) and returns an *OptionError naming the
+// first invalid option.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	_, err := o.validate()
+	return err
+}
+
+func (o Options) validate() (Handler, error) {
+	switch {
+	case o.Jobs < 1 || o.Jobs > MaxJobs:
+		return Handler{}, optErr("jobs", "must be between 1 and %d, got %d", MaxJobs, o.Jobs)
+	case o.Workers < 1 || o.Workers > 10000:
+		return Handler{}, optErr("workers", "must be between 1 and 10000, got %d", o.Workers)
+	case o.Batch < 1 || o.Batch > 1000:
+		return Handler{}, optErr("batch", "must be between 1 and 1000, got %d", o.Batch)
+	}
+	if err := validateSchema(o.Schema); err != nil {
+		return Handler{}, err
+	}
+	return ParseHandler(o.Handler)
+}
+
+func validateSchema(s string) error {
+	if err := migrations.ValidateSchema(s); err != nil {
+		return optErr("schema", "%s", strings.TrimPrefix(err.Error(), "schema: "))
+	}
+	return nil
+}
+
+// LatencyOptions configures RunLatency.
+type LatencyOptions struct {
+	// Samples is how many jobs are timed (after a short warm-up). Default 1000.
+	Samples int
+	// Schema holds skiplock's tables (already migrated). Default "skiplock".
+	Schema string
+	// Progress receives a progress line every second; nil discards them.
+	Progress io.Writer
+}
+
+func (o LatencyOptions) withDefaults() LatencyOptions {
+	if o.Samples == 0 {
+		o.Samples = DefaultSamples
+	}
+	if o.Schema == "" {
+		o.Schema = "skiplock"
+	}
+	return o
+}
+
+// Validate checks o (after defaults) and returns an *OptionError naming the
+// first invalid option.
+func (o LatencyOptions) Validate() error {
+	o = o.withDefaults()
+	if o.Samples < 1 || o.Samples > 1_000_000 {
+		return optErr("samples", "must be between 1 and 1000000, got %d", o.Samples)
+	}
+	return validateSchema(o.Schema)
+}

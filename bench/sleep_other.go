@@ -1,0 +1,8 @@
+//go:build !linux
+
+package bench
+
+import "time"
+
+// shortSleep sleeps for d (a runtime timer where nanosleep is not wrapped).
+func shortSleep(d time.Duration) { time.Sleep(d) }
