@@ -53,6 +53,11 @@ type Config struct {
 	// ShutdownTimeout bounds how long Stop lets running jobs finish when its
 	// context has no deadline. Default 25s.
 	ShutdownTimeout time.Duration
+	// ScheduleCatchUp is how many fires of a recurring schedule missed while
+	// no scheduler ran (downtime) are enqueued when one starts again: the
+	// most recent ones, so downtime never turns into a storm. 0 means 1;
+	// negative enqueues none and resumes at the next fire time.
+	ScheduleCatchUp int
 }
 
 // Pool is one worker pool: the queues (and optionally kinds) it claims and
@@ -151,6 +156,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxPayloadBytes < 2 || c.MaxPayloadBytes > 32<<20 {
 		return invalidConfig("MaxPayloadBytes", "must be between 2 and 32 MiB, got %d", c.MaxPayloadBytes)
+	}
+	if c.ScheduleCatchUp > 1000 {
+		return invalidConfig("ScheduleCatchUp", "must be at most 1000 (missed fires are a catch-up, not a replay), got %d", c.ScheduleCatchUp)
 	}
 	if len(c.WorkerID) > 200 {
 		return invalidConfig("WorkerID", "longer than 200 bytes")

@@ -333,7 +333,7 @@ func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
 // once per fire time across all processes.
 func (c *Client) schedulerServices() []service.Service {
 	return []service.Service{maintenance.NewScheduler(maintenance.SchedulerConfig{
-		DB: c.pool, Schema: c.cfg.Schema, Logger: c.cfg.Logger,
+		DB: c.pool, Schema: c.cfg.Schema, Logger: c.cfg.Logger, CatchUp: c.cfg.ScheduleCatchUp,
 	})}
 }
 

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,6 +114,7 @@ func (c *completer) flush(batch []result) {
 		}
 		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
 	}
+	c.wakeEntityQueues(batch, held)
 	ids := make([]int64, 0, len(batch))
 	for _, res := range batch {
 		ids = append(ids, res.job.ID)
@@ -167,4 +169,33 @@ func (c *completer) write(done []store.Lease, resched []store.Reschedule, deads 
 		return nil
 	})
 	return held, err
+}
+
+// wakeEntityQueues wakes the claimers of every queue where a job of an
+// entity just stopped running: the entity's next job became claimable, and
+// no enqueue will announce it. Pools in this process are woken directly;
+// other processes through NOTIFY (not in poll-only mode, where nobody
+// listens and the poll finds it).
+func (c *completer) wakeEntityQueues(batch []result, held map[int64]bool) {
+	var queues []string
+	for _, res := range batch {
+		if res.job.Entity != "" && held[res.job.ID] && !slices.Contains(queues, res.job.Queue) {
+			queues = append(queues, res.job.Queue)
+		}
+	}
+	if len(queues) == 0 {
+		return
+	}
+	for _, q := range queues {
+		c.r.onNotify(c.r.cfg.Store.Channel(), q)
+	}
+	if c.r.cfg.PollOnly {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 5*time.Second)
+	defer cancel()
+	if _, err := c.r.cfg.Pool.Exec(ctx, c.r.cfg.Store.SQL("notify_queues"), queues); err != nil {
+		// Best effort: other processes still find the job on their next poll.
+		c.r.log.Debug("skiplock: entity wake-up not sent", slog.String("error", err.Error()))
+	}
 }

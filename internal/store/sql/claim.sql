@@ -59,9 +59,12 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- others have work. Tenants are enumerated with a skip scan over the
 -- per-tenant ready index (one probe per tenant, however deep one tenant's
 -- burst is), each contributes its first $6 jobs in claim order, and jobs
--- without a tenant form one more group. The best $3 of those, in claim
--- order, are then locked with SKIP LOCKED (re-checked against the newest row
--- version) and claimed.
+-- without a tenant form one more group (read from their own partial index).
+-- Those shares rank first; the queue's next jobs in plain claim order rank
+-- after them as spare capacity, so a batch the shares do not fill still goes
+-- to whoever has work (a lone tenant is not throttled to $6 per claim). The
+-- best $3, shares first, are then locked with SKIP LOCKED (re-checked
+-- against the newest row version) and claimed.
 --   $1..$5 as claim, $6 cap per tenant
 WITH RECURSIVE open_queues AS (
     SELECT q.name FROM unnest($1::text[]) AS q(name)
@@ -84,7 +87,7 @@ tenants (queue, tenant, n) AS (
     WHERE t.tenant IS NOT NULL AND t.n < 1000
 ),
 candidates AS (
-    SELECT c.id, c.priority, c.run_at, c.entity
+    SELECT 0 AS rank, c.id, c.priority, c.run_at, c.entity
     FROM tenants AS t
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
@@ -101,7 +104,7 @@ candidates AS (
     ) AS c
     WHERE t.tenant IS NOT NULL
   UNION ALL
-    SELECT c.id, c.priority, c.run_at, c.entity
+    SELECT 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
@@ -116,17 +119,35 @@ candidates AS (
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
+  UNION ALL
+    -- Spare capacity: the queue's next jobs in claim order, any tenant.
+    SELECT 1, c.id, c.priority, c.run_at, c.entity
+    FROM open_queues AS o
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.entity
+        FROM {{schema}}.jobs AS j
+        WHERE j.state = 'ready' AND j.queue = o.name
+          AND j.run_at <= now()
+          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
+          AND (j.entity IS NULL OR (
+                SELECT 1 FROM {{schema}}.jobs AS r
+                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+                LIMIT 1) IS NULL)
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT $3
+    ) AS c
 ),
 best AS (
-    -- One job per entity per batch; the unique running index is the guard.
+    -- A job listed both as a share and as spare keeps its share rank; one
+    -- job per entity per batch (the unique running index is the guard).
     SELECT d.id FROM (
-        SELECT c.id, c.priority, c.run_at,
+        SELECT c.id, c.rank, c.priority, c.run_at,
                row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
-                                  ORDER BY c.priority DESC, c.run_at, c.id) AS rn
+                                  ORDER BY c.rank, c.priority DESC, c.run_at, c.id) AS rn
         FROM candidates AS c
     ) AS d
     WHERE d.rn = 1
-    ORDER BY d.priority DESC, d.run_at, d.id
+    ORDER BY d.rank, d.priority DESC, d.run_at, d.id
     LIMIT $3
 ),
 locked AS (

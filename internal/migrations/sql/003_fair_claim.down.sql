@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS {{schema}}.jobs_ready_no_tenant;
