@@ -10,14 +10,18 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/devdb"
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
@@ -47,19 +51,77 @@ func AdminURL(t testing.TB) string {
 	return adminURL
 }
 
+// discover finds the test server: TEST_DATABASE_URL, else a server on
+// 127.0.0.1:5432, else a private cluster started from the installed server
+// binaries (package devdb) and shared by every test process of this user.
 func discover() (string, error) {
 	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
 		return u, nil
 	}
 	u := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable&connect_timeout=2"
+	if reachable(u) {
+		return u, nil
+	}
+	priv, err := privateServer()
+	if err != nil {
+		return "", fmt.Errorf("no PostgreSQL: set TEST_DATABASE_URL, run one on 127.0.0.1:5432, or install the server binaries (%v)", err)
+	}
+	return priv, nil
+}
+
+func reachable(u string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, u)
 	if err != nil {
-		return "", fmt.Errorf("no PostgreSQL: set TEST_DATABASE_URL or run one on 127.0.0.1:5432 (%v)", err)
+		return false
 	}
 	conn.Close(ctx)
-	return u, nil
+	return true
+}
+
+// privateServer starts (once per machine and user) a throwaway cluster under
+// the temp directory and leaves it running for the next test process; a
+// file lock serialises the packages `go test ./...` runs in parallel.
+func privateServer() (string, error) {
+	base := filepath.Join(os.TempDir(), fmt.Sprintf("skiplock-dbtest-%d", os.Getuid()))
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return "", err
+	}
+	lock, err := os.OpenFile(filepath.Join(base, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", err
+	}
+	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
+	portFile := filepath.Join(base, "port")
+	if b, err := os.ReadFile(portFile); err == nil {
+		u := fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=disable&connect_timeout=2", strings.TrimSpace(string(b)))
+		if reachable(u) {
+			return u, nil
+		}
+	}
+	port := 0
+	if b, err := os.ReadFile(portFile); err == nil {
+		port, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := devdb.Start(ctx, devdb.Options{Dir: filepath.Join(base, "data"), Port: port, Fast: true})
+	if err != nil && port != 0 {
+		// The saved port may be taken by now: pick a new one.
+		c, err = devdb.Start(ctx, devdb.Options{Dir: filepath.Join(base, "data"), Fast: true})
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(portFile, []byte(strconv.Itoa(c.Port())), 0o600); err != nil {
+		return "", err
+	}
+	return c.URL("postgres") + "&connect_timeout=2", nil
 }
 
 func withDB(u, db string) string {

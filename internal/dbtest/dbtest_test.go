@@ -1,0 +1,58 @@
+package dbtest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/devdb"
+)
+
+// The fallback for machines with no server: a private cluster, started
+// once and found again (same URL) by the next caller.
+func TestPrivateServer(t *testing.T) {
+	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
+		t.Skip(err)
+	}
+	u1, err := privateServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u2, err := privateServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u1 != u2 {
+		t.Fatalf("second call started another server: %s then %s", u1, u2)
+	}
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("SELECT 1 = %d, %v", one, err)
+	}
+}
+
+// A test database is a fresh copy of the migrated template.
+func TestNewIsMigratedAndPrivate(t *testing.T) {
+	a, b := New(t), New(t)
+	if a.URL == b.URL {
+		t.Fatal("two tests share a database")
+	}
+	var n int
+	if err := a.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Pool.Exec(context.Background(), "INSERT INTO skiplock.jobs (queue, kind) VALUES ('q', 'k')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("b sees %d jobs (%v)", n, err)
+	}
+}

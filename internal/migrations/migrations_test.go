@@ -1,0 +1,207 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/migrations"
+)
+
+func up(ctx context.Context, pool *pgxpool.Pool, schema string, target int) ([]int, error) {
+	var applied []int
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		applied, err = migrations.UpTx(ctx, tx, schema, target)
+		return err
+	})
+	return applied, err
+}
+
+func down(ctx context.Context, pool *pgxpool.Pool, schema string, target int) ([]int, error) {
+	var reverted []int
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		reverted, err = migrations.DownTx(ctx, tx, schema, target)
+		return err
+	})
+	return reverted, err
+}
+
+// catalog fingerprints a schema: its relations with their options, columns,
+// indexes, constraints and functions, in a stable order.
+func catalog(t *testing.T, pool *pgxpool.Pool, schema string) string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT 'rel ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(array_to_string(c.reloptions, ','), '')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1
+		UNION ALL
+		SELECT 'col ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull
+		       || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE n.nspname = $1 AND a.attnum > 0 AND NOT a.attisdropped
+		UNION ALL
+		SELECT 'idx ' || pg_get_indexdef(i.indexrelid)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1
+		UNION ALL
+		SELECT 'con ' || conname || ' ' || pg_get_constraintdef(k.oid)
+		FROM pg_constraint k JOIN pg_namespace n ON n.oid = k.connamespace WHERE n.nspname = $1
+		UNION ALL
+		SELECT 'fn ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || md5(p.prosrc)
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
+		ORDER BY 1`, schema)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
+}
+
+func TestUpTwiceIsANoOp(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	applied, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Len(t, applied, len(migrations.All()))
+	before := catalog(t, db.Pool, "skiplock")
+	applied, err = up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Empty(t, applied)
+	require.Equal(t, before, catalog(t, db.Pool, "skiplock"))
+
+	st, err := migrations.StatusOf(ctx, db.Pool, "skiplock")
+	require.NoError(t, err)
+	for _, s := range st {
+		require.NotNil(t, s.AppliedAt, "migration %03d not recorded", s.Version)
+	}
+}
+
+// Eight processes deploying at once: the advisory lock lets one apply each
+// migration; the others find nothing to do. None fails.
+func TestConcurrentUp(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	results := make([][]int, 8)
+	errs := make([]error, 8)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = up(ctx, db.Pool, "skiplock", 0)
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for i := range results {
+		require.NoError(t, errs[i])
+		total += len(results[i])
+	}
+	require.Equal(t, len(migrations.All()), total, "each migration applied exactly once")
+}
+
+// Down to zero removes everything; up again gives the very same catalog.
+// Every step down and up one version at a time also works.
+func TestDownToZeroAndUpAgain(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	_, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	want := catalog(t, db.Pool, "skiplock")
+
+	for v := migrations.Latest() - 1; v >= 0; v-- {
+		reverted, err := down(ctx, db.Pool, "skiplock", v)
+		require.NoError(t, err, "down to %d", v)
+		require.Equal(t, []int{v + 1}, reverted)
+	}
+	var exists bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'skiplock')").Scan(&exists))
+	require.False(t, exists, "down to 0 leaves no schema behind")
+
+	for v := 1; v <= migrations.Latest(); v++ {
+		applied, err := up(ctx, db.Pool, "skiplock", v)
+		require.NoError(t, err, "up to %d", v)
+		require.Equal(t, []int{v}, applied)
+	}
+	require.Equal(t, want, catalog(t, db.Pool, "skiplock"))
+}
+
+// The hot table's storage settings are part of the schema: fillfactor for
+// HOT updates and aggressive per-table autovacuum.
+func TestJobsTableSettings(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	var opts []string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT reloptions FROM pg_class WHERE oid = 'skiplock.jobs'::regclass").Scan(&opts))
+	joined := strings.Join(opts, ",")
+	for _, want := range []string{"fillfactor=", "autovacuum_vacuum_scale_factor=", "autovacuum_vacuum_cost_delay="} {
+		require.Contains(t, joined, want)
+	}
+}
+
+// Two installations in one database do not see each other.
+func TestTwoSchemas(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	for _, s := range []string{"skiplock", "other_app"} {
+		_, err := up(ctx, db.Pool, s, 0)
+		require.NoError(t, err)
+	}
+	_, err := db.Pool.Exec(ctx, "INSERT INTO other_app.jobs (queue, kind) VALUES ('q', 'k')")
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs").Scan(&n))
+	require.Zero(t, n)
+	before := catalog(t, db.Pool, "skiplock")
+	_, err = down(ctx, db.Pool, "other_app", 0)
+	require.NoError(t, err)
+	require.Equal(t, before, catalog(t, db.Pool, "skiplock"), "removing one installation touched the other")
+	st, err := migrations.StatusOf(ctx, db.Pool, "skiplock")
+	require.NoError(t, err)
+	require.NotNil(t, st[len(st)-1].AppliedAt)
+}
+
+// A schema name is spliced into SQL, so only plain identifiers pass, and a
+// rejected name changes nothing.
+func TestBadSchemaName(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	for _, bad := range []string{"", "Skiplock", "a-b", "x; DROP TABLE y", `"q"`, "1abc", strings.Repeat("a", 49), "a\x00b"} {
+		_, err := up(ctx, db.Pool, bad, 0)
+		require.Error(t, err, "%q", bad)
+		require.True(t, errors.Is(err, migrations.ErrInvalidSchema), "%q: %v", bad, err)
+		require.Contains(t, err.Error(), "schema")
+	}
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx,
+		"SELECT count(*) FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('public', 'information_schema')").Scan(&n))
+	require.Zero(t, n, "a rejected schema name created something")
+}
+
+// The exported script is the same SQL the runner applies.
+func TestSQLScript(t *testing.T) {
+	t.Parallel()
+	script, err := migrations.SQL("skiplock", true, 1, migrations.Latest())
+	require.NoError(t, err)
+	for _, m := range migrations.All() {
+		require.Contains(t, script, strings.TrimSpace(migrations.Render(m.Up, "skiplock"))[:40])
+	}
+	db := dbtest.NewEmpty(t)
+	_, err = db.Pool.Exec(context.Background(), script)
+	require.NoError(t, err)
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n))
+}
