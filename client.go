@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ type Client struct {
 	handlers map[string]*handlerEntry
 	fallback *handlerEntry
 	runner   *worker.Runner
-	services []service.Service // maintenance: retention, partitions, scheduler
+	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard
 }
 
 // NewClient returns a Client using pool, which the caller owns and closes
@@ -103,6 +104,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return err
 	}
 	c.services = append(c.retentionServices(), c.schedulerServices()...)
+	c.services = append(c.services, c.vacuumServices()...)
 	for _, s := range c.services {
 		if err := s.Start(ctx); err != nil {
 			return err
@@ -154,9 +156,20 @@ func (c *Client) StopAndCancel(ctx context.Context) error {
 type Stats struct {
 	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
 	Running                                             int
-	ClaimP50, ClaimP99                                  time.Duration
-	ListenerUp                                          bool
+	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
+	ClaimP50, ClaimP99 time.Duration
+	ListenerUp         bool
+	// Claims counts every claim statement since Start; ClaimCounts is the
+	// cumulative count of those that took at most each ClaimBuckets bound;
+	// ClaimSum is their total duration (a Prometheus histogram's parts).
+	Claims      uint64
+	ClaimCounts []uint64
+	ClaimSum    time.Duration
 }
+
+// ClaimBuckets are the upper bounds, in seconds, of the claim-latency
+// histogram in Stats: 0.5 ms to 2.5 s.
+var ClaimBuckets = slices.Clone(worker.ClaimBuckets)
 
 // Stats returns this process's worker counters (zero before Start).
 func (c *Client) Stats() Stats {
@@ -168,7 +181,8 @@ func (c *Client) Stats() Stats {
 	}
 	s := r.Stats()
 	return Stats{Claimed: s.Claimed, Completed: s.Completed, Failed: s.Failed, DeadLettered: s.DeadLettered,
-		LeaseLost: s.LeaseLost, Running: s.Running, ClaimP50: s.ClaimP50, ClaimP99: s.ClaimP99, ListenerUp: s.ListenerUp}
+		LeaseLost: s.LeaseLost, Running: s.Running, ClaimP50: s.ClaimP50, ClaimP99: s.ClaimP99, ListenerUp: s.ListenerUp,
+		Claims: s.Claims, ClaimCounts: s.ClaimCounts, ClaimSum: s.ClaimSum}
 }
 
 // Reap returns expired leases now (the reaper also runs on its own).
@@ -219,36 +233,61 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 }
 
 // CompleteTx completes job inside tx, the handler's own transaction, so the
-// job's completion commits or rolls back with the handler's domain writes.
-// The lease is checked inside tx: if this worker no longer holds it,
-// CompleteTx returns ErrLeaseLost and tx must not commit. After a nil return
-// the handler should commit tx and return nil; the worker then writes nothing
-// more for the job. tx is a pgx.Tx or a *sql.Tx.
+// job's completion commits or rolls back with the handler's domain writes:
+// together they happen exactly once.
+//
+// The completion is fenced inside tx by the job's id, lease token and worker:
+// if this worker no longer holds the lease (it expired and the job may have
+// been claimed again), CompleteTx returns an error matching ErrLeaseLost
+// (errors.Is) and the caller must roll tx back, so its domain writes vanish
+// with it; the handler should then return the error, and the worker writes
+// nothing more for the job. After a nil return the handler commits tx and
+// returns nil. If the handler returns an error instead (say, Commit failed),
+// the attempt fails as usual: a retry that lands only if tx did not commit.
+// A handler that returns nil without committing tx gets its job retried.
+//
+// Call CompleteTx as the last statement before Commit: from then until the
+// commit the job's row is locked, which holds up this process's heartbeat.
+// Call it once per transaction (a second call in the same transaction finds
+// the job already gone and reports ErrLeaseLost), and only while the handler
+// runs: job must be the one the client passed to the handler, and c that
+// client; anything else reports ErrLeaseLost. tx is a pgx.Tx or a *sql.Tx.
 func CompleteTx[T any](ctx context.Context, c *Client, tx any, job *Job[T]) error {
-	if job.completedTx == nil {
-		return errors.New("skiplock: CompleteTx: job did not come from a running handler")
+	if job == nil || job.run == nil {
+		return fmt.Errorf("skiplock: CompleteTx: the job was not handed to a handler by a Client: %w", ErrLeaseLost)
+	}
+	run := job.run
+	if run.client != c {
+		return fmt.Errorf("skiplock: CompleteTx: job %d is run by another Client: %w", run.id, ErrLeaseLost)
+	}
+	if run.returned.Load() {
+		return fmt.Errorf("skiplock: CompleteTx: job %d: its handler already returned: %w", run.id, ErrLeaseLost)
 	}
 	q := c.store.SQL("complete_one_delete")
-	if job.archive {
+	if c.cfg.ArchiveCompleted {
 		q = c.store.SQL("complete_one_archive")
 	}
 	var id int64
 	var err error
 	switch db := tx.(type) {
 	case store.DBTX:
-		err = db.QueryRow(ctx, q, job.ID, job.LeaseToken, job.WorkerID).Scan(&id)
+		err = db.QueryRow(ctx, q, run.id, run.token, run.worker).Scan(&id)
 	case SQLQueryer:
-		err = db.QueryRowContext(ctx, q, job.ID, job.LeaseToken, job.WorkerID).Scan(&id)
+		err = db.QueryRowContext(ctx, q, run.id, run.token, run.worker).Scan(&id)
 	default:
 		return fmt.Errorf("skiplock: CompleteTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
 	}
-	if isNoRows(err) {
-		return ErrLeaseLost
+	switch {
+	case isNoRows(err):
+		run.leaseLost.Store(true)
+		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", run.id, ErrLeaseLost)
+	case err != nil && errors.Is(context.Cause(ctx), ErrLeaseLost):
+		// The heartbeat found the lease gone and cancelled ctx meanwhile.
+		return fmt.Errorf("skiplock: CompleteTx: job %d: %w (%w)", run.id, ErrLeaseLost, err)
+	case err != nil:
+		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", run.id, err)
 	}
-	if err != nil {
-		return fmt.Errorf("skiplock: CompleteTx: %w", err)
-	}
-	*job.completedTx = true
+	run.completedTx.Store(true)
 	return nil
 }
 

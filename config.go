@@ -45,8 +45,18 @@ type Config struct {
 	// capped exponential with jitter: 1s·2^(attempt-1)·[0.5,1), at most 1h.
 	Backoff func(attempt int) time.Duration
 	// ArchiveCompleted keeps finished jobs in the partitioned jobs_done table
-	// instead of deleting them.
+	// instead of deleting them. Started clients keep its daily partitions
+	// created a week ahead and drop them after CompletedRetention.
 	ArchiveCompleted bool
+	// CompletedRetention is how long archived jobs stay in jobs_done: a
+	// started client drops each daily partition (a catalog operation, never
+	// a row-by-row DELETE) once its UTC day ended longer ago than this.
+	// Default 7 days; at least 1 hour; negative keeps the history forever.
+	CompletedRetention time.Duration
+	// DeadLetterRetention is how long dead letters are kept: a started
+	// client purges older ones in small batches. Default 30 days; at least
+	// 1 hour; negative keeps them forever.
+	DeadLetterRetention time.Duration
 	// PollOnly disables LISTEN (for transaction-mode poolers such as
 	// PgBouncer); jobs are found by polling every PollInterval.
 	PollOnly bool
@@ -58,6 +68,13 @@ type Config struct {
 	// most recent ones, so downtime never turns into a storm. 0 means 1;
 	// negative enqueues none and resumes at the next fire time.
 	ScheduleCatchUp int
+	// VacuumDeadTuples is the vacuum guard's threshold: when the jobs table
+	// holds more dead tuples than this and no vacuum (manual or automatic)
+	// finished in the last 30 s, a started client runs VACUUM on it (one
+	// process at a time, under an advisory lock). It covers autovacuum being
+	// off, throttled or too slow for the queue's churn; with autovacuum
+	// keeping up it never fires. Default 100,000; negative disables it.
+	VacuumDeadTuples int64
 }
 
 // Pool is one worker pool: the queues (and optionally kinds) it claims and
@@ -135,8 +152,20 @@ func (c Config) withDefaults() Config {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 25 * time.Second
 	}
+	if c.CompletedRetention == 0 {
+		c.CompletedRetention = DefaultCompletedRetention
+	}
+	if c.DeadLetterRetention == 0 {
+		c.DeadLetterRetention = DefaultDeadLetterRetention
+	}
 	return c
 }
+
+// Retention defaults (Config.CompletedRetention, Config.DeadLetterRetention).
+const (
+	DefaultCompletedRetention  = 7 * 24 * time.Hour
+	DefaultDeadLetterRetention = 30 * 24 * time.Hour
+)
 
 func (c Config) validate() error {
 	if err := migrations.ValidateSchema(c.Schema); err != nil {
@@ -159,6 +188,12 @@ func (c Config) validate() error {
 	}
 	if c.ScheduleCatchUp > 1000 {
 		return invalidConfig("ScheduleCatchUp", "must be at most 1000 (missed fires are a catch-up, not a replay), got %d", c.ScheduleCatchUp)
+	}
+	if c.CompletedRetention > 0 && c.CompletedRetention < time.Hour {
+		return invalidConfig("CompletedRetention", "must be at least 1h (or negative to keep the history forever), got %s", c.CompletedRetention)
+	}
+	if c.DeadLetterRetention > 0 && c.DeadLetterRetention < time.Hour {
+		return invalidConfig("DeadLetterRetention", "must be at least 1h (or negative to keep dead letters forever), got %s", c.DeadLetterRetention)
 	}
 	if len(c.WorkerID) > 200 {
 		return invalidConfig("WorkerID", "longer than 200 bytes")

@@ -169,6 +169,13 @@ type SQLQueryer interface {
 // delivered only then. tx is a pgx.Tx (or anything with pgx's Exec, Query and
 // QueryRow, such as a *pgxpool.Pool or *pgx.Conn), or a database/sql
 // *sql.Tx, *sql.DB or *sql.Conn. EnqueueTx never commits or rolls back.
+//
+// If the caller's COMMIT fails, whether the job exists is unknown: the
+// connection may have died after the server committed, and pgx then
+// reports the error as safe to retry (test/faults TestCommitReplyLost).
+// Retry with a UniqueKey when a second job would hurt: while the first is
+// still ready or running, the retry returns its id instead of inserting
+// another.
 func (c *Client) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
 	a, err := c.prepare(p)
 	if err != nil {

@@ -200,6 +200,8 @@ var badInputs = []struct {
 	field string
 }{
 	{"invalid JSON", skiplock.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{bad`)}, "payload"},
+	{"truncated JSON", skiplock.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{"a":`)}, "payload"},
+	{"unterminated object", skiplock.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{"a":[1,2`)}, "payload"},
 	{"JSON array", skiplock.EnqueueParams{Kind: "k", Payload: json.RawMessage(`[1]`)}, "payload"},
 	{"oversized payload", skiplock.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{"a":"` + strings.Repeat("x", 1<<20) + `"}`)}, "payload"},
 	{"NUL in payload", skiplock.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{"a":"x\u0000y"}`)}, "payload"},

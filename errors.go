@@ -3,6 +3,8 @@ package skiplock
 import (
 	"errors"
 	"fmt"
+
+	"github.com/skiplock/skiplock/internal/worker"
 )
 
 // ErrInvalidJob is the sentinel behind every validation failure of a job's
@@ -15,8 +17,9 @@ var ErrInvalidConfig = errors.New("skiplock: invalid config")
 // ErrLeaseLost is returned when a write for a job is refused because this
 // worker no longer holds the job's lease (it expired and another worker may
 // own the job now). Nothing was written; a transaction it happened in must
-// not commit.
-var ErrLeaseLost = errors.New("skiplock: lease lost")
+// not commit. It is also the context.Cause of a handler's context cancelled
+// because the heartbeat found the lease gone.
+var ErrLeaseLost = worker.ErrLeaseLost
 
 // ErrClientStopped is returned by calls that need a running client.
 var ErrClientStopped = errors.New("skiplock: client not running")

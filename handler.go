@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/worker"
@@ -29,15 +30,31 @@ type Job[T any] struct {
 	Tenant      string
 	Entity      string
 	UniqueKey   string
-	// LeaseToken is this claim's fencing token: unique per attempt, it changes
-	// whenever the job is claimed again. Pass it (with ID) to external systems
-	// as an idempotency key, see docs/fencing.md.
+	// LeaseToken is this claim's fencing token. Every claim takes a new one
+	// from a database sequence, so the tokens of successive leases of the
+	// same job strictly increase: a worker that lost its lease always holds a
+	// smaller token than the job's current owner. External systems can fence
+	// writes with it (accept a write only if its token is at least the
+	// highest one seen for the job); the job's stable idempotency key is ID.
+	// See docs/fencing.md.
 	LeaseToken int64
 	// WorkerID is the process that holds the lease.
 	WorkerID string
 
-	completedTx *bool
-	archive     bool
+	run *jobRun // nil for a Job not handed to a handler by a Client
+}
+
+// jobRun links one handler run to the client that runs it: CompleteTx
+// reports through it, and the runner reads it once the handler returned.
+type jobRun struct {
+	client *Client
+	id     int64
+	token  int64 // copies of the lease, safe from changes to the Job's fields
+	worker string
+
+	completedTx atomic.Bool // a CompleteTx succeeded (its transaction may still roll back)
+	leaseLost   atomic.Bool // a CompleteTx found the lease gone
+	returned    atomic.Bool // the handler returned: CompleteTx is refused from now on
 }
 
 // LogValue keeps accidental logging of a job safe: id, queue, kind and
@@ -70,7 +87,7 @@ func WithBackoff(f func(attempt int) time.Duration) HandlerOption {
 func WithMaxAttempts(n int) HandlerOption { return func(h *handlerEntry) { h.maxAttempts = n } }
 
 type handlerEntry struct {
-	run         func(ctx context.Context, j *worker.Job, completedTx *bool) error
+	run         func(ctx context.Context, j *worker.Job, run *jobRun) error
 	timeout     time.Duration
 	backoff     func(attempt int) time.Duration
 	maxAttempts int
@@ -107,13 +124,12 @@ func HandleFallback(c *Client, fn HandlerFunc[json.RawMessage], opts ...HandlerO
 
 func newEntry[T any](c *Client, fn HandlerFunc[T], opts []HandlerOption) *handlerEntry {
 	h := &handlerEntry{}
-	h.run = func(ctx context.Context, wj *worker.Job, completedTx *bool) error {
+	h.run = func(ctx context.Context, wj *worker.Job, run *jobRun) error {
 		j := &Job[T]{
 			ID: wj.ID, Queue: wj.Queue, Kind: wj.Kind, Priority: wj.Priority, Attempt: wj.Attempt,
 			MaxAttempts: wj.MaxAttempts, Payload: wj.Payload, RunAt: wj.RunAt, CreatedAt: wj.CreatedAt,
 			AttemptedAt: wj.AttemptedAt, Tenant: wj.Tenant, Entity: wj.Entity, UniqueKey: wj.UniqueKey,
-			LeaseToken: wj.LeaseToken, WorkerID: c.cfg.WorkerID, completedTx: completedTx,
-			archive: c.cfg.ArchiveCompleted,
+			LeaseToken: wj.LeaseToken, WorkerID: run.worker, run: run,
 		}
 		if err := decodeArgs(wj.Payload, &j.Args); err != nil {
 			return &decodeError{err: err}
@@ -213,7 +229,7 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome)
 		ctx, cancel = context.WithTimeoutCause(ctx, h.timeout, errTimeout)
 		defer cancel()
 	}
-	var completedTx bool
+	run := &jobRun{client: c, id: j.ID, token: j.LeaseToken, worker: c.cfg.WorkerID}
 	err, panicked := func() (err error, panicked bool) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -221,12 +237,23 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome)
 				err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 			}
 		}()
-		return h.run(ctx, j, &completedTx), false
+		return h.run(ctx, j, run), false
 	}()
-	if err == nil {
-		if completedTx {
-			return worker.Outcome{Kind: worker.Nothing}
-		}
+	run.returned.Store(true)
+	switch {
+	case run.leaseLost.Load():
+		// CompleteTx saw, inside the handler's transaction, that another
+		// worker may own the job now: write nothing at all.
+		return worker.Outcome{Kind: worker.Nothing}
+	case err == nil && run.completedTx.Load():
+		// Completed in the handler's transaction, which the handler committed
+		// before returning. Should it not have, the job must not stay running
+		// until its lease expires: the fallback below is a fenced retry that
+		// matches nothing once the completion committed.
+		out := c.failure(h, j, errNotCommitted, "error")
+		out.CompletedTx = true
+		return out
+	case err == nil:
 		return worker.Outcome{Kind: worker.Complete}
 	}
 	var ce *controlError
@@ -250,6 +277,22 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome)
 	if errors.As(err, &de) {
 		return worker.Outcome{Kind: worker.DeadLetter, Reason: "discarded", Error: truncate(err.Error())}
 	}
+	out = c.failure(h, j, err, reason)
+	if out.Kind == worker.Retry {
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: job failed; will retry",
+			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
+			slog.Int("attempt", j.Attempt), slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", reason))
+	}
+	return out
+}
+
+// errNotCommitted is the error recorded when a handler returned nil after a
+// successful CompleteTx whose transaction then did not commit.
+var errNotCommitted = errors.New("the handler returned nil after CompleteTx, but its transaction did not commit")
+
+// failure is the outcome of a failed attempt: a retry after backoff, or the
+// dead-letter table once attempts are spent.
+func (c *Client) failure(h *handlerEntry, j *worker.Job, err error, reason string) worker.Outcome {
 	maxAttempts := j.MaxAttempts
 	if h.maxAttempts > 0 {
 		maxAttempts = min(maxAttempts, h.maxAttempts)
@@ -261,9 +304,6 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome)
 	if h.backoff != nil {
 		backoff = h.backoff
 	}
-	c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: job failed; will retry",
-		slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
-		slog.Int("attempt", j.Attempt), slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", reason))
 	return worker.Outcome{Kind: worker.Retry, Delay: backoff(j.Attempt), Error: truncate(err.Error())}
 }
 

@@ -363,7 +363,7 @@ func EnqueueNext[T any](ctx context.Context, c *Client, tx any, job *Job[T], del
 		MaxAttempts: job.MaxAttempts, UniqueKey: NextRunKey(job.Kind, key), Tenant: job.Tenant, Entity: job.Entity,
 	})
 	if err != nil {
-		*job.completedTx = false // the caller must roll back: do not report success
+		job.run.completedTx.Store(false) // the caller must roll back: do not report success
 		return r, err
 	}
 	return r, nil

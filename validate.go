@@ -126,7 +126,64 @@ func ValidatePayload(raw []byte, maxBytes int) error {
 			return invalidJob("payload", "has data after the JSON object")
 		}
 	}
+	// The tokenizer reports a clean io.EOF when the input stops between
+	// tokens, so `{"a":` would otherwise pass: an object still open at the
+	// end is truncated JSON.
+	if depth != 0 {
+		return invalidJob("payload", "not valid JSON: unexpected end at byte offset %d", len(raw))
+	}
+	if off := unpairedSurrogate(raw); off >= 0 {
+		return invalidJob("payload", "has an unpaired UTF-16 surrogate escape at byte offset %d, which PostgreSQL cannot store", off)
+	}
 	return nil
+}
+
+// unpairedSurrogate returns the offset of the first \uD800-\uDFFF escape in
+// raw (valid JSON) that is not a high surrogate followed by a low one, or -1.
+// encoding/json turns such an escape into U+FFFD; PostgreSQL's jsonb rejects
+// it.
+func unpairedSurrogate(raw []byte) int {
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+			return 0, false
+		}
+		var r rune
+		for _, c := range raw[i+2 : i+6] {
+			switch {
+			case c >= '0' && c <= '9':
+				r = r<<4 | rune(c-'0')
+			case c >= 'a' && c <= 'f':
+				r = r<<4 | rune(c-'a'+10)
+			case c >= 'A' && c <= 'F':
+				r = r<<4 | rune(c-'A'+10)
+			default:
+				return 0, false
+			}
+		}
+		return r, true
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			i++ // a two-byte escape such as \\ or \"
+			continue
+		}
+		switch {
+		case r >= 0xD800 && r <= 0xDBFF:
+			if lo, ok := hex4(i + 6); !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return i
+			}
+			i += 11
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return i
+		default:
+			i += 5
+		}
+	}
+	return -1
 }
 
 func jsonType(c byte) string {

@@ -19,10 +19,13 @@ type DeadGroup struct {
 	Signature string `json:"signature"`
 	// SampleError is the first line of the group's newest error, at most
 	// 300 characters.
-	SampleError string    `json:"sample_error"`
-	Count       int64     `json:"count"`
-	First       time.Time `json:"first"`
-	Last        time.Time `json:"last"`
+	SampleError string `json:"sample_error"`
+	// SampleID is the job id of the group's newest dead letter (look it up
+	// under access control; the payload is never shown here).
+	SampleID int64     `json:"sample_id"`
+	Count    int64     `json:"count"`
+	First    time.Time `json:"first"`
+	Last     time.Time `json:"last"`
 }
 
 // DeadLetterGroups groups the dead-letter table by kind and error signature,
@@ -41,7 +44,7 @@ func DeadLetterGroups(ctx context.Context, db DBTX, schema, kind string, limit i
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadGroup, error) {
 		var g DeadGroup
-		err := r.Scan(&g.Kind, &g.Signature, &g.Count, &g.First, &g.Last, &g.SampleError)
+		err := r.Scan(&g.Kind, &g.Signature, &g.Count, &g.First, &g.Last, &g.SampleError, &g.SampleID)
 		return g, err
 	})
 	return out, wrap("dead-letter groups", err)

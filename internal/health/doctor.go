@@ -335,11 +335,11 @@ func (d *doctor) checkTableSettings(ctx context.Context) Check {
 		if _, ok := have["fillfactor"]; !ok || !sameNumber(have["fillfactor"], "80") {
 			fix = append(fix, "(fillfactor applies to pages written from now on; VACUUM FULL or pg_repack rewrites the rest)")
 		}
+		fix = append(fix, "and find the migration that reset them.")
 	}
 	if len(server) > 0 {
-		fix = append(fix, "set "+strings.Join(server, " and ")+" in postgresql.conf and reload")
+		fix = append(fix, "Set "+strings.Join(server, " and ")+" in postgresql.conf and reload.")
 	}
-	fix = append(fix, "and find the migration that reset them")
 	c.Fix = strings.Join(fix, " ")
 	return c
 }

@@ -301,6 +301,38 @@ func Workers(ctx context.Context, db DBTX, schema string) ([]Worker, error) {
 	return out, wrap("workers", err)
 }
 
+// WorkerTotals counts the worker processes of the workers table by state and
+// sums their cumulative counters over every row, stopped processes included:
+// a process's counters only grow and its row keeps its final counts, so the
+// sums only grow while rows are kept.
+type WorkerTotals struct {
+	// Live processes have not stopped and beat within LiveWindow; Stale ones
+	// have not stopped but have not beat since (killed, or partitioned away);
+	// Stopped ones shut down cleanly.
+	Live    int64 `json:"live"`
+	Stale   int64 `json:"stale"`
+	Stopped int64 `json:"stopped"`
+	// Claimed, Completed and Failed sum the processes' counters.
+	Claimed   int64 `json:"claimed_total"`
+	Completed int64 `json:"completed_total"`
+	Failed    int64 `json:"failed_total"`
+}
+
+// WorkerTotalsOf returns the worker processes by state and their summed
+// counters.
+func WorkerTotalsOf(ctx context.Context, db DBTX, schema string) (WorkerTotals, error) {
+	var t WorkerTotals
+	q, err := query(schema, "worker_totals")
+	if err != nil {
+		return t, err
+	}
+	err = db.QueryRow(ctx, q, LiveWindow.Microseconds()).Scan(&t.Live, &t.Stale, &t.Stopped, &t.Claimed, &t.Completed, &t.Failed)
+	if err != nil {
+		return WorkerTotals{}, wrap("worker totals", err)
+	}
+	return t, nil
+}
+
 // EnsureDonePartitions creates the daily jobs_done partitions from today
 // (UTC) through daysAhead days ahead, moving any rows waiting in the default
 // partition into their day's; it returns how many partitions it created.
@@ -325,6 +357,34 @@ func DropDonePartitions(ctx context.Context, db DBTX, schema string, keep time.D
 	var n int
 	err = db.QueryRow(ctx, q, keep.Microseconds()).Scan(&n)
 	return n, wrap("drop jobs_done partitions", err)
+}
+
+// PartitionPass is the outcome of MaintainDonePartitions.
+type PartitionPass struct {
+	// Locked reports that the pass took its advisory lock; when false
+	// another process was running it and nothing was done.
+	Locked           bool
+	Created, Dropped int
+}
+
+// MaintainDonePartitions runs one partition pass as a single statement
+// (one implicit transaction that never waits on the client): under the
+// advisory lock keyed by lockKey, if free, it creates partitions daysAhead
+// ahead when archive is set and drops those whose day ended more than keep
+// ago when keep > 0. DDL waits at most lockTimeout for its table locks.
+func MaintainDonePartitions(ctx context.Context, db DBTX, schema, lockKey string, archive bool, daysAhead int,
+	keep, lockTimeout time.Duration) (PartitionPass, error) {
+	var p PartitionPass
+	q, err := query(schema, "maintain_partitions")
+	if err != nil {
+		return p, err
+	}
+	err = db.QueryRow(ctx, q, lockKey, archive, daysAhead, keep.Microseconds(), lockTimeout.Milliseconds()).
+		Scan(&p.Locked, &p.Created, &p.Dropped)
+	if err != nil {
+		return PartitionPass{}, wrap("maintain jobs_done partitions", err)
+	}
+	return p, nil
 }
 
 // Partition is one partition of jobs_done.

@@ -245,13 +245,16 @@ func TestLongRunnersWaitAndWorkers(t *testing.T) {
 	for _, x := range w[1:] {
 		require.False(t, x.Live, x.ID)
 	}
+	tot, err := health.WorkerTotalsOf(ctx, db.Pool, db.Schema)
+	require.NoError(t, err)
+	require.Equal(t, health.WorkerTotals{Live: 1, Stale: 1, Stopped: 1, Claimed: 112, Completed: 107, Failed: 3}, tot)
 }
 
 func TestDeadLetterGroupsAndSize(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	insertDead(t, db, "q", "sync", 5, time.Hour, func(i int) string {
+	syncIDs := insertDead(t, db, "q", "sync", 5, time.Hour, func(i int) string {
 		return fmt.Sprintf("carrier %d: timeout after %dms\nstack trace", 1000+i, 30000+i)
 	})
 	insertDead(t, db, "q", "sync", 2, 30*time.Hour, func(i int) string { return fmt.Sprintf(`bad reply "%c"`, 'a'+i) })
@@ -264,6 +267,7 @@ func TestDeadLetterGroupsAndSize(t *testing.T) {
 	require.Equal(t, "carrier <n>: timeout after <n>ms", gs[0].Signature)
 	require.Equal(t, int64(5), gs[0].Count)
 	require.Equal(t, "carrier 1004: timeout after 30004ms", gs[0].SampleError, "newest sample, first line only")
+	require.Equal(t, syncIDs[4], gs[0].SampleID, "sample id is the newest dead letter's")
 	require.False(t, gs[0].First.After(gs[0].Last))
 	require.Equal(t, "bad reply <str>", gs[1].Signature)
 
@@ -483,6 +487,8 @@ func TestDoctorHealthy(t *testing.T) {
 		if c.Name == "table_settings" && autovacuum == "off" {
 			require.Equal(t, health.StatusFail, c.Status)
 			require.Contains(t, c.Figure, "autovacuum = off")
+			require.Equal(t, "Set autovacuum = on in postgresql.conf and reload.", c.Fix,
+				"the table's settings are intact: the fix is the server's alone")
 			continue
 		}
 		require.NotEqual(t, health.StatusFail, c.Status, "%s: %s", c.Name, c.Figure)

@@ -3,6 +3,9 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ClaimedJob is one row returned by a claim: everything a worker needs to run
@@ -125,15 +128,51 @@ func (s *Store) Heartbeat(ctx context.Context, db DBTX, ls []Lease, lease time.D
 	return out, rows.Err()
 }
 
-// Complete finishes jobs successfully (deleting them, or archiving them into
-// jobs_done) and returns the ids whose lease was still held.
-func (s *Store) Complete(ctx context.Context, db DBTX, ls []Lease, worker string, archive bool) (map[int64]bool, error) {
+// CollectIDs runs q, a statement returning the ids it matched, alone.
+func CollectIDs(ctx context.Context, db DBTX, q Query) (map[int64]bool, error) {
+	return collectIDs(ctx, db, q.SQL, q.Args...)
+}
+
+// Query is one statement with its arguments, for WriteBatch.
+type Query struct {
+	SQL  string
+	Args []any
+}
+
+// CompleteQuery finishes jobs successfully (deleting them, or archiving
+// them into jobs_done); it returns the ids whose lease was still held.
+func (s *Store) CompleteQuery(ls []Lease, worker string, archive bool) Query {
 	ids, tokens := split(ls)
 	q := s.SQL("complete_delete")
 	if archive {
 		q = s.SQL("complete_archive")
 	}
-	return collectIDs(ctx, db, q, ids, tokens, worker)
+	return Query{q, []any{ids, tokens, worker}}
+}
+
+// WriteBatch sends statements that each return the ids they matched
+// (CompleteQuery, RescheduleQuery, DeadLetterQuery) in one round trip, as
+// one pipeline and therefore one implicit transaction: all of them commit
+// or none does, and no transaction stays open waiting on this process.
+func WriteBatch(ctx context.Context, pool *pgxpool.Pool, qs []Query) (map[int64]bool, error) {
+	out := map[int64]bool{}
+	b := &pgx.Batch{}
+	for _, q := range qs {
+		b.Queue(q.SQL, q.Args...).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				out[id] = true
+			}
+			return rows.Err()
+		})
+	}
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Reschedule is one job going back to ready.
@@ -144,8 +183,9 @@ type Reschedule struct {
 	Error  *string // nil keeps the previous last_error
 }
 
-// Reschedule returns jobs to ready and reports which leases were still held.
-func (s *Store) Reschedule(ctx context.Context, db DBTX, rs []Reschedule, worker string) (map[int64]bool, error) {
+// RescheduleQuery returns jobs to ready; it returns the ids whose lease
+// was still held.
+func (s *Store) RescheduleQuery(rs []Reschedule, worker string) Query {
 	n := len(rs)
 	ids, tokens, delays := make([]int64, n), make([]int64, n), make([]int64, n)
 	refunds, errs := make([]int32, n), make([]*string, n)
@@ -155,7 +195,7 @@ func (s *Store) Reschedule(ctx context.Context, db DBTX, rs []Reschedule, worker
 			refunds[i] = 1
 		}
 	}
-	return collectIDs(ctx, db, s.SQL("reschedule"), ids, tokens, delays, refunds, errs, worker)
+	return Query{s.SQL("reschedule"), []any{ids, tokens, delays, refunds, errs, worker}}
 }
 
 // Dead is one job going to the dead-letter table.
@@ -165,14 +205,15 @@ type Dead struct {
 	Error  string
 }
 
-// DeadLetter moves jobs to jobs_dead and reports which leases were still held.
-func (s *Store) DeadLetter(ctx context.Context, db DBTX, ds []Dead, worker string) (map[int64]bool, error) {
+// DeadLetterQuery moves jobs to jobs_dead; it returns the ids whose lease
+// was still held.
+func (s *Store) DeadLetterQuery(ds []Dead, worker string) Query {
 	n := len(ds)
 	ids, tokens, reasons, errs := make([]int64, n), make([]int64, n), make([]string, n), make([]string, n)
 	for i, d := range ds {
 		ids[i], tokens[i], reasons[i], errs[i] = d.ID, d.Token, d.Reason, d.Error
 	}
-	return collectIDs(ctx, db, s.SQL("dead_letter"), ids, tokens, reasons, errs, worker)
+	return Query{s.SQL("dead_letter"), []any{ids, tokens, reasons, errs, worker}}
 }
 
 // Reap returns expired leases to ready (or to the dead-letter table) and

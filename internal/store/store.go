@@ -9,6 +9,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strings"
 	"time"
 
@@ -76,6 +77,18 @@ type Store struct {
 	q      map[string]string
 }
 
+// seedBug is set only in a build with the skiplock_seedbug tag (seedbug.go),
+// which the fault suite uses to prove its checker fails when the lease
+// fence is gone. No other build can set it.
+var seedBug bool
+
+// leaseFence is the condition every lease holder's write carries (lease.sql).
+var leaseFence = regexp.MustCompile(`AND j\.lease_token = (l\.token|\$\d+) AND j\.locked_by = (\$\d+) AND j\.state = 'running'`)
+
+// noFence is what the seeded bug puts in the fence's place: the same
+// parameters (so the statement's arguments still match), no condition.
+const noFence = "AND (j.lease_token = ${1} OR j.locked_by = ${2} OR true)"
+
 // New renders every query for schema (already validated by the caller).
 func New(schema string) *Store {
 	r := strings.NewReplacer(
@@ -84,6 +97,9 @@ func New(schema string) *Store {
 	)
 	q := make(map[string]string, len(raw))
 	for k, v := range raw {
+		if seedBug {
+			v = leaseFence.ReplaceAllString(v, noFence)
+		}
 		q[k] = r.Replace(v)
 	}
 	return &Store{Schema: schema, q: q}

@@ -78,12 +78,12 @@ func BenchmarkComplete50(b *testing.B) {
 	seedReady(b, db.Pool, "bench", 50*b.N+50)
 	leases := claimAll(b, st, db.Pool, "bench", 50*b.N+50, 500)
 	ctx := context.Background()
-	_, err := st.Complete(ctx, db.Pool, leases[:50], benchWorker, false) // warm
+	_, err := store.CollectIDs(ctx, db.Pool, st.CompleteQuery(leases[:50], benchWorker, false)) // warm
 	require.NoError(b, err)
 	leases = leases[50:]
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		held, err := st.Complete(ctx, db.Pool, leases[i*50:(i+1)*50], benchWorker, false)
+		held, err := store.CollectIDs(ctx, db.Pool, st.CompleteQuery(leases[i*50:(i+1)*50], benchWorker, false))
 		if err != nil {
 			b.Fatal(err)
 		}

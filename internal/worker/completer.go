@@ -1,13 +1,12 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -68,35 +67,16 @@ func (c *completer) wait() { <-c.done }
 // flush writes one batch, retrying while the database is unreachable. A job
 // whose lease expired meanwhile is simply not matched by the fenced write.
 func (c *completer) flush(batch []result) {
-	var done []store.Lease
-	var deads []store.Dead
-	var resched []store.Reschedule
-	failed := 0
-	for _, res := range batch {
-		l := store.Lease{ID: res.job.ID, Token: res.job.LeaseToken}
-		switch res.out.Kind {
-		case Complete:
-			done = append(done, l)
-		case Retry:
-			failed++
-			e := res.out.Error
-			resched = append(resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e})
-		case Snooze:
-			resched = append(resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Refund: true})
-		case Release:
-			resched = append(resched, store.Reschedule{Lease: l, Refund: res.out.Refund})
-		case DeadLetter:
-			failed++
-			deads = append(deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error})
-		}
-	}
+	w := planWrites(batch)
 	if c.r.BeforeComplete != nil {
-		c.r.BeforeComplete(done)
+		c.r.BeforeComplete(w.done)
 	}
 	var held map[int64]bool
 	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 30*time.Second)
 		var err error
-		held, err = c.write(done, resched, deads)
+		held, err = w.exec(ctx, c.r.cfg)
+		cancel()
 		if err == nil {
 			break
 		}
@@ -114,61 +94,18 @@ func (c *completer) flush(batch []result) {
 		}
 		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
 	}
-	c.wakeEntityQueues(batch, held)
 	ids := make([]int64, 0, len(batch))
+	var entityQueues []string
 	for _, res := range batch {
 		ids = append(ids, res.job.ID)
-		if !held[res.job.ID] {
-			c.r.leaseLost.Add(1)
-			c.r.log.Warn("skiplock: lease lost before the outcome was written; nothing written",
-				slog.Int64("job_id", res.job.ID), slog.String("queue", res.job.Queue),
-				slog.String("kind", res.job.Kind), slog.Int("attempt", res.job.Attempt))
+		s := Settle(res.out, held[res.job.ID])
+		c.r.count(res, s)
+		if res.job.Entity != "" && s != LeaseLost && !slices.Contains(entityQueues, res.job.Queue) {
+			entityQueues = append(entityQueues, res.job.Queue)
 		}
 	}
-	c.r.completed.Add(int64(len(done)))
-	c.r.failed.Add(int64(failed))
-	c.r.dead.Add(int64(len(deads)))
+	c.wakeEntityQueues(entityQueues)
 	c.r.untrack(ids)
-}
-
-// write sends every statement of the batch in one round trip; the pipeline
-// runs as one implicit transaction.
-func (c *completer) write(done []store.Lease, resched []store.Reschedule, deads []store.Dead) (map[int64]bool, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 30*time.Second)
-	defer cancel()
-	held := map[int64]bool{}
-	st, w := c.r.cfg.Store, c.r.cfg.WorkerID
-	type step func(db store.DBTX) (map[int64]bool, error)
-	var steps []step
-	if len(done) > 0 {
-		steps = append(steps, func(db store.DBTX) (map[int64]bool, error) { return st.Complete(ctx, db, done, w, c.r.cfg.Archive) })
-	}
-	if len(resched) > 0 {
-		steps = append(steps, func(db store.DBTX) (map[int64]bool, error) { return st.Reschedule(ctx, db, resched, w) })
-	}
-	if len(deads) > 0 {
-		steps = append(steps, func(db store.DBTX) (map[int64]bool, error) { return st.DeadLetter(ctx, db, deads, w) })
-	}
-	if len(steps) == 0 {
-		return held, nil
-	}
-	if len(steps) == 1 {
-		// A single statement is its own transaction: no BEGIN/COMMIT round trips.
-		return steps[0](c.r.cfg.Pool)
-	}
-	err := pgx.BeginFunc(ctx, c.r.cfg.Pool, func(tx pgx.Tx) error {
-		for _, s := range steps {
-			m, err := s(tx)
-			if err != nil {
-				return err
-			}
-			for id := range m {
-				held[id] = true
-			}
-		}
-		return nil
-	})
-	return held, err
 }
 
 // wakeEntityQueues wakes the claimers of every queue where a job of an
@@ -176,13 +113,7 @@ func (c *completer) write(done []store.Lease, resched []store.Reschedule, deads 
 // no enqueue will announce it. Pools in this process are woken directly;
 // other processes through NOTIFY (not in poll-only mode, where nobody
 // listens and the poll finds it).
-func (c *completer) wakeEntityQueues(batch []result, held map[int64]bool) {
-	var queues []string
-	for _, res := range batch {
-		if res.job.Entity != "" && held[res.job.ID] && !slices.Contains(queues, res.job.Queue) {
-			queues = append(queues, res.job.Queue)
-		}
-	}
+func (c *completer) wakeEntityQueues(queues []string) {
 	if len(queues) == 0 {
 		return
 	}
@@ -198,4 +129,123 @@ func (c *completer) wakeEntityQueues(batch []result, held map[int64]bool) {
 		// Best effort: other processes still find the job on their next poll.
 		c.r.log.Debug("skiplock: entity wake-up not sent", slog.String("error", err.Error()))
 	}
+}
+
+// count updates the counters for one written outcome and logs the surprises.
+func (r *Runner) count(res result, s Settled) {
+	j := res.job
+	switch s {
+	case Completed:
+		r.completed.Add(1)
+	case Retried:
+		r.failed.Add(1)
+	case DeadLettered:
+		r.failed.Add(1)
+		r.dead.Add(1)
+	case LeaseLost:
+		r.leaseLost.Add(1)
+		r.log.Warn("skiplock: lease lost before the outcome was written; nothing written",
+			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue),
+			slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
+	}
+	if res.out.CompletedTx && s != Completed {
+		r.log.Warn("skiplock: the handler returned nil after CompleteTx, but its transaction did not commit; the attempt failed",
+			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue),
+			slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
+	}
+}
+
+// Settled is what became of a job once its outcome was written.
+type Settled int
+
+// The ways an outcome can settle.
+const (
+	Completed    Settled = iota // deleted or archived (or completed in the handler's transaction)
+	Retried                     // back to ready after a failure
+	Snoozed                     // back to ready without spending the attempt
+	Released                    // handed back at shutdown
+	DeadLettered                // moved to jobs_dead
+	LeaseLost                   // the lease was gone: nothing written
+)
+
+// Settle says what became of out given whether its fenced write matched the
+// job (held).
+func Settle(out Outcome, held bool) Settled {
+	switch {
+	case out.CompletedTx && !held:
+		return Completed
+	case !held || out.Kind == Nothing:
+		return LeaseLost
+	}
+	switch out.Kind {
+	case Complete:
+		return Completed
+	case Retry:
+		return Retried
+	case Snooze:
+		return Snoozed
+	case Release:
+		return Released
+	default:
+		return DeadLettered
+	}
+}
+
+// writes are one batch of outcomes, grouped by statement.
+type writes struct {
+	done    []store.Lease
+	resched []store.Reschedule
+	deads   []store.Dead
+}
+
+func planWrites(batch []result) writes {
+	var w writes
+	for _, res := range batch {
+		l := store.Lease{ID: res.job.ID, Token: res.job.LeaseToken}
+		switch res.out.Kind {
+		case Complete:
+			w.done = append(w.done, l)
+		case Retry:
+			e := res.out.Error
+			w.resched = append(w.resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e})
+		case Snooze:
+			w.resched = append(w.resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Refund: true})
+		case Release:
+			w.resched = append(w.resched, store.Reschedule{Lease: l, Refund: res.out.Refund})
+		case DeadLetter:
+			w.deads = append(w.deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error})
+		}
+	}
+	// Lock rows in id order, as the heartbeat does, so that the two never
+	// deadlock on a process's own jobs.
+	slices.SortFunc(w.done, func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(w.resched, func(a, b store.Reschedule) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(w.deads, func(a, b store.Dead) int { return cmp.Compare(a.ID, b.ID) })
+	return w
+}
+
+// exec sends every statement of the batch in one round trip; the pipeline
+// runs as one implicit transaction (so no transaction is ever left open
+// waiting on this process, should it be paused mid-write). It returns the
+// ids whose lease was held.
+func (w writes) exec(ctx context.Context, cfg Config) (map[int64]bool, error) {
+	st, wid := cfg.Store, cfg.WorkerID
+	var qs []store.Query
+	if len(w.done) > 0 {
+		qs = append(qs, st.CompleteQuery(w.done, wid, cfg.Archive))
+	}
+	if len(w.resched) > 0 {
+		qs = append(qs, st.RescheduleQuery(w.resched, wid))
+	}
+	if len(w.deads) > 0 {
+		qs = append(qs, st.DeadLetterQuery(w.deads, wid))
+	}
+	switch len(qs) {
+	case 0:
+		return map[int64]bool{}, nil
+	case 1:
+		// A single statement: no pipeline needed.
+		return store.CollectIDs(ctx, cfg.Pool, qs[0])
+	}
+	return store.WriteBatch(ctx, cfg.Pool, qs)
 }

@@ -124,6 +124,18 @@ func (p *pool) produce() {
 		}
 		select {
 		case <-p.stopCh:
+			// Hand back at once what was claimed ahead but not started: the
+			// executors are busy, and would only reach it once their running
+			// jobs finish, holding it from every other process meanwhile.
+			for handing := true; handing; {
+				select {
+				case j := <-p.jobs:
+					p.r.execute(j, true) // stopping: released, refunded
+					inflight--
+				default:
+					handing = false
+				}
+			}
 			// Drain: wait for the executors to finish what they hold.
 			for inflight > 0 {
 				<-p.done

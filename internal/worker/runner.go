@@ -7,6 +7,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,7 +40,7 @@ const (
 	Snooze                        // back to ready after Delay without spending the attempt
 	DeadLetter                    // final: to jobs_dead with Reason
 	Release                       // handed back at shutdown (Refund when it never started)
-	Nothing                       // write nothing (completed in the handler's own transaction)
+	Nothing                       // write nothing: the handler found its lease gone (CompleteTx)
 )
 
 // Outcome is what a handler run produced.
@@ -49,6 +50,12 @@ type Outcome struct {
 	Reason string // DeadLetter: error, panic, timeout, discarded, cancelled, unknown_kind
 	Error  string // for last_error; never contains payload data put there by skiplock
 	Refund bool
+	// CompletedTx: the handler completed the job in its own transaction and
+	// committed it. The outcome (a Retry or DeadLetter) is a fallback for a
+	// handler that did not commit after all: being fenced by the lease, it
+	// matches no row once the completion committed, and then counts as a
+	// completion.
+	CompletedTx bool
 }
 
 // Handler runs one job. It must honour ctx: ctx is cancelled when the lease
@@ -110,6 +117,11 @@ type Stats struct {
 	Running                                             int
 	ClaimP50, ClaimP99                                  time.Duration
 	ListenerUp                                          bool
+	// Claims is how many claim statements ran; ClaimCounts the cumulative
+	// count per ClaimBuckets bound; ClaimSum their total duration.
+	Claims      uint64
+	ClaimCounts []uint64
+	ClaimSum    time.Duration
 }
 
 // Runner runs the pools of one process.
@@ -273,10 +285,12 @@ func (r *Runner) Stats() Stats {
 	running := len(r.jobs)
 	r.mu.Unlock()
 	p50, p99 := r.claimLat.quantiles()
+	counts, claims, sum := r.claimLat.histogram()
 	return Stats{
 		Claimed: r.claimed.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
 		DeadLettered: r.dead.Load(), LeaseLost: r.leaseLost.Load(), Running: running,
 		ClaimP50: p50, ClaimP99: p99, ListenerUp: r.listenerUp.Load(),
+		Claims: claims, ClaimCounts: counts, ClaimSum: sum,
 	}
 }
 
@@ -365,17 +379,21 @@ func (r *Runner) execute(j *Job, stopping bool) {
 	t.finished = true
 	r.mu.Unlock()
 	switch {
-	case lost:
+	case lost && out.CompletedTx:
+		// The heartbeat missed the job because the handler's own commit
+		// deleted it (a handler that did not commit lost the lease anyway).
+		r.completed.Add(1)
+		r.untrack([]int64{j.ID})
+		return
+	case lost || out.Kind == Nothing:
 		// Someone else may own the job now: write nothing at all.
 		r.leaseLost.Add(1)
 		r.untrack([]int64{j.ID})
 		r.log.Warn("skiplock: lease lost; handler result discarded",
 			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
 		return
-	case out.Kind == Nothing:
-		r.completed.Add(1)
-		r.untrack([]int64{j.ID})
-		return
+	case out.CompletedTx:
+		// Cancellation and shutdown cannot undo a committed completion.
 	case cancelRequested && out.Kind != Complete:
 		out = Outcome{Kind: DeadLetter, Reason: "cancelled", Error: "cancelled while running"}
 	case errors.Is(cause, ErrHardStop) && out.Kind != Complete:
@@ -431,6 +449,8 @@ func (r *Runner) heartbeat(ctx context.Context) {
 	if len(leases) == 0 {
 		return
 	}
+	// Lock rows in id order, as the completer does: the two never deadlock.
+	slices.SortFunc(leases, func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) })
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
 	alive, err := r.cfg.Store.Heartbeat(qctx, r.cfg.Pool, leases, r.cfg.Lease, r.cfg.WorkerID)
 	cancel()
@@ -520,18 +540,42 @@ func (r *Runner) Reap(ctx context.Context) {
 	}
 }
 
-// latencyRing keeps the last 1024 claim durations for quantiles.
+// ClaimBuckets are the upper bounds of the claim-latency histogram
+// (Stats.ClaimCounts), in seconds: 0.5 ms to 2.5 s.
+var ClaimBuckets = []float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+
+// latencyRing keeps the last 1024 claim durations for quantiles, and a
+// cumulative histogram of all of them.
 type latencyRing struct {
-	mu  sync.Mutex // guards buf and n
-	buf [1024]time.Duration
-	n   int
+	mu     sync.Mutex // guards everything below
+	buf    [1024]time.Duration
+	n      int
+	counts [13]uint64 // per ClaimBuckets bound, then +Inf; not cumulative
+	sum    time.Duration
 }
 
 func (l *latencyRing) add(d time.Duration) {
+	i := sort.SearchFloat64s(ClaimBuckets, d.Seconds())
 	l.mu.Lock()
 	l.buf[l.n%len(l.buf)] = d
 	l.n++
+	l.counts[i]++
+	l.sum += d
 	l.mu.Unlock()
+}
+
+// histogram returns the cumulative count per ClaimBuckets bound, the total
+// count and the sum of all claim durations.
+func (l *latencyRing) histogram() (cumulative []uint64, count uint64, sum time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cumulative = make([]uint64, len(ClaimBuckets))
+	var acc uint64
+	for i := range ClaimBuckets {
+		acc += l.counts[i]
+		cumulative[i] = acc
+	}
+	return cumulative, acc + l.counts[len(ClaimBuckets)], l.sum
 }
 
 func (l *latencyRing) quantiles() (p50, p99 time.Duration) {

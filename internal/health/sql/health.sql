@@ -44,20 +44,24 @@ ORDER BY w.queue;
 
 -- name: dead_letter_groups
 -- Groups by kind and error signature, biggest first; the sample is the
--- newest error of the group (first line, bounded), found by index probe.
+-- newest dead letter of the group (its id and the first line of its error,
+-- bounded), found by index probe.
 --   $1 kind (NULL: every kind)  $2 limit
 SELECT g.kind, g.error_signature, g.n, g.first_at, g.last_at,
-       coalesce((SELECT left(split_part(coalesce(d.last_error, ''), E'\n', 1), 300)
-                 FROM {{schema}}.jobs_dead AS d
-                 WHERE d.kind = g.kind AND d.error_signature = g.error_signature
-                 ORDER BY d.dead_at DESC
-                 LIMIT 1), '')
+       coalesce(s.sample_error, ''), coalesce(s.id, 0)
 FROM (
     SELECT d.kind, d.error_signature, count(*) AS n, min(d.dead_at) AS first_at, max(d.dead_at) AS last_at
     FROM {{schema}}.jobs_dead AS d
     WHERE ($1::text IS NULL OR d.kind = $1::text)
     GROUP BY d.kind, d.error_signature
 ) AS g
+LEFT JOIN LATERAL (
+    SELECT d.id, left(split_part(coalesce(d.last_error, ''), E'\n', 1), 300) AS sample_error
+    FROM {{schema}}.jobs_dead AS d
+    WHERE d.kind = g.kind AND d.error_signature = g.error_signature
+    ORDER BY d.dead_at DESC
+    LIMIT 1
+) AS s ON true
 ORDER BY g.n DESC, g.kind, g.error_signature
 LIMIT $2;
 
@@ -79,6 +83,19 @@ SELECT w.id, w.hostname, w.pid, w.queues, w.concurrency, w.running,
 FROM {{schema}}.workers AS w
 ORDER BY live DESC, w.heartbeat_at DESC, w.id
 LIMIT 1000;
+
+-- name: worker_totals
+-- Worker processes by state and their counters summed over every row (a
+-- stopped process keeps its final counts, so the sums never go down while
+-- rows are kept).
+--   $1 live window (microseconds)
+SELECT count(*) FILTER (WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond'),
+       count(*) FILTER (WHERE w.stopped_at IS NULL AND w.heartbeat_at <= now() - $1::bigint * interval '1 microsecond'),
+       count(*) FILTER (WHERE w.stopped_at IS NOT NULL),
+       coalesce(sum(w.claimed_total), 0)::bigint,
+       coalesce(sum(w.completed_total), 0)::bigint,
+       coalesce(sum(w.failed_total), 0)::bigint
+FROM {{schema}}.workers AS w;
 
 -- name: count_dead
 --   $1 kind  $2 signature  $3 ids  $4 older than (microseconds)
@@ -161,6 +178,22 @@ SELECT {{schema}}.ensure_done_partitions($1::int);
 
 -- name: drop_done_partitions
 SELECT {{schema}}.drop_done_partitions($1::bigint * interval '1 microsecond');
+
+-- name: maintain_partitions
+-- One whole partition pass in one statement, so in one implicit transaction
+-- that never waits on the client: a process paused mid-pass (GC, SIGSTOP,
+-- a stalled VM) cannot sit idle in transaction holding the new partitions'
+-- locks while every archive completion queues behind them. The subquery
+-- (OFFSET 0 keeps it unflattened) sets lock_timeout for the DDL and takes
+-- the pass's advisory lock once; the rest runs only if it was free.
+--   $1 lock key  $2 archive  $3 days ahead  $4 keep (µs, <= 0 keeps all)  $5 lock_timeout (ms)
+SELECT l.got,
+       CASE WHEN l.got AND $2::boolean THEN {{schema}}.ensure_done_partitions($3::int) ELSE 0 END,
+       CASE WHEN l.got AND $4::bigint > 0
+            THEN {{schema}}.drop_done_partitions($4::bigint * interval '1 microsecond') ELSE 0 END
+FROM (SELECT set_config('lock_timeout', $5::bigint::text, true) AS lt,
+             pg_try_advisory_xact_lock(hashtextextended($1::text, 0)) AS got
+      OFFSET 0) AS l;
 
 -- name: done_partitions
 SELECT c.relname::text, pg_get_expr(c.relpartbound, c.oid)

@@ -46,7 +46,7 @@ UPDATE {{schema}}.jobs AS j
 SET state            = 'running',
     attempts         = j.attempts + 1,
     locked_by        = $4,
-    lease_token      = (random() * 9.2e18)::bigint,
+    lease_token      = nextval('{{schema}}.lease_tokens'::regclass),
     lease_expires_at = now() + $5::bigint * interval '1 microsecond',
     attempted_at     = now()
 FROM one_per_entity AS o
@@ -159,10 +159,29 @@ UPDATE {{schema}}.jobs AS j
 SET state            = 'running',
     attempts         = j.attempts + 1,
     locked_by        = $4,
-    lease_token      = (random() * 9.2e18)::bigint,
+    lease_token      = nextval('{{schema}}.lease_tokens'::regclass),
     lease_expires_at = now() + $5::bigint * interval '1 microsecond',
     attempted_at     = now()
 FROM locked AS l
 WHERE j.id = l.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key;
+
+-- name: ready_queues
+-- The queues that hold ready jobs (due or scheduled). Client.Drain only: a
+-- test helper's convenience, not a hot path.
+SELECT COALESCE(array_agg(DISTINCT j.queue ORDER BY j.queue), '{}')
+FROM {{schema}}.jobs AS j
+WHERE j.state = 'ready';
+
+-- name: make_due
+-- Makes scheduled ready jobs (and retries waiting out their backoff) due now,
+-- for Client.Drain with IncludeScheduled. Jobs in $3 (snoozed during this
+-- drain) keep their schedule, so a handler that always snoozes cannot loop.
+--   $1 queues text[]   $2 kinds text[] (NULL = any)   $3 ids to leave alone
+UPDATE {{schema}}.jobs AS j
+SET run_at = now()
+WHERE j.state = 'ready' AND j.run_at > now()
+  AND j.queue = ANY ($1::text[])
+  AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
+  AND j.id <> ALL ($3::bigint[]);

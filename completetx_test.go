@@ -1,0 +1,443 @@
+package skiplock_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/dbtest"
+)
+
+// effects is the handlers' "business table": deliberately without a unique
+// constraint, so a double-applied effect shows up as two rows.
+func createEffects(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), `CREATE TABLE effects (job_id bigint NOT NULL, worker text NOT NULL, token bigint NOT NULL)`)
+	require.NoError(t, err)
+}
+
+func effectRows(t *testing.T, pool *pgxpool.Pool, jobID int64) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT worker FROM effects WHERE job_id = $1 ORDER BY worker", jobID)
+	require.NoError(t, err)
+	workers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return workers
+}
+
+type effectArgs struct {
+	N int `json:"n"`
+}
+
+// writeEffect is the transactional handler body: a business insert and the
+// job's completion in one pgx transaction.
+func writeEffect(ctx context.Context, c *skiplock.Client, j *skiplock.Job[effectArgs]) error {
+	tx, err := c.Pool().Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+	if _, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err != nil {
+		return err
+	}
+	if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+func waitNoJobs(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	require.Eventually(t, func() bool { return countJobs(t, pool, "true") == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestCompleteTxCommitCompletesOnce(t *testing.T) {
+	t.Parallel()
+	for _, driver := range []string{"pgx", "database/sql"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			ctx := context.Background()
+			createEffects(t, db.Pool)
+			sqlDB, err := sql.Open("pgx", db.URL)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sqlDB.Close() })
+
+			c := newClient(t, db.Pool, skiplock.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+			require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+				if driver == "pgx" {
+					return writeEffect(ctx, c, j)
+				}
+				tx, err := sqlDB.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback() //nolint:errcheck // no-op after commit
+				if _, err := tx.ExecContext(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err != nil {
+					return err
+				}
+				if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
+					return err
+				}
+				return tx.Commit()
+			}))
+			const n = 20
+			ids := make([]int64, n)
+			for i := range ids {
+				r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect", Payload: effectArgs{N: i}})
+				require.NoError(t, err)
+				ids[i] = r.ID
+			}
+			require.NoError(t, c.Start(ctx))
+			waitNoJobs(t, db.Pool)
+			require.NoError(t, c.Stop(ctx))
+
+			for _, id := range ids {
+				require.Len(t, effectRows(t, db.Pool, id), 1, "job %d", id)
+			}
+			st := c.Stats()
+			require.EqualValues(t, n, st.Completed)
+			require.Zero(t, st.Failed)
+			require.Zero(t, st.LeaseLost)
+			require.Zero(t, countDead(t, db.Pool))
+		})
+	}
+}
+
+func countDead(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs_dead").Scan(&n))
+	return n
+}
+
+func TestCompleteTxRollbackRetries(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+	c := newClient(t, db.Pool, skiplock.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger(),
+		Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
+	errBusiness := errors.New("business rule refused the write")
+	attempts := make(chan int, 10)
+	checked := make(chan struct{})
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		attempts <- j.Attempt
+		if j.Attempt > 1 {
+			<-checked
+			return writeEffect(ctx, c, j)
+		}
+		tx, err := c.Pool().Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err != nil {
+			return err
+		}
+		if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
+			return err
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			return err
+		}
+		return errBusiness
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(ctx)) }()
+
+	require.Equal(t, 1, <-attempts)
+	require.Equal(t, 2, <-attempts) // retried after the rollback
+	// The rolled-back attempt left nothing behind and was recorded as a failure.
+	require.Empty(t, effectRows(t, db.Pool, r.ID))
+	var lastErr string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT last_error FROM skiplock.jobs WHERE id = $1", r.ID).Scan(&lastErr))
+	require.Contains(t, lastErr, errBusiness.Error())
+	close(checked)
+
+	waitNoJobs(t, db.Pool)
+	require.Equal(t, []string{c.Config().WorkerID}, effectRows(t, db.Pool, r.ID))
+	require.Eventually(t, func() bool { return c.Stats().Completed == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, c.Stats().Failed)
+}
+
+// A worker frozen past its lease resumes and tries to complete in its
+// transaction: the call fails with ErrLeaseLost, its business row vanishes
+// with the rollback, and the new owner's row is there exactly once.
+func TestCompleteTxFrozenWorkerLosesLease(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+
+	// Process A: a long lease and no reaper, heartbeat or poll during the
+	// test, so only the test decides when A's lease ends.
+	a := schedClient(t, db.URL, skiplock.Config{WorkerID: "A", LeaseDuration: time.Minute, HeartbeatInterval: 25 * time.Second,
+		ReaperInterval: -1, PollOnly: true, PollInterval: time.Hour, Logger: quietLogger(),
+		Pools: []skiplock.Pool{{Concurrency: 1, BatchSize: 1}}})
+	inside, resume := make(chan int64, 1), make(chan struct{})
+	resultA := make(chan error, 1)
+	require.NoError(t, skiplock.Handle(a, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		tx, err := a.Pool().Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // the point of this test
+		if _, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err != nil {
+			return err
+		}
+		inside <- j.LeaseToken
+		<-resume // frozen: a GC pause, a stopped VM, a partition
+		err = skiplock.CompleteTx(ctx, a, tx, j)
+		resultA <- err
+		if err != nil {
+			return err // rolled back by the deferred Rollback
+		}
+		return tx.Commit(ctx)
+	}))
+	r, err := a.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	require.NoError(t, a.Start(ctx))
+	defer func() { require.NoError(t, a.Stop(ctx)) }()
+	tokenA := <-inside
+
+	// A's lease runs out; a reaper returns the job and process B takes it.
+	_, err = db.Pool.Exec(ctx, "UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", r.ID)
+	require.NoError(t, err)
+	back, _, err := a.Reap(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, back)
+	b := schedClient(t, db.URL, skiplock.Config{WorkerID: "B", PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+	var tokenB int64
+	require.NoError(t, skiplock.Handle(b, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		tokenB = j.LeaseToken
+		return writeEffect(ctx, b, j)
+	}))
+	require.NoError(t, b.Start(ctx))
+	waitNoJobs(t, db.Pool)
+	require.NoError(t, b.Stop(ctx))
+	require.Greater(t, tokenB, tokenA, "the new owner's fencing token is larger")
+
+	close(resume)
+	err = <-resultA
+	require.ErrorIs(t, err, skiplock.ErrLeaseLost)
+	require.Eventually(t, func() bool { return a.Stats().LeaseLost == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, []string{"B"}, effectRows(t, db.Pool, r.ID), "B's effect exactly once, none of A's")
+	require.Zero(t, a.Stats().Completed)
+	require.EqualValues(t, 1, b.Stats().Completed)
+	require.Zero(t, countDead(t, db.Pool))
+}
+
+// When the heartbeat finds the lease gone first, the handler's context is
+// cancelled with cause ErrLeaseLost, and a completion attempted anyway fails.
+func TestCompleteTxAfterHeartbeatFoundLeaseLost(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+	c := newClient(t, db.Pool, skiplock.Config{LeaseDuration: 600 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
+		ReaperInterval: -1, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+	inside := make(chan struct{}, 1)
+	type result struct{ cause, complete error }
+	results := make(chan result, 1)
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		inside <- struct{}{}
+		<-ctx.Done()
+		tctx := context.WithoutCancel(ctx)
+		tx, err := c.Pool().Begin(tctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(tctx) //nolint:errcheck // the point of this test
+		_, err = tx.Exec(tctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken)
+		if err != nil {
+			return err
+		}
+		err = skiplock.CompleteTx(tctx, c, tx, j)
+		results <- result{cause: context.Cause(ctx), complete: err}
+		return err
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(ctx)) }()
+	<-inside
+	// Keep this process from claiming the job again once it is back.
+	require.NoError(t, c.PauseQueue(ctx, skiplock.DefaultQueue))
+	// Another process's reaper takes the expired job back.
+	// (The heartbeat, every 100 ms, may extend the lease between the expiry
+	// and the reap: then try again.)
+	require.Eventually(t, func() bool {
+		_, err := db.Pool.Exec(ctx, "UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", r.ID)
+		require.NoError(t, err)
+		back, _, err := c.Reap(ctx)
+		require.NoError(t, err)
+		return back == 1
+	}, 10*time.Second, 10*time.Millisecond, "the reaper never took the expired job back")
+
+	res := <-results
+	require.ErrorIs(t, res.cause, skiplock.ErrLeaseLost)
+	require.ErrorIs(t, res.complete, skiplock.ErrLeaseLost)
+	require.Empty(t, effectRows(t, db.Pool, r.ID))
+	require.Eventually(t, func() bool { return c.Stats().LeaseLost == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, countJobs(t, db.Pool, "id = $1 AND state = 'ready'", r.ID), "the job is still there for its next owner")
+}
+
+func TestCompleteTxNotTheCallersJob(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+	c := newClient(t, db.Pool, skiplock.Config{WorkerID: "mine", Logger: quietLogger()})
+	other := newClient(t, db.Pool, skiplock.Config{WorkerID: "other", Logger: quietLogger()})
+
+	// A Job the caller made up holds no lease.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	forged := &skiplock.Job[effectArgs]{ID: 1, LeaseToken: 42, WorkerID: "mine"}
+	require.ErrorIs(t, skiplock.CompleteTx(ctx, c, tx, forged), skiplock.ErrLeaseLost)
+	require.ErrorIs(t, skiplock.CompleteTx[effectArgs](ctx, c, tx, nil), skiplock.ErrLeaseLost)
+	require.NoError(t, tx.Rollback(ctx))
+
+	var escaped *skiplock.Job[effectArgs]
+	var viaOther, badType error
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		escaped = j
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // nothing to commit
+		// Another client (another process's worker id) holds no lease on it.
+		viaOther = skiplock.CompleteTx(ctx, other, tx, j)
+		badType = skiplock.CompleteTx(ctx, c, 42, j)
+		return nil
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	res, err := c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Completed)
+	require.ErrorIs(t, viaOther, skiplock.ErrLeaseLost)
+	require.ErrorContains(t, badType, "unsupported transaction type int")
+	require.Zero(t, countJobs(t, db.Pool, "id = $1", r.ID))
+
+	// The job escaped its handler: once the handler returned, its lease is
+	// the worker's business, not the job value's.
+	tx, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // nothing to commit
+	require.ErrorIs(t, skiplock.CompleteTx(ctx, c, tx, escaped), skiplock.ErrLeaseLost)
+}
+
+func TestCompleteTxHandlerForgotToCommit(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), Backoff: func(int) time.Duration { return time.Hour }})
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		tx, err := db.Pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // the bug under test: no Commit
+		if _, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err != nil {
+			return err
+		}
+		return skiplock.CompleteTx(ctx, c, tx, j)
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	res, err := c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Len(t, res.Jobs, 1)
+	require.Equal(t, skiplock.OutcomeRetried, res.Jobs[0].Outcome)
+	require.Contains(t, res.Jobs[0].Error, "did not commit")
+	// Not stuck running until its lease expires: back to ready at once.
+	require.Equal(t, 1, countJobs(t, db.Pool, "id = $1 AND state = 'ready' AND attempts = 1", r.ID))
+	require.Empty(t, effectRows(t, db.Pool, r.ID))
+}
+
+func TestCompleteTxArchive(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+	c := newClient(t, db.Pool, skiplock.Config{ArchiveCompleted: true, Logger: quietLogger()})
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		return writeEffect(ctx, c, j)
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect", Payload: effectArgs{N: 7}})
+	require.NoError(t, err)
+	res, err := c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Completed)
+	require.Zero(t, countJobs(t, db.Pool, "true"))
+	var kind string
+	var attempts int
+	var payload map[string]any
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT kind, attempts, payload FROM skiplock.jobs_done WHERE id = $1", r.ID).
+		Scan(&kind, &attempts, &payload))
+	require.Equal(t, "effect", kind)
+	require.Equal(t, 1, attempts)
+	require.EqualValues(t, 7, payload["n"])
+	require.Len(t, effectRows(t, db.Pool, r.ID), 1)
+}
+
+// The fencing token strictly increases across successive leases of a job,
+// whatever ended the previous lease: a retry, a snooze, a lost lease.
+func TestFencingTokenStrictlyIncreases(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), Backoff: func(int) time.Duration { return 0 }})
+	var tokens []int64
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		tokens = append(tokens, j.LeaseToken)
+		switch len(tokens) {
+		case 1:
+			return errors.New("first attempt fails")
+		case 2:
+			return skiplock.Snooze(0)
+		case 3:
+			// The lease expires mid-run and a reaper takes the job back.
+			if _, err := db.Pool.Exec(ctx, "UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", j.ID); err != nil {
+				return err
+			}
+			if _, _, err := c.Reap(ctx); err != nil {
+				return err
+			}
+			return writeEffect(ctx, c, j) // fails: ErrLeaseLost
+		default:
+			return writeEffect(ctx, c, j)
+		}
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	var outcomes []skiplock.JobOutcome
+	for range 4 {
+		res, err := c.Drain(ctx, skiplock.DrainOptions{Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, res.Jobs, 1)
+		require.Equal(t, tokens[len(tokens)-1], res.Jobs[0].LeaseToken)
+		outcomes = append(outcomes, res.Jobs[0].Outcome)
+	}
+	require.Equal(t, []skiplock.JobOutcome{skiplock.OutcomeRetried, skiplock.OutcomeSnoozed,
+		skiplock.OutcomeLeaseLost, skiplock.OutcomeCompleted}, outcomes)
+	require.Len(t, tokens, 4)
+	for i := 1; i < len(tokens); i++ {
+		require.Greater(t, tokens[i], tokens[i-1], "lease %d's token after lease %d's: %v", i+1, i, tokens)
+	}
+	require.Len(t, effectRows(t, db.Pool, r.ID), 1)
+	require.Zero(t, countJobs(t, db.Pool, "true"))
+}

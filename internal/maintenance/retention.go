@@ -1,0 +1,266 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/service"
+)
+
+// Retention defaults.
+const (
+	// DefaultRetentionInterval is how often each retention pass runs (with
+	// ±25% jitter; the first pass runs at start).
+	DefaultRetentionInterval = time.Hour
+	// DefaultPartitionsAhead is how many daily jobs_done partitions are kept
+	// created ahead of today, so a completion always finds its day's
+	// partition even when no process ran for days.
+	DefaultPartitionsAhead = 7
+	// DefaultDeadLetterBatch bounds the dead letters one purge transaction
+	// deletes.
+	DefaultDeadLetterBatch = 1000
+	// DefaultDeadLetterBatches bounds the purge transactions of one pass; the
+	// rest waits for the next pass.
+	DefaultDeadLetterBatches = 100
+	// retentionStatementTimeout bounds every statement of a pass.
+	retentionStatementTimeout = 30 * time.Second
+	// retentionLockTimeout bounds how long partition DDL waits for its table
+	// locks: it gives up (and retries next pass) rather than queue behind a
+	// long reader of jobs_done and block every archive write behind it.
+	retentionLockTimeout = 2 * time.Second
+	// retentionIdleTimeout ends the session of a pass whose process stalls
+	// mid-transaction.
+	retentionIdleTimeout = 5 * time.Second
+)
+
+// RetentionConfig configures a Retention.
+type RetentionConfig struct {
+	// DB runs the passes; a *pgxpool.Pool in production. Each batch is its
+	// own short transaction.
+	DB health.DBTX
+	// Schema holds skiplock's tables (already validated).
+	Schema string
+	// Logger receives a line per pass that did something; nil discards.
+	Logger *slog.Logger
+	// Interval between passes. Default DefaultRetentionInterval.
+	Interval time.Duration
+	// Archive creates the jobs_done partitions ahead (archive mode). Old
+	// partitions are dropped either way, so turning archive mode off still
+	// retires the history.
+	Archive bool
+	// PartitionsAhead is how many days of partitions are created ahead of
+	// today. Default DefaultPartitionsAhead.
+	PartitionsAhead int
+	// CompletedRetention is how long archived jobs are kept: a daily
+	// partition is dropped whole once its day ended longer ago than this.
+	// Zero or negative keeps them forever.
+	CompletedRetention time.Duration
+	// DeadLetterRetention is how long dead letters are kept. Zero or
+	// negative keeps them forever.
+	DeadLetterRetention time.Duration
+	// DeadLetterBatch bounds one purge transaction. Default
+	// DefaultDeadLetterBatch.
+	DeadLetterBatch int
+	// DeadLetterBatches bounds the purge transactions of one pass. Default
+	// DefaultDeadLetterBatches.
+	DeadLetterBatches int
+}
+
+// Retention retires old data without row-by-row DELETE on the hot path: it
+// keeps jobs_done's daily partitions created ahead and drops those past
+// CompletedRetention (a catalog operation that leaves no dead tuples), and
+// purges dead letters past DeadLetterRetention in small batches, each its
+// own short transaction, so no pass holds locks or the xmin horizon for
+// long. Any number of processes may run one: each batch of each pass first
+// takes a transaction-scoped advisory lock keyed on the schema and the pass
+// (pg_try_advisory_xact_lock, which also works behind a transaction-mode
+// pooler); a process that finds it taken leaves that pass to the holder.
+type Retention struct {
+	cfg        RetentionConfig
+	partitions *service.Periodic
+	dead       *service.Periodic
+}
+
+// NewRetention returns a stopped Retention with defaults filled in.
+func NewRetention(cfg RetentionConfig) *Retention {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultRetentionInterval
+	}
+	if cfg.PartitionsAhead <= 0 {
+		cfg.PartitionsAhead = DefaultPartitionsAhead
+	}
+	if cfg.DeadLetterBatch <= 0 {
+		cfg.DeadLetterBatch = DefaultDeadLetterBatch
+	}
+	if cfg.DeadLetterBatches <= 0 {
+		cfg.DeadLetterBatches = DefaultDeadLetterBatches
+	}
+	r := &Retention{cfg: cfg}
+	r.partitions = &service.Periodic{Name: "partitions", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
+		Tick: func(ctx context.Context) error {
+			_, err := r.MaintainPartitions(ctx)
+			return err
+		}}
+	r.dead = &service.Periodic{Name: "dead_letter_retention", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
+		Tick: func(ctx context.Context) error {
+			_, err := r.PurgeDeadLetters(ctx)
+			return err
+		}}
+	return r
+}
+
+// Services returns the passes that have work to do as services: the
+// partition pass when archiving or when old partitions are to be dropped,
+// and the dead-letter pass when dead letters expire.
+func (r *Retention) Services() []service.Service {
+	var out []service.Service
+	if r.cfg.Archive || r.cfg.CompletedRetention > 0 {
+		out = append(out, r.partitions)
+	}
+	if r.cfg.DeadLetterRetention > 0 {
+		out = append(out, r.dead)
+	}
+	return out
+}
+
+// PartitionStats counts what one partition pass did.
+type PartitionStats struct {
+	// Created and Dropped count daily jobs_done partitions.
+	Created, Dropped int
+	// Skipped reports that another process held the pass's lock.
+	Skipped bool
+}
+
+// MaintainPartitions runs one partition pass as a single statement (see
+// health.MaintainDonePartitions: a process paused mid-pass cannot hold the
+// DDL locks that archive completions need):
+// creates the partitions from today through PartitionsAhead days ahead
+// (archive mode) and drops those whose day ended more than
+// CompletedRetention ago.
+func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, error) {
+	var st PartitionStats
+	if !r.cfg.Archive && r.cfg.CompletedRetention <= 0 {
+		return st, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout)
+	defer cancel()
+	p, err := health.MaintainDonePartitions(ctx, r.cfg.DB, r.cfg.Schema, RetentionLockKey(r.cfg.Schema, "partitions"),
+		r.cfg.Archive, r.cfg.PartitionsAhead, r.cfg.CompletedRetention, retentionLockTimeout)
+	st.Created, st.Dropped, st.Skipped = p.Created, p.Dropped, !p.Locked && err == nil
+	if err != nil {
+		return st, fmt.Errorf("retention: jobs_done partitions: %w", err)
+	}
+	if r.cfg.Logger != nil && (st.Created > 0 || st.Dropped > 0) {
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "skiplock: retention maintained jobs_done partitions",
+			slog.Int("created", st.Created), slog.Int("dropped", st.Dropped),
+			slog.Duration("completed_retention", r.cfg.CompletedRetention))
+	}
+	return st, nil
+}
+
+// DeadLetterStats counts what one dead-letter pass did.
+type DeadLetterStats struct {
+	// Purged counts the dead letters deleted; Batches the transactions.
+	Purged  int64
+	Batches int
+	// Skipped reports that another process held the pass's lock.
+	Skipped bool
+}
+
+// PurgeDeadLetters runs one dead-letter pass: batches of at most
+// DeadLetterBatch dead letters older than DeadLetterRetention, oldest
+// first, each in its own transaction, until none is left or
+// DeadLetterBatches ran. It stops as soon as another process holds the
+// pass's lock.
+func (r *Retention) PurgeDeadLetters(ctx context.Context) (DeadLetterStats, error) {
+	var st DeadLetterStats
+	if r.cfg.DeadLetterRetention <= 0 {
+		return st, nil
+	}
+	var err error
+	for st.Batches < r.cfg.DeadLetterBatches {
+		var n int64
+		err = r.locked(ctx, "dead_letters", func(tx pgx.Tx) error {
+			var err error
+			n, err = health.PurgeDeadBatch(ctx, tx, r.cfg.Schema, r.cfg.DeadLetterRetention, r.cfg.DeadLetterBatch)
+			return err
+		})
+		if errors.Is(err, errLockTaken) {
+			st.Skipped, err = true, nil
+			break
+		}
+		if err != nil {
+			err = fmt.Errorf("retention: dead letters: %w", err)
+			break
+		}
+		st.Batches++
+		st.Purged += n
+		if n < int64(r.cfg.DeadLetterBatch) {
+			break
+		}
+	}
+	if r.cfg.Logger != nil && st.Purged > 0 {
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "skiplock: retention purged dead letters",
+			slog.Int64("purged", st.Purged), slog.Int("batches", st.Batches),
+			slog.Duration("dead_letter_retention", r.cfg.DeadLetterRetention))
+	}
+	return st, err
+}
+
+// Start launches the passes that have work to do.
+func (r *Retention) Start(ctx context.Context) error {
+	for _, s := range r.Services() {
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops both passes and waits for the current ones.
+func (r *Retention) Stop(ctx context.Context) error {
+	err := r.partitions.Stop(ctx)
+	if err2 := r.dead.Stop(ctx); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// errLockTaken reports that another process holds a pass's lock.
+var errLockTaken = errors.New("retention: another process holds the pass's lock")
+
+// RetentionLockKey is the text whose hashtextextended(…, 0) keys the
+// advisory lock of a retention pass: "<schema>.retention.<pass>".
+func RetentionLockKey(schema, pass string) string { return schema + ".retention." + pass }
+
+// locked runs fn in a transaction that first takes the pass's advisory lock
+// (errLockTaken when another process has it), with a statement timeout and
+// an idle-in-transaction timeout: should this process be paused between
+// two statements, the server ends the session, and its row locks with it,
+// instead of holding them until the process resumes.
+func (r *Retention) locked(ctx context.Context, pass string, fn func(pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout+time.Second)
+	defer cancel()
+	return pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
+		settings := fmt.Sprintf("SET LOCAL statement_timeout = %d; SET LOCAL idle_in_transaction_session_timeout = %d",
+			retentionStatementTimeout.Milliseconds(), retentionIdleTimeout.Milliseconds())
+		if _, err := tx.Exec(ctx, settings); err != nil {
+			return err
+		}
+		var got bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
+			RetentionLockKey(r.cfg.Schema, pass)).Scan(&got); err != nil {
+			return err
+		}
+		if !got {
+			return errLockTaken
+		}
+		return fn(tx)
+	})
+}

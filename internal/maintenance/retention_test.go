@@ -1,0 +1,235 @@
+package maintenance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/health"
+)
+
+func retExec(t *testing.T, db *dbtest.DB, sql string, args ...any) {
+	t.Helper()
+	_, err := db.Pool.Exec(context.Background(), sql, args...)
+	require.NoError(t, err)
+}
+
+func retCount(t *testing.T, db *dbtest.DB, sql string, args ...any) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+// dayPartition creates the jobs_done partition of the UTC day daysAgo days
+// ago, the way ensure_done_partitions names it, with rows archived in it.
+func dayPartition(t *testing.T, db *dbtest.DB, daysAgo, rows int) string {
+	t.Helper()
+	day := time.Now().UTC().AddDate(0, 0, -daysAgo)
+	lo := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
+	name := "jobs_done_" + lo.Format("20060102")
+	retExec(t, db, fmt.Sprintf(`CREATE TABLE skiplock.%s PARTITION OF skiplock.jobs_done FOR VALUES FROM ('%s') TO ('%s')`,
+		name, lo.Format(time.RFC3339), lo.AddDate(0, 0, 1).Format(time.RFC3339)))
+	retExec(t, db, `INSERT INTO skiplock.jobs_done (id, priority, attempts, run_at, created_at, finished_at, queue, kind, payload)
+		SELECT g, 0, 1, $1, $1, $1::timestamptz + interval '1 hour', 'q', 'k', '{}' FROM generate_series(1, $2) AS g`, lo, rows)
+	return name
+}
+
+func partitionNames(t *testing.T, db *dbtest.DB) map[string]bool {
+	t.Helper()
+	ps, err := health.DonePartitions(context.Background(), db.Pool, db.Schema)
+	require.NoError(t, err)
+	out := map[string]bool{}
+	for _, p := range ps {
+		out[p.Name] = true
+	}
+	return out
+}
+
+func TestRetentionPartitions(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	old := dayPartition(t, db, 30, 50)
+	edge := dayPartition(t, db, 8, 5) // ended 7 days and some hours ago
+	kept := dayPartition(t, db, 3, 20)
+
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Archive: true, PartitionsAhead: 2,
+		CompletedRetention: 7 * 24 * time.Hour})
+	st, err := r.MaintainPartitions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PartitionStats{Created: 3, Dropped: 2}, st, "today and 2 days ahead created; 30 and 8 days ago dropped")
+
+	names := partitionNames(t, db)
+	require.False(t, names[old])
+	require.False(t, names[edge])
+	require.True(t, names[kept])
+	require.True(t, names["jobs_done_default"], "migration 002 creates the default partition")
+	for d := 0; d <= 2; d++ {
+		require.True(t, names["jobs_done_"+time.Now().UTC().AddDate(0, 0, d).Format("20060102")], d)
+	}
+	require.Equal(t, int64(20), retCount(t, db, `SELECT count(*) FROM skiplock.jobs_done`), "the kept day is whole")
+	// Retired by DROP, not DELETE: the dropped days' tables are gone, and no
+	// partition that is left holds a dead tuple for vacuum to chase.
+	require.Zero(t, retCount(t, db, `SELECT count(*) FROM pg_class WHERE relname = ANY($1)`, []string{old, edge}))
+	if _, err := db.Pool.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pgstattuple`); err != nil {
+		t.Logf("pgstattuple unavailable, dead-tuple check skipped: %v", err)
+	} else {
+		require.Zero(t, retCount(t, db, `SELECT coalesce(sum((pgstattuple(c.oid)).dead_tuple_count), 0)::bigint
+			FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+			WHERE i.inhparent = 'skiplock.jobs_done'::regclass`), "retention left no dead tuples behind")
+	}
+
+	st, err = r.MaintainPartitions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PartitionStats{}, st, "a second pass has nothing to do")
+
+	// Delete mode with no retention: nothing to do at all.
+	none := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema})
+	require.Empty(t, none.Services())
+	st, err = none.MaintainPartitions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PartitionStats{}, st)
+}
+
+func insertDeadAt(t *testing.T, db *dbtest.DB, n int, firstID int64, deadAgo time.Duration) {
+	t.Helper()
+	retExec(t, db, `INSERT INTO skiplock.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, dead_at, queue, kind, reason, last_error, payload)
+		SELECT $1 + g, 0, 1, 1, now(), now(), now() - $2::bigint * interval '1 microsecond', 'q', 'k', 'error', 'boom', '{}'
+		FROM generate_series(0, $3 - 1) AS g`, firstID, deadAgo.Microseconds(), n)
+}
+
+func TestRetentionDeadLetters(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	insertDeadAt(t, db, 2500, 1, 40*24*time.Hour)
+	insertDeadAt(t, db, 7, 100000, 29*24*time.Hour)
+
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, DeadLetterRetention: 30 * 24 * time.Hour,
+		DeadLetterBatch: 1000})
+	st, err := r.PurgeDeadLetters(ctx)
+	require.NoError(t, err)
+	require.Equal(t, DeadLetterStats{Purged: 2500, Batches: 3}, st, "three bounded batches")
+	require.Equal(t, int64(7), retCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`), "recent dead letters kept")
+
+	// A pass is bounded: the rest waits for the next pass.
+	insertDeadAt(t, db, 25, 200000, 40*24*time.Hour)
+	small := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, DeadLetterRetention: 30 * 24 * time.Hour,
+		DeadLetterBatch: 10, DeadLetterBatches: 2})
+	st, err = small.PurgeDeadLetters(ctx)
+	require.NoError(t, err)
+	require.Equal(t, DeadLetterStats{Purged: 20, Batches: 2}, st)
+
+	// Retention off: nothing purged.
+	off := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, DeadLetterRetention: -1})
+	st, err = off.PurgeDeadLetters(ctx)
+	require.NoError(t, err)
+	require.Equal(t, DeadLetterStats{}, st)
+	require.Equal(t, int64(12), retCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`))
+}
+
+// While another process holds a pass's lock, a pass does nothing and says so.
+func TestRetentionLockTaken(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	insertDeadAt(t, db, 10, 1, 40*24*time.Hour)
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Archive: true, CompletedRetention: time.Hour,
+		DeadLetterRetention: 24 * time.Hour})
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0)), pg_advisory_xact_lock(hashtextextended($2, 0))`,
+		RetentionLockKey(db.Schema, "dead_letters"), RetentionLockKey(db.Schema, "partitions"))
+	require.NoError(t, err)
+
+	ds, err := r.PurgeDeadLetters(ctx)
+	require.NoError(t, err)
+	require.Equal(t, DeadLetterStats{Skipped: true}, ds)
+	ps, err := r.MaintainPartitions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PartitionStats{Skipped: true}, ps)
+	require.Equal(t, int64(10), retCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`))
+
+	// Another schema's lock is another key.
+	other := NewRetention(RetentionConfig{DB: db.Pool, Schema: "other", DeadLetterRetention: 24 * time.Hour})
+	_, err = other.PurgeDeadLetters(ctx)
+	require.ErrorIs(t, err, health.ErrNotMigrated, "not skipped: it ran (and found no such schema)")
+
+	require.NoError(t, tx.Rollback(ctx))
+	ds, err = r.PurgeDeadLetters(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), ds.Purged)
+}
+
+// Two processes running retention at once neither fail nor double-count.
+func TestRetentionConcurrent(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	insertDeadAt(t, db, 3000, 1, 40*24*time.Hour)
+	dayPartition(t, db, 20, 10)
+	cfg := RetentionConfig{DB: db.Pool, Schema: db.Schema, Archive: true, PartitionsAhead: 3,
+		CompletedRetention: 7 * 24 * time.Hour, DeadLetterRetention: 30 * 24 * time.Hour, DeadLetterBatch: 100}
+	rs := []*Retention{NewRetention(cfg), NewRetention(cfg)}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var purged int64
+	var created, dropped int
+	for _, r := range rs {
+		for round := 0; round < 3; round++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ds, err := r.PurgeDeadLetters(ctx)
+				require.NoError(t, err)
+				ps, err := r.MaintainPartitions(ctx)
+				require.NoError(t, err)
+				mu.Lock()
+				purged += ds.Purged
+				created += ps.Created
+				dropped += ps.Dropped
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	// A pass that lost the lock midway leaves the rest to the next pass.
+	for _, r := range rs {
+		ds, err := r.PurgeDeadLetters(ctx)
+		require.NoError(t, err)
+		purged += ds.Purged
+	}
+	require.Equal(t, int64(3000), purged, "every dead letter purged exactly once")
+	require.Zero(t, retCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`))
+	require.Equal(t, 4, created, "today and 3 days ahead, created once")
+	require.Equal(t, 1, dropped)
+}
+
+// The services run a pass at start and stop cleanly.
+func TestRetentionService(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	insertDeadAt(t, db, 5, 1, 40*24*time.Hour)
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Archive: true,
+		CompletedRetention: 7 * 24 * time.Hour, DeadLetterRetention: 30 * 24 * time.Hour})
+	require.Len(t, r.Services(), 2)
+	require.NoError(t, r.Stop(ctx), "Stop before Start is a no-op")
+	require.NoError(t, r.Start(ctx))
+	require.NoError(t, r.Start(ctx), "Start is idempotent")
+	today := "jobs_done_" + time.Now().UTC().Format("20060102")
+	require.Eventually(t, func() bool {
+		return retCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`) == 0 && partitionNames(t, db)[today]
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, r.Stop(ctx))
+	require.NoError(t, r.Stop(ctx))
+}

@@ -1,0 +1,1 @@
+DROP SEQUENCE IF EXISTS {{schema}}.lease_tokens;

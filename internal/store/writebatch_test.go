@@ -1,0 +1,52 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// The completer's writes of one batch are one pipeline: either every
+// statement commits or none does. A batch whose last statement fails (a
+// dead letter with a reason the table refuses) must leave the completion
+// queued before it undone too, or a job could be completed while its
+// neighbour's failure is lost.
+func TestWriteBatchIsOneTransaction(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	st := store.New("skiplock")
+	seedReady(t, db.Pool, "q", 3)
+	ls := claimAll(t, st, db.Pool, "q", 3, 3)
+
+	bad := []store.Query{
+		st.CompleteQuery(ls[:1], benchWorker, false),
+		st.RescheduleQuery([]store.Reschedule{{Lease: ls[1]}}, benchWorker),
+		st.DeadLetterQuery([]store.Dead{{Lease: ls[2], Reason: "no-such-reason"}}, benchWorker),
+	}
+	_, err := store.WriteBatch(ctx, db.Pool, bad)
+	require.Error(t, err)
+	var running int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'").Scan(&running))
+	require.Equal(t, 3, running, "a failed pipeline must write nothing")
+
+	good := []store.Query{
+		st.CompleteQuery(ls[:1], benchWorker, false),
+		st.RescheduleQuery([]store.Reschedule{{Lease: ls[1]}}, benchWorker),
+		st.DeadLetterQuery([]store.Dead{{Lease: ls[2], Reason: "error", Error: "boom"}}, benchWorker),
+		// A stale lease matches nothing and is simply not reported held.
+		st.CompleteQuery([]store.Lease{{ID: ls[0].ID, Token: ls[0].Token + 1}}, benchWorker, false),
+	}
+	held, err := store.WriteBatch(ctx, db.Pool, good)
+	require.NoError(t, err)
+	require.Equal(t, map[int64]bool{ls[0].ID: true, ls[1].ID: true, ls[2].ID: true}, held)
+	var ready, dead int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs WHERE state = 'ready'),
+		(SELECT count(*) FROM skiplock.jobs_dead)`).Scan(&ready, &dead))
+	require.Equal(t, 1, ready)
+	require.Equal(t, 1, dead)
+}

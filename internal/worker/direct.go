@@ -1,0 +1,48 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// RunOne claims one due job from queues (of kinds, nil meaning any) and runs
+// it in the calling goroutine: no producer, no heartbeat, no completer, no
+// goroutine at all. The outcome is written (fenced by the lease, like every
+// write) before RunOne returns. It returns a nil job when none was due.
+//
+// accept, if not nil, vets the claimed job before it runs: a job it refuses
+// is handed back untouched (the attempt refunded) and settles as Released.
+//
+// Only cfg.Pool, Store, WorkerID, Lease, Archive and Handler are used. As
+// nothing heartbeats, a handler that runs longer than cfg.Lease can lose its
+// job to the reaper, whose fencing then keeps its outcome from landing.
+func RunOne(ctx context.Context, cfg Config, queues, kinds []string, accept func(*Job) bool) (*Job, Outcome, Settled, error) {
+	jobs, err := cfg.Store.Claim(ctx, cfg.Pool, store.ClaimParams{
+		Queues: queues, Kinds: kinds, Batch: 1, WorkerID: cfg.WorkerID, Lease: cfg.Lease,
+	})
+	if err != nil {
+		return nil, Outcome{}, 0, fmt.Errorf("claim: %w", err)
+	}
+	if len(jobs) == 0 {
+		return nil, Outcome{}, 0, nil
+	}
+	j := &jobs[0]
+	var out Outcome
+	if accept == nil || accept(j) {
+		hctx, cancel := context.WithCancelCause(ctx)
+		out = cfg.Handler(hctx, j)
+		cancel(nil)
+	} else {
+		out = Outcome{Kind: Release, Refund: true}
+	}
+	if out.Kind == Nothing {
+		return j, out, LeaseLost, nil
+	}
+	held, err := planWrites([]result{{job: j, out: out}}).exec(context.WithoutCancel(ctx), cfg)
+	if err != nil {
+		return j, out, 0, fmt.Errorf("write outcome of job %d: %w", j.ID, err)
+	}
+	return j, out, Settle(out, held[j.ID]), nil
+}

@@ -1,0 +1,258 @@
+// Package metrics exports skiplock's health as Prometheus metrics.
+//
+// The collector reads the SQL health pack (the views of migration 002) when
+// Prometheus scrapes it, so any process with a connection pool can serve
+// the queue's metrics, whether or not it runs workers. Reads are bounded by
+// a short timeout and cached for about a second, so concurrent scrapes (two
+// Prometheus replicas, a dashboard) cost one round of queries.
+//
+// Metrics (every name starts with skiplock_; labels carry queue names,
+// states and worker ids only, never job ids or payload values):
+//
+//	skiplock_up                                    1 when the last read of the health views succeeded, else 0
+//	skiplock_queue_jobs{queue,state}               jobs per queue and state: ready, scheduled, running, dead
+//	skiplock_queue_oldest_ready_age_seconds{queue} queue lag: how long the oldest due job has waited (SLO < 120)
+//	skiplock_queue_paused{queue}                   1 for a paused queue
+//	skiplock_dead_letters                          dead letters kept (the dead-letter table's size)
+//	skiplock_dead_letters_last_24h                 jobs that died in the last 24 hours
+//	skiplock_dead_letters_previous_24h             jobs that died in the 24 hours before that
+//	skiplock_jobs_table_live_tuples                live tuples in the hot jobs table
+//	skiplock_jobs_table_dead_tuples                dead tuples in the hot jobs table (vacuum debt)
+//	skiplock_jobs_table_autovacuum_threshold_tuples dead tuples at which autovacuum should start on it
+//	skiplock_last_autovacuum_age_seconds           time since autovacuum last finished on it (absent if never)
+//	skiplock_xmin_horizon_age_seconds              age of the oldest transaction holding back the xmin horizon
+//	skiplock_workers{state}                        worker processes: live, stale (no beat for 5m), stopped
+//	skiplock_worker_claim_p99_seconds{worker}      each live worker process's claim latency p99
+//	skiplock_jobs_claimed_total                    jobs claimed, summed over worker processes
+//	skiplock_jobs_completed_total                  jobs completed, summed over worker processes
+//	skiplock_jobs_failed_total                     failed attempts, summed over worker processes
+//
+// The three counters are sums of the cumulative per-process counters that
+// every worker writes into the workers table with its heartbeat, over every
+// process listed there (a stopped process keeps its final counts). They
+// advance once per heartbeat interval, not per job; use rate() over a
+// window of a minute or more.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/skiplock/skiplock/internal/health"
+)
+
+// Collector defaults.
+const (
+	// DefaultTimeout bounds one read of the health views.
+	DefaultTimeout = 3 * time.Second
+	// DefaultCacheFor is how long one read answers further scrapes.
+	DefaultCacheFor = time.Second
+)
+
+// NewCollector returns a Prometheus collector over the health views of the
+// skiplock installation in schema (default "skiplock" when empty), read
+// through pool. Register it with your own registry, or use Handler. A read
+// that fails (the database is down, or the schema is not migrated) sets
+// skiplock_up to 0 and reports the error to the registry, which keeps
+// serving the other collectors' metrics.
+func NewCollector(pool *pgxpool.Pool, schema string) prometheus.Collector {
+	if schema == "" {
+		schema = "skiplock"
+	}
+	return newCollector(pool, schema, DefaultTimeout, DefaultCacheFor)
+}
+
+// Handler serves the skiplock collector together with the Go runtime and
+// process collectors (and any extra ones, such as NewClientCollector in a
+// worker process) from a private registry, in the Prometheus exposition
+// format: mount it at /metrics. A failed read of the health views is
+// reported in skiplock_up and the other metrics are still served.
+func Handler(pool *pgxpool.Pool, schema string, extra ...prometheus.Collector) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		NewCollector(pool, schema),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	reg.MustRegister(extra...)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
+}
+
+// Queue states of skiplock_queue_jobs.
+const (
+	stateReady     = "ready"
+	stateScheduled = "scheduled"
+	stateRunning   = "running"
+	stateDead      = "dead"
+)
+
+type descs struct {
+	up, queueJobs, queueLag, queuePaused                            *prometheus.Desc
+	dead, dead24h, deadPrev24h                                      *prometheus.Desc
+	liveTuples, deadTuples, avThreshold, lastAutovacuum, xmin       *prometheus.Desc
+	workers, workerClaimP99, claimed, completed, failed, collectErr *prometheus.Desc
+}
+
+func newDescs() descs {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("skiplock_"+name, help, labels, nil)
+	}
+	return descs{
+		up:             d("up", "1 when the last read of skiplock's health views succeeded, else 0."),
+		queueJobs:      d("queue_jobs", "Jobs per queue and state: ready (due now), scheduled (due later), running, dead (dead letters).", "queue", "state"),
+		queueLag:       d("queue_oldest_ready_age_seconds", "Queue lag: how long the queue's oldest due job has waited (0 when none is due).", "queue"),
+		queuePaused:    d("queue_paused", "1 when the queue is paused.", "queue"),
+		dead:           d("dead_letters", "Dead letters kept (the dead-letter table's size)."),
+		dead24h:        d("dead_letters_last_24h", "Jobs that moved to the dead-letter table in the last 24 hours."),
+		deadPrev24h:    d("dead_letters_previous_24h", "Jobs that moved to the dead-letter table in the 24 hours before the last 24."),
+		liveTuples:     d("jobs_table_live_tuples", "Live tuples in the hot jobs table (pg_stat_user_tables.n_live_tup)."),
+		deadTuples:     d("jobs_table_dead_tuples", "Dead tuples in the hot jobs table (pg_stat_user_tables.n_dead_tup): vacuum debt."),
+		avThreshold:    d("jobs_table_autovacuum_threshold_tuples", "Dead tuples at which autovacuum should start on the hot jobs table."),
+		lastAutovacuum: d("last_autovacuum_age_seconds", "Seconds since autovacuum last finished on the hot jobs table (absent when it never ran since statistics were reset)."),
+		xmin:           d("xmin_horizon_age_seconds", "Age of the oldest transaction of this database holding back the xmin horizon (0 when none)."),
+		workers:        d("workers", "Worker processes in the workers table by state: live, stale (not stopped, no beat within 5m), stopped.", "state"),
+		workerClaimP99: d("worker_claim_p99_seconds", "Claim latency p99 of each live worker process, as it last reported.", "worker"),
+		claimed:        d("jobs_claimed_total", "Jobs claimed, summed over the cumulative counters of every worker process in the workers table."),
+		completed:      d("jobs_completed_total", "Jobs completed, summed over the cumulative counters of every worker process in the workers table."),
+		failed:         d("jobs_failed_total", "Failed attempts, summed over the cumulative counters of every worker process in the workers table."),
+		collectErr:     d("collector_error", "Never exported: carries a failed read's error to the registry."),
+	}
+}
+
+// collector reads the health views on scrape and caches the result.
+type collector struct {
+	pool     *pgxpool.Pool
+	schema   string
+	timeout  time.Duration
+	cacheFor time.Duration
+	d        descs
+
+	// mu guards cached and readAt, and serializes reads: a scrape that
+	// arrives during a read waits for it and shares its result.
+	mu     sync.Mutex
+	cached []prometheus.Metric
+	readAt time.Time
+}
+
+func newCollector(pool *pgxpool.Pool, schema string, timeout, cacheFor time.Duration) *collector {
+	return &collector{pool: pool, schema: schema, timeout: timeout, cacheFor: cacheFor, d: newDescs()}
+}
+
+// Describe sends every metric's descriptor.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.d.up, c.d.queueJobs, c.d.queueLag, c.d.queuePaused, c.d.dead, c.d.dead24h, c.d.deadPrev24h,
+		c.d.liveTuples, c.d.deadTuples, c.d.avThreshold, c.d.lastAutovacuum, c.d.xmin,
+		c.d.workers, c.d.workerClaimP99, c.d.claimed, c.d.completed, c.d.failed, c.d.collectErr,
+	} {
+		ch <- d
+	}
+}
+
+// Collect sends the metrics of the last read, reading again when it is
+// older than the cache period.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	if c.cached == nil || time.Since(c.readAt) >= c.cacheFor {
+		c.cached = c.read()
+		c.readAt = time.Now()
+	}
+	ms := c.cached
+	c.mu.Unlock()
+	for _, m := range ms {
+		ch <- m
+	}
+}
+
+// read queries the health views once and builds the metrics. A section that
+// fails is left out; the error is reported and skiplock_up is 0.
+func (c *collector) read() []prometheus.Metric {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	var ms []prometheus.Metric
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ms = append(ms, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
+	}
+	counter := func(d *prometheus.Desc, v float64) {
+		ms = append(ms, prometheus.MustNewConstMetric(d, prometheus.CounterValue, v))
+	}
+	var firstErr error
+	fail := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+
+	if stats, err := health.QueueStats(ctx, c.pool, c.schema); err != nil {
+		fail(err)
+	} else {
+		for _, s := range stats {
+			gauge(c.d.queueJobs, float64(s.Ready), s.Queue, stateReady)
+			gauge(c.d.queueJobs, float64(s.Scheduled), s.Queue, stateScheduled)
+			gauge(c.d.queueJobs, float64(s.Running), s.Queue, stateRunning)
+			gauge(c.d.queueJobs, float64(s.Dead), s.Queue, stateDead)
+			gauge(c.d.queueLag, s.OldestReadyAgeSeconds, s.Queue)
+			gauge(c.d.queuePaused, boolFloat(s.Paused), s.Queue)
+		}
+	}
+	if size, err := health.DeadLetterSizeOf(ctx, c.pool, c.schema); err != nil {
+		fail(err)
+	} else {
+		gauge(c.d.dead, float64(size.Total))
+		gauge(c.d.dead24h, float64(size.Last24h))
+		gauge(c.d.deadPrev24h, float64(size.Prev24h))
+	}
+	if v, err := health.Vacuum(ctx, c.pool, c.schema); err != nil {
+		fail(err)
+	} else {
+		gauge(c.d.liveTuples, float64(v.LiveTuples))
+		gauge(c.d.deadTuples, float64(v.DeadTuples))
+		gauge(c.d.avThreshold, v.AutovacuumThreshold)
+		if v.LastAutovacuum != nil {
+			gauge(c.d.lastAutovacuum, max(time.Since(*v.LastAutovacuum).Seconds(), 0))
+		}
+		gauge(c.d.xmin, v.OldestXminAgeSeconds)
+	}
+	if t, err := health.WorkerTotalsOf(ctx, c.pool, c.schema); err != nil {
+		fail(err)
+	} else {
+		gauge(c.d.workers, float64(t.Live), "live")
+		gauge(c.d.workers, float64(t.Stale), "stale")
+		gauge(c.d.workers, float64(t.Stopped), "stopped")
+		counter(c.d.claimed, float64(t.Claimed))
+		counter(c.d.completed, float64(t.Completed))
+		counter(c.d.failed, float64(t.Failed))
+		if t.Live > 0 {
+			if ws, err := health.Workers(ctx, c.pool, c.schema); err != nil {
+				fail(err)
+			} else {
+				for _, w := range ws {
+					if w.Live && w.ClaimP99MS != nil {
+						gauge(c.d.workerClaimP99, *w.ClaimP99MS/1000, w.ID)
+					}
+				}
+			}
+		}
+	}
+	if firstErr != nil {
+		gauge(c.d.up, 0)
+		ms = append(ms, prometheus.NewInvalidMetric(c.d.collectErr, firstErr))
+	} else {
+		gauge(c.d.up, 1)
+	}
+	return ms
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
