@@ -150,6 +150,15 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	var txPool *pgxpool.Pool
+	if h.Tx {
+		// The handlers' own transactions use a pool of their own, as an
+		// application's would.
+		if txPool, err = ownPool(ctx, pool, nil, int32(min(o.Workers, 32)), queue+"_tx"); err != nil {
+			return res, err
+		}
+		defer txPool.Close()
+	}
 	var waits, handlerTimes hist
 	var reaped atomic.Int64
 	err = skiplock.Handle(c, benchKind, func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
@@ -157,6 +166,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		waits.add(start.Sub(j.RunAt))
 		if j.Attempt > 1 {
 			reaped.Add(1)
+		}
+		if h.Tx {
+			return pgx.BeginFunc(ctx, txPool, func(tx pgx.Tx) error { return skiplock.CompleteTx(ctx, c, tx, j) })
 		}
 		if h.Noop {
 			return nil

@@ -18,6 +18,7 @@ import (
 func TestParseHandler(t *testing.T) {
 	good := map[string]Handler{
 		"noop":             {Noop: true},
+		"completetx":       {Noop: true, Tx: true},
 		"sleep:2ms-5ms":    {Min: 2 * time.Millisecond, Max: 5 * time.Millisecond},
 		"sleep:3ms":        {Min: 3 * time.Millisecond, Max: 3 * time.Millisecond},
 		" sleep:1ms - 2ms": {Min: time.Millisecond, Max: 2 * time.Millisecond},

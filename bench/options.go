@@ -40,7 +40,11 @@ func optErr(opt, format string, args ...any) error {
 // Handler is a parsed Options.Handler: a no-op, or a sleep drawn uniformly
 // from [Min, Max].
 type Handler struct {
-	Noop     bool
+	Noop bool
+	// Tx (with Noop) completes each job with CompleteTx in a transaction of
+	// its own, as a handler doing exactly-once database work would, instead
+	// of returning nil for the batched completer.
+	Tx       bool
 	Min, Max time.Duration
 }
 
@@ -50,6 +54,8 @@ func (h Handler) Mean() time.Duration { return (h.Min + h.Max) / 2 }
 // String renders h in the syntax ParseHandler accepts.
 func (h Handler) String() string {
 	switch {
+	case h.Noop && h.Tx:
+		return "completetx"
 	case h.Noop:
 		return "noop"
 	case h.Min == h.Max:
@@ -66,9 +72,12 @@ func ParseHandler(s string) (Handler, error) {
 	if s == "noop" {
 		return Handler{Noop: true}, nil
 	}
+	if s == "completetx" {
+		return Handler{Noop: true, Tx: true}, nil
+	}
 	spec, ok := strings.CutPrefix(s, "sleep:")
 	if !ok {
-		return Handler{}, optErr("handler", `must be "noop" or "sleep:MIN-MAX" (e.g. sleep:2ms-5ms), got %q`, s)
+		return Handler{}, optErr("handler", `must be "noop", "completetx" or "sleep:MIN-MAX" (e.g. sleep:2ms-5ms), got %q`, s)
 	}
 	lo, hi, ranged := strings.Cut(spec, "-")
 	if !ranged {

@@ -50,7 +50,8 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	stderr := cmd.ErrOrStderr()
 	log := logger(stderr)
 
-	if databaseURL() == "" {
+	throwaway := databaseURL() == ""
+	if throwaway {
 		fmt.Fprintln(stderr, "dev: no DATABASE_URL configured; starting a throwaway PostgreSQL cluster")
 		cl, err := devdb.Start(ctx, devdb.Options{Logger: log})
 		if err != nil {
@@ -99,7 +100,7 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 		defer cancel()
 		_ = c.Stop(sctx)
 	}()
-	stopServe, err := startDevDashboard(ctx, pool, c, f.httpAddr, log)
+	stopServe, err := startDevDashboard(pool, f.httpAddr, throwaway, log)
 	if err != nil {
 		return err
 	}

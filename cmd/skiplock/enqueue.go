@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -20,13 +22,18 @@ import (
 
 func init() { register(newEnqueueCmd) }
 
+// jobFlags are enqueue's flags that describe one job: with --file each line
+// carries these fields itself, so setting one is refused rather than ignored.
+var jobFlags = []string{"queue", "kind", "payload", "priority", "run-at", "delay", "max-attempts",
+	"unique-key", "bump-schedule", "tenant", "entity"}
+
 func newEnqueueCmd() *cobra.Command {
 	var (
-		p                       skiplock.EnqueueParams
-		payload, runAt, file    string
-		delay                   time.Duration
-		batchSize               int
-		payloadSet, priorityStr bool
+		p                    skiplock.EnqueueParams
+		payload, runAt, file string
+		delay                time.Duration
+		batchSize            int
+		payloadSet           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "enqueue --queue Q --kind K [--payload JSON] | --file F.ndjson",
@@ -35,15 +42,22 @@ func newEnqueueCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			payloadSet = cmd.Flags().Changed("payload")
-			_ = priorityStr
 			if file != "" {
-				if cmd.Flags().Changed("kind") || payloadSet {
-					return usageError("--file: cannot be combined with --kind or --payload (each line carries its own)")
+				for _, name := range jobFlags {
+					if cmd.Flags().Changed(name) {
+						return usageError("--file: cannot be combined with --%s (each line carries its own job fields)", name)
+					}
 				}
 				return enqueueFile(ctx, cmd, file, batchSize)
 			}
 			if p.Kind == "" {
 				return usageError("--kind: required (or use --file)")
+			}
+			if p.Queue == "" {
+				return usageError("--queue: must not be empty")
+			}
+			if cmd.Flags().Changed("max-attempts") && p.MaxAttempts == 0 {
+				return usageError("--max-attempts: must be between 1 and %d, got 0", skiplock.MaxAttemptsLimit)
 			}
 			if payloadSet {
 				p.Payload = json.RawMessage(payload)
@@ -55,6 +69,9 @@ func newEnqueueCmd() *cobra.Command {
 				t, err := time.Parse(time.RFC3339Nano, runAt)
 				if err != nil {
 					return usageError("--run-at: not an RFC 3339 time (e.g. 2026-11-22T10:00:00Z)")
+				}
+				if t.Before(time.Unix(0, 0)) {
+					return usageError("--run-at: %s is before 1970", t.UTC().Format(time.RFC3339))
 				}
 				p.RunAt = t
 			}
@@ -101,42 +118,140 @@ func newEnqueueCmd() *cobra.Command {
 	return cmd
 }
 
-// ndjsonJob is one line of an NDJSON bulk file: the SQL function's argument names.
-type ndjsonJob struct {
-	Queue       string          `json:"queue"`
-	Kind        string          `json:"kind"`
-	Payload     json.RawMessage `json:"payload"`
-	Priority    int             `json:"priority"`
-	RunAt       *time.Time      `json:"run_at"`
-	MaxAttempts int             `json:"max_attempts"`
-	UniqueKey   string          `json:"unique_key"`
-	Tenant      string          `json:"tenant"`
-	Entity      string          `json:"entity"`
-}
+// ndjsonKeys are the keys a line of an NDJSON bulk file may carry: the SQL
+// function's argument names.
+var ndjsonKeys = map[string]bool{"queue": true, "kind": true, "payload": true, "priority": true, "run_at": true,
+	"max_attempts": true, "unique_key": true, "tenant": true, "entity": true}
 
-// ParseNDJSONLine decodes one line strictly: unknown keys are errors.
+// parseNDJSONLine decodes one line strictly: one JSON object whose keys are
+// the SQL function's argument names, each at most once. Every error names
+// the key (or a byte offset) and never echoes a value. A null value means
+// the key's default, as a NULL argument does in SQL; an explicit empty queue
+// and an explicit max_attempts of 0 are rejected, as the SQL function does.
 func parseNDJSONLine(line []byte) (skiplock.EnqueueParams, error) {
-	var j ndjsonJob
-	dec := json.NewDecoder(strings.NewReader(string(line)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
-		return skiplock.EnqueueParams{}, fmt.Errorf("not a valid job object: %v", err)
+	var p skiplock.EnqueueParams
+	fields, err := splitNDJSONObject(line)
+	if err != nil {
+		return p, err
 	}
-	if dec.More() {
-		return skiplock.EnqueueParams{}, errors.New("more than one JSON value on the line")
+	str := func(key string, dst *string) error {
+		raw, ok := fields[key]
+		if !ok {
+			return nil
+		}
+		if !utf8.Valid(raw) {
+			return fmt.Errorf("%s: not valid UTF-8", key)
+		}
+		if err := json.Unmarshal(raw, dst); err != nil {
+			return fmt.Errorf("%s: must be a string", key)
+		}
+		return nil
 	}
-	p := skiplock.EnqueueParams{Queue: j.Queue, Kind: j.Kind, Priority: j.Priority, MaxAttempts: j.MaxAttempts,
-		UniqueKey: j.UniqueKey, Tenant: j.Tenant, Entity: j.Entity}
-	if len(j.Payload) > 0 {
-		p.Payload = j.Payload
+	integer := func(key string, dst *int, lo, hi int) error {
+		raw, ok := fields[key]
+		if !ok {
+			return nil
+		}
+		var n int64
+		if err := json.Unmarshal(raw, &n); err != nil || n < int64(lo) || n > int64(hi) {
+			return fmt.Errorf("%s: must be an integer between %d and %d", key, lo, hi)
+		}
+		*dst = int(n)
+		return nil
 	}
-	if j.RunAt != nil {
-		p.RunAt = *j.RunAt
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"queue", &p.Queue}, {"kind", &p.Kind}, {"unique_key", &p.UniqueKey}, {"tenant", &p.Tenant}, {"entity", &p.Entity}} {
+		if err := str(f.key, f.dst); err != nil {
+			return p, err
+		}
+	}
+	if _, ok := fields["queue"]; ok && p.Queue == "" {
+		return p, errors.New("queue: must not be empty (leave the key out for the default queue)")
 	}
 	if p.Kind == "" {
 		return p, errors.New("kind: must not be empty")
 	}
+	if err := integer("priority", &p.Priority, skiplock.MinPriority, skiplock.MaxPriority); err != nil {
+		return p, err
+	}
+	if err := integer("max_attempts", &p.MaxAttempts, 1, skiplock.MaxAttemptsLimit); err != nil {
+		return p, err
+	}
+	if raw, ok := fields["payload"]; ok {
+		p.Payload = raw
+	}
+	var runAt string
+	if err := str("run_at", &runAt); err != nil {
+		return p, err
+	}
+	if _, ok := fields["run_at"]; ok {
+		t, err := time.Parse(time.RFC3339Nano, runAt)
+		if err != nil {
+			return p, errors.New("run_at: not an RFC 3339 time (e.g. 2026-11-22T10:00:00Z)")
+		}
+		if t.Before(time.Unix(0, 0)) {
+			return p, errors.New("run_at: is before 1970")
+		}
+		p.RunAt = t
+	}
 	return p, nil
+}
+
+// splitNDJSONObject returns the raw value of each known key of the one JSON
+// object on line; null values are left out.
+func splitNDJSONObject(line []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	syntax := func(key string) error {
+		where := "not a valid job object"
+		if key != "" {
+			where = key + ": not valid JSON"
+		}
+		return fmt.Errorf("%s at byte offset %d", where, dec.InputOffset())
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, syntax("")
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("not a JSON object (one job object per line)")
+	}
+	fields := map[string]json.RawMessage{}
+	seen := map[string]bool{}
+	last := "" // the key whose value was read last: a syntax error right after it is its fault
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, syntax(last)
+		}
+		key, _ := tok.(string)
+		if !ndjsonKeys[key] {
+			if len(key) > 40 || !utf8.ValidString(key) {
+				return nil, errors.New("unknown key (keys are the SQL function's argument names)")
+			}
+			return nil, fmt.Errorf("unknown key %q (keys are the SQL function's argument names)", key)
+		}
+		if seen[key] {
+			return nil, fmt.Errorf("%s: given more than once", key)
+		}
+		seen[key] = true
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, syntax(key)
+		}
+		if string(raw) != "null" {
+			fields[key] = raw
+		}
+		last = key
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, syntax(last)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more than one JSON value on the line")
+	}
+	return fields, nil
 }
 
 type bulkSummary struct {
@@ -172,9 +287,9 @@ func enqueueFile(ctx context.Context, cmd *cobra.Command, path string, batchSize
 	}
 	// Pass 1: validate every line (stdin is buffered for pass 2).
 	var stdinLines [][]byte
-	lines := 0
+	lines := 0 // job lines: blank lines carry no job and are not counted
 	if err := scanLines(open, func(n int, line []byte) error {
-		lines = n
+		lines++
 		p, err := parseNDJSONLine(line)
 		if err == nil {
 			err = c.Validate(p)

@@ -41,6 +41,7 @@ func TestEnqueueCLI(t *testing.T) {
 		field string
 	}{
 		{[]string{"--kind", "k", "--payload", "{bad"}, "--payload"},
+		{[]string{"--kind", "k", "--payload", `{"a":`}, "--payload"},
 		{[]string{"--kind", "k", "--payload", "[1]"}, "--payload"},
 		{[]string{"--kind", "k", "--payload", `{"a":"\u0000"}`}, "--payload"},
 		{[]string{"--kind", ""}, "--kind"},
@@ -87,4 +88,21 @@ func TestEnqueueFileCLI(t *testing.T) {
 	var n int
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n))
 	require.Equal(t, 300, n, "nothing from the bad file was written")
+
+	// Blank lines carry no job: they are neither counted nor "skipped".
+	blanks := filepath.Join(dir, "blanks.ndjson")
+	require.NoError(t, os.WriteFile(blanks, []byte("\n"+`{"kind":"k"}`+"\n\n"+`{"kind":"k"}`+"\n\n"), 0o600))
+	code, out, stderr = runCLI(t, "enqueue", "--database-url", db.URL, "--file", blanks)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, `"lines":2`)
+	require.Contains(t, out, `"skipped_duplicates":0`)
+
+	// A job flag next to --file would be ignored: it is refused, naming it.
+	for _, flag := range []string{"--queue=q2", "--priority=5", "--tenant=t", "--delay=1m"} {
+		code, _, stderr = runCLI(t, "enqueue", "--database-url", db.URL, "--file", good, flag)
+		require.Equal(t, 2, code, flag)
+		require.Contains(t, stderr, strings.SplitN(flag, "=", 2)[0], flag)
+	}
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n))
+	require.Equal(t, 302, n, "a refused --file call wrote something")
 }

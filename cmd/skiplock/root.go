@@ -146,5 +146,6 @@ func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 // printJSON writes v as one line of JSON to stdout.
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // error signatures hold <n>, <str>: keep them readable
 	return enc.Encode(v)
 }

@@ -107,6 +107,12 @@ to the Unix epoch.`,
 			if !fl.Changed("kind") {
 				return usageError("--kind: required")
 			}
+			if s.Queue == "" {
+				return usageError("--queue: must not be empty")
+			}
+			if fl.Changed("max-attempts") && s.MaxAttempts == 0 {
+				return usageError("--max-attempts: must be between 1 and %d, got 0", skiplock.MaxAttemptsLimit)
+			}
 			if fl.Changed("payload") {
 				s.Payload = json.RawMessage(payload)
 			}

@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,9 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/metrics"
 )
 
 func init() { register(newWorkCmd) }
@@ -35,6 +41,7 @@ type workFlags struct {
 	pollOnly     bool
 	pollInterval time.Duration
 	execCmd      string
+	metricsAddr  string
 }
 
 func newWorkCmd() *cobra.Command {
@@ -66,7 +73,16 @@ The worker also runs the reaper and the recurring-job scheduler.`,
 	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN (behind a transaction-mode pooler)")
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "backstop poll interval")
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464")
 	return cmd
+}
+
+// workConfigFlags maps the Config fields runWork sets to their flags, so a
+// rejected value is reported by the flag that gave it.
+var workConfigFlags = map[string]string{
+	"Pools[0].Queues": "--queue", "Pools[0].Kinds": "--kinds", "Pools[0].Concurrency": "--concurrency",
+	"Pools[0].BatchSize": "--batch", "Pools[0].TenantCap": "--tenant-cap", "LeaseDuration": "--lease",
+	"HeartbeatInterval": "--lease", "PollInterval": "--poll-interval", "Schema": "--schema",
 }
 
 func runWork(cmd *cobra.Command, f workFlags) error {
@@ -121,6 +137,9 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	if err != nil {
 		var fe *skiplock.FieldError
 		if errors.As(err, &fe) {
+			if flag, ok := workConfigFlags[strings.TrimPrefix(fe.Field, "Config.")]; ok {
+				return usageError("%s: %s", flag, fe.Message)
+			}
 			return usageError("%v", err)
 		}
 		return err
@@ -135,6 +154,13 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	if err := skiplock.HandleFallback(c, execHandler(f.execCmd, stderr), opts...); err != nil {
 		return err
+	}
+	if f.metricsAddr != "" {
+		stop, err := serveWorkerMetrics(f.metricsAddr, pool, c, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if err := c.Start(ctx); err != nil {
 		return err
@@ -237,4 +263,25 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.buf)
+}
+
+// serveWorkerMetrics serves /metrics (the process collector, the queue's
+// health views, Go runtime) and /healthz on addr until stop is called.
+func serveWorkerMetrics(addr string, pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) (stop func(), err error) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usageError("--metrics-addr: %v", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("skiplock: serving metrics", slog.String("url", "http://"+ln.Addr().String()+"/metrics"))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/internal/health"
+)
+
+func init() { register(newDoctorCmd) }
+
+// doctorOut is `skiplock doctor --json`.
+type doctorOut struct {
+	Schema string         `json:"schema"`
+	OK     bool           `json:"ok"`
+	Failed []string       `json:"failed"`
+	Warn   []string       `json:"warn"`
+	Checks []health.Check `json:"checks"`
+}
+
+func newDoctorCmd() *cobra.Command {
+	var o health.DoctorOptions
+	cmd := &cobra.Command{
+		Use:   "doctor",
+		Short: "Run the vacuum-debt runbook as checks: each prints its status, figure and fix (exit 3 when one fails)",
+		Long: `Run the operations runbook as checks against the database: schema version, queue lag,
+dead tuples and autovacuum lag on the hot table, its per-table settings (fillfactor, autovacuum),
+the claim's partial index (present, valid and used by the real claim plan), transactions pinning
+the xmin horizon, NOTIFY queue usage, jobs stuck running past their lease, live workers and
+dead-letter growth. Every check prints its status (ok, warn, fail), the figure behind it and,
+when not ok, the fix. It only reads. Exit 3 when any check fails; warnings exit 0.
+See docs/operations.md for what each check means.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, f := range []struct {
+				name string
+				d    time.Duration
+			}{{"lag-warn", o.LagWarn}, {"lag-fail", o.LagFail}, {"xact-warn", o.XactWarn}, {"xact-fail", o.XactFail},
+				{"stuck-after", o.StuckAfter}, {"statement-timeout", o.StatementTimeout}} {
+				if f.d < 0 {
+					return usageError("--%s: must not be negative, got %s", f.name, f.d)
+				}
+			}
+			pool, err := connect(cmd.Context(), 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			checks, err := health.DoctorWith(cmd.Context(), pool, g.schema, o)
+			if err != nil {
+				return err
+			}
+			out := doctorOut{Schema: g.schema, OK: !health.Failed(checks), Failed: []string{}, Warn: []string{}, Checks: checks}
+			for _, c := range checks {
+				switch c.Status {
+				case health.StatusFail:
+					out.Failed = append(out.Failed, c.Name)
+				case health.StatusWarn:
+					out.Warn = append(out.Warn, c.Name)
+				}
+			}
+			if g.jsonOut {
+				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
+					return err
+				}
+			} else {
+				printDoctor(cmd.OutOrStdout(), out)
+			}
+			if !out.OK {
+				return checkFailed(fmt.Errorf("doctor: %d check(s) failed: %s", len(out.Failed), strings.Join(out.Failed, ", ")))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&o.LagWarn, "lag-warn", 0, "warn when the oldest due job has waited longer (default 1m)")
+	f.DurationVar(&o.LagFail, "lag-fail", 0, "fail when the oldest due job has waited longer (default 2m, the SLO)")
+	f.DurationVar(&o.XactWarn, "xact-warn", 0, "warn when a transaction has held back the xmin horizon longer (default 2m)")
+	f.DurationVar(&o.XactFail, "xact-fail", 0, "fail when a transaction has held back the xmin horizon longer (default 10m)")
+	f.DurationVar(&o.StuckAfter, "stuck-after", 0, "fail when a running job's lease expired longer ago (default 5m)")
+	f.DurationVar(&o.StatementTimeout, "statement-timeout", 0, "bound on each check's queries (default 10s)")
+	addJSON(cmd)
+	return cmd
+}
+
+// printDoctor prints one block per check:
+//
+//	[ ok ] schema: schema skiplock at version 2 (latest)
+//	[FAIL] claim_index: the partial index jobs_ready is missing ...
+//	       fix: recreate it without blocking claims: CREATE INDEX CONCURRENTLY ...
+func printDoctor(w io.Writer, out doctorOut) {
+	var ok, warn, fail int
+	for _, c := range out.Checks {
+		tag := "[ ok ]"
+		switch c.Status {
+		case health.StatusWarn:
+			tag = "[warn]"
+			warn++
+		case health.StatusFail:
+			tag = "[FAIL]"
+			fail++
+		default:
+			ok++
+		}
+		fmt.Fprintf(w, "%s %s: %s\n", tag, c.Name, c.Figure)
+		if c.Fix != "" {
+			fmt.Fprintf(w, "       fix: %s\n", c.Fix)
+		}
+	}
+	fmt.Fprintf(w, "schema %s: %d check(s): %d ok, %d warn, %d fail\n", out.Schema, len(out.Checks), ok, warn, fail)
+}

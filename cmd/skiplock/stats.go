@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock/internal/health"
+)
+
+func init() { register(newStatsCmd) }
+
+// opsStatementTimeout bounds each query of the operations commands (stats,
+// top, doctor, dlq list) so a wedged database cannot hang a terminal.
+const opsStatementTimeout = 10 * time.Second
+
+// statsOut is `skiplock stats --json` (PRODUCT §2).
+type statsOut struct {
+	Queues []health.QueueStat `json:"queues"`
+}
+
+func newStatsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Per queue: ready, scheduled, running and dead jobs and the queue lag (oldest ready job)",
+		Long: `Per queue: ready jobs (due now), scheduled jobs (due later), running jobs, dead letters
+and the age of the oldest ready job in seconds (the queue lag; the SLO is under two minutes).
+Read from the queue_stats view through the partial indexes; payloads are never read.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, err := connect(cmd.Context(), 2)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			stats, err := readQueueStats(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			if g.jsonOut {
+				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats})
+			}
+			if len(stats) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no queue has jobs, dead letters or a pause flag")
+				return nil
+			}
+			return printQueueTable(cmd.OutOrStdout(), stats)
+		},
+	}
+	addJSON(cmd)
+	return cmd
+}
+
+// readQueueStats reads queue_stats with a statement timeout; never nil.
+func readQueueStats(ctx context.Context, pool *pgxpool.Pool) ([]health.QueueStat, error) {
+	qctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
+	defer cancel()
+	stats, err := health.QueueStats(qctx, pool, g.schema)
+	if err != nil {
+		return nil, err
+	}
+	if stats == nil {
+		stats = []health.QueueStat{}
+	}
+	return stats, nil
+}
+
+// printQueueTable prints queue stats as an aligned table.
+func printQueueTable(w io.Writer, stats []health.QueueStat) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "QUEUE\tREADY\tSCHEDULED\tRUNNING\tDEAD\tLAG\tPAUSED\t")
+	var tot health.QueueStat
+	var lag float64
+	for _, s := range stats {
+		paused := ""
+		if s.Paused {
+			paused = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", s.Queue, s.Ready, s.Scheduled, s.Running, s.Dead,
+			humanSeconds(s.OldestReadyAgeSeconds), paused)
+		tot.Ready += s.Ready
+		tot.Scheduled += s.Scheduled
+		tot.Running += s.Running
+		tot.Dead += s.Dead
+		lag = math.Max(lag, s.OldestReadyAgeSeconds)
+	}
+	if len(stats) > 1 {
+		fmt.Fprintf(tw, "(all)\t%d\t%d\t%d\t%d\t%s\t\t\n", tot.Ready, tot.Scheduled, tot.Running, tot.Dead, humanSeconds(lag))
+	}
+	return tw.Flush()
+}
+
+// humanSeconds prints an age for people: "-" for none, 850ms, 42s, 3m12s,
+// 5h3m, 2d4h.
+func humanSeconds(s float64) string {
+	if s <= 0 || math.IsNaN(s) {
+		return "-"
+	}
+	return humanDuration(time.Duration(s * float64(time.Second)))
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	case d < 48*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	default:
+		days := int(d / (24 * time.Hour))
+		return fmt.Sprintf("%dd%dh", days, int((d-time.Duration(days)*24*time.Hour)/time.Hour))
+	}
+}
+
+// ageValue is a duration flag that also takes days: "30d", "1d12h", "90m".
+type ageValue struct{ d *time.Duration }
+
+func (a ageValue) String() string {
+	if a.d == nil || *a.d == 0 {
+		return "0s"
+	}
+	return a.d.String()
+}
+
+func (a ageValue) Set(s string) error {
+	d, err := parseAge(s)
+	if err != nil {
+		return err
+	}
+	*a.d = d
+	return nil
+}
+
+func (a ageValue) Type() string { return "duration" }
+
+// parseAge parses a Go duration with an optional leading whole number of
+// days ("30d", "1d12h").
+func parseAge(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	var days int64
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.ParseInt(s[:i], 10, 64)
+		if err != nil || n < 0 || n > 100000 {
+			return 0, fmt.Errorf("not a duration (e.g. 30d, 12h, 90m): %q", s)
+		}
+		days, s = n, s[i+1:]
+		if s == "" {
+			return time.Duration(days) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("not a duration (e.g. 30d, 12h, 90m): %q", s)
+	}
+	if days > 0 && d < 0 {
+		return 0, fmt.Errorf("not a duration (e.g. 30d, 12h, 90m): %q", s)
+	}
+	return time.Duration(days)*24*time.Hour + d, nil
+}

@@ -1,0 +1,399 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/migrations"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+//go:embed static
+var staticFS embed.FS
+
+// Options configure the dashboard. The zero value of every field means its
+// documented default: schema "skiplock", no authentication, read-write,
+// payloads never revealed.
+type Options struct {
+	// Schema holds skiplock's tables. Default "skiplock".
+	Schema string
+	// Prefix is the URL path the handler is mounted under, e.g. "/queue"
+	// (default: the root). The handler strips it itself, so mount it with
+	// mux.Handle(prefix+"/", h) and no http.StripPrefix; every link it renders
+	// starts with it.
+	Prefix string
+	// ReadOnly hides every action (pause, resume, cancel, replay, purge) and
+	// refuses every request that is not a GET or HEAD with 403.
+	ReadOnly bool
+	// User and Password, when both set, make every path except /healthz and
+	// /readyz require HTTP basic auth with these credentials. Set both or
+	// neither.
+	User, Password string
+	// Token, when set, is accepted as "Authorization: Bearer <Token>" on
+	// every path except /healthz and /readyz (alone, or besides basic auth).
+	Token string
+	// ShowPayloads lets a user who passed authentication reveal one job's
+	// payload at a time on its detail page (each reveal is logged with the
+	// job id, never the payload). Payloads are never rendered otherwise.
+	// Not allowed with ReadOnly: a read-only dashboard is for viewers, and
+	// payloads are personal data.
+	ShowPayloads bool
+	// Logger receives request errors and an audit line for every action and
+	// reveal (job ids, queues, kinds, counts; never payloads). Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Metrics, when set, is served at /metrics behind the same
+	// authentication as the pages.
+	Metrics http.Handler
+	// SampleInterval is how often the throughput sampler reads the workers'
+	// counters and the queue lag for the charts. Default 5s.
+	SampleInterval time.Duration
+	// ReplayRate is how many jobs per second a dead-letter replay started
+	// from the dashboard re-enqueues (a trickle, so a replay does not flood
+	// a queue). Each group replays at this rate, one replay per group at a
+	// time: replays of several groups add up. Default 50.
+	ReplayRate float64
+	// QueryTimeout bounds each page's database work. Default 5s.
+	QueryTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Schema == "" {
+		o.Schema = "skiplock"
+	}
+	o.Prefix = strings.TrimRight(o.Prefix, "/")
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.SampleInterval <= 0 {
+		o.SampleInterval = 5 * time.Second
+	}
+	if o.ReplayRate <= 0 {
+		o.ReplayRate = 50
+	}
+	if o.QueryTimeout <= 0 {
+		o.QueryTimeout = 5 * time.Second
+	}
+	return o
+}
+
+// ErrInvalidOptions is wrapped by every error New returns for bad Options.
+var ErrInvalidOptions = errors.New("dashboard: invalid options")
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidOptions, field, fmt.Sprintf(format, args...))
+}
+
+func (o Options) validate() error {
+	if err := migrations.ValidateSchema(o.Schema); err != nil {
+		return invalid("Schema", "%v", err)
+	}
+	if o.Prefix != "" && (!strings.HasPrefix(o.Prefix, "/") || strings.ContainsAny(o.Prefix, "?#{} ")) {
+		return invalid("Prefix", "must be a path starting with /, got %q", o.Prefix)
+	}
+	if (o.User == "") != (o.Password == "") {
+		return invalid("User", "set both User and Password for basic auth, or neither")
+	}
+	if o.ReadOnly && o.ShowPayloads {
+		return invalid("ShowPayloads", "payloads cannot be revealed on a read-only dashboard")
+	}
+	return nil
+}
+
+// Dashboard is the handler New returns. Close stops its background work: the
+// throughput sampler and any dead-letter replay in progress.
+type Dashboard struct {
+	pool    *pgxpool.Pool
+	opts    Options
+	log     *slog.Logger
+	client  *skiplock.Client
+	store   *store.Store
+	pages   map[string]*pageTemplate
+	mux     *http.ServeMux
+	csrf    *http.CrossOriginProtection
+	sampler *sampler
+	replays *replays
+
+	closeOnce sync.Once
+}
+
+// New returns the dashboard as an http.Handler over pool (which the caller
+// owns and closes after the handler's Close). It starts a sampler that reads
+// the workers' counters every SampleInterval for the throughput charts; the
+// returned value is a *Dashboard, whose Close stops it.
+//
+// Routes, relative to Options.Prefix: / (overview: the five panels and the
+// charts), /queues, /jobs, /jobs/{id}, /dead, /schedules, /workers,
+// /health (the doctor's checks), /healthz (the process is up), /readyz (the
+// database answers and the schema is fully migrated; 503 otherwise) and, when
+// Options.Metrics is set, /metrics. Actions are POST only, refused
+// cross-origin (http.CrossOriginProtection) and in read-only mode.
+func New(pool *pgxpool.Pool, opts Options) (http.Handler, error) {
+	if pool == nil {
+		return nil, invalid("pool", "must not be nil")
+	}
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	d := &Dashboard{
+		pool:   pool,
+		opts:   opts,
+		log:    opts.Logger,
+		client: client,
+		store:  store.New(opts.Schema),
+		pages:  pages,
+		csrf:   http.NewCrossOriginProtection(),
+	}
+	d.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.fail(w, r, http.StatusForbidden, "cross-origin request refused")
+	}))
+	d.sampler = newSampler(pool, opts.Schema, opts.SampleInterval, d.log)
+	d.replays = newReplays()
+	d.routes()
+	d.sampler.start()
+	return d, nil
+}
+
+// Close stops the sampler and cancels any replay in progress, waiting for
+// both. It is idempotent. Requests served after Close still work; the charts
+// just stop moving.
+func (d *Dashboard) Close() error {
+	d.closeOnce.Do(func() {
+		d.sampler.stop()
+		d.replays.stop()
+	})
+	return nil
+}
+
+func (d *Dashboard) routes() {
+	m := http.NewServeMux()
+	static, _ := fs.Sub(staticFS, "static")
+	files := http.FileServerFS(static)
+	m.Handle("GET /static/", http.StripPrefix("/static", cacheStatic(files)))
+	m.HandleFunc("GET /healthz", d.healthz)
+	m.HandleFunc("GET /readyz", d.readyz)
+	if d.opts.Metrics != nil {
+		m.Handle("GET /metrics", d.opts.Metrics)
+	}
+
+	m.HandleFunc("GET /{$}", d.overview)
+	m.HandleFunc("GET /overview/panels", d.overviewPanels)
+	m.HandleFunc("GET /api/series", d.series)
+	m.HandleFunc("GET /queues", d.queues)
+	m.HandleFunc("GET /jobs", d.jobs)
+	m.HandleFunc("GET /jobs/{id}", d.job)
+	m.HandleFunc("GET /jobs/{id}/payload", d.payload)
+	m.HandleFunc("GET /dead", d.dead)
+	m.HandleFunc("GET /dead/confirm", d.deadConfirm)
+	m.HandleFunc("GET /schedules", d.schedules)
+	m.HandleFunc("GET /workers", d.workers)
+	m.HandleFunc("GET /health", d.doctor)
+
+	m.Handle("POST /queues/pause", d.action(d.pauseQueue))
+	m.Handle("POST /queues/resume", d.action(d.resumeQueue))
+	m.Handle("POST /jobs/{id}/cancel", d.action(d.cancelJob))
+	m.Handle("POST /jobs/{id}/replay", d.action(d.replayJob))
+	m.Handle("POST /dead/replay", d.action(d.replayGroup))
+	m.Handle("POST /dead/purge", d.action(d.purgeGroup))
+	d.mux = m
+}
+
+// action wraps a state-changing handler: refused cross-origin. (ServeHTTP
+// already refused it in read-only mode and bounded and parsed its form.)
+func (d *Dashboard) action(h http.HandlerFunc) http.Handler {
+	return d.csrf.Handler(h)
+}
+
+// ServeHTTP strips the prefix, authenticates, sets the security headers and
+// routes.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.opts.Prefix != "" {
+		rest, ok := strings.CutPrefix(r.URL.Path, d.opts.Prefix)
+		if !ok || (rest != "" && rest[0] != '/') {
+			http.NotFound(w, r)
+			return
+		}
+		if rest == "" {
+			http.Redirect(w, r, d.opts.Prefix+"/", http.StatusMovedPermanently)
+			return
+		}
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path, u.RawPath = rest, ""
+		r2.URL = &u
+		r = r2
+	}
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	if !strings.HasPrefix(r.URL.Path, "/static/") {
+		h.Set("Cache-Control", "no-store")
+	}
+	// Health probes are exact paths, open to orchestrators.
+	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		d.mux.ServeHTTP(w, r)
+		return
+	}
+	if !d.authorized(r) {
+		if d.opts.User != "" {
+			h.Set("WWW-Authenticate", `Basic realm="skiplock", charset="UTF-8"`)
+		} else {
+			h.Set("WWW-Authenticate", `Bearer realm="skiplock"`)
+		}
+		http.Error(w, "authentication required", http.StatusUnauthorized)
+		return
+	}
+	if d.opts.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		d.fail(w, r, http.StatusForbidden, "the dashboard is read-only")
+		return
+	}
+	if r.Method == http.MethodPost {
+		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+		if err := r.ParseForm(); err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				d.fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes", maxForm))
+			} else {
+				d.fail(w, r, http.StatusBadRequest, "the request body is not a valid form (application/x-www-form-urlencoded)")
+			}
+			return
+		}
+	}
+	if name, ok := badParam(r); !ok {
+		d.fail(w, r, http.StatusBadRequest, name+" must be valid UTF-8 text without NUL bytes")
+		return
+	}
+	d.mux.ServeHTTP(w, r)
+}
+
+// maxForm bounds the body of an action: its form is a few short fields.
+const maxForm = 64 << 10
+
+// badParam returns the first query or form parameter (name or value) that
+// PostgreSQL could not take as text: invalid UTF-8 or a NUL byte. Such
+// input is refused up front with a 400 naming it, rather than failing as a
+// database error.
+func badParam(r *http.Request) (string, bool) {
+	ok := func(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+	check := func(v url.Values) (string, bool) {
+		for k, vs := range v {
+			if !ok(k) {
+				return "a parameter name", false
+			}
+			for _, x := range vs {
+				if !ok(x) {
+					return k, false
+				}
+			}
+		}
+		return "", true
+	}
+	if name, good := check(r.URL.Query()); !good {
+		return name, false
+	}
+	return check(r.PostForm) // parsed by ServeHTTP for a POST; empty otherwise
+}
+
+// authorized checks the credentials in constant time (over fixed-length
+// digests, so not even the length leaks).
+func (d *Dashboard) authorized(r *http.Request) bool {
+	if d.opts.User == "" && d.opts.Token == "" {
+		return true
+	}
+	if d.opts.Token != "" {
+		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && same(tok, d.opts.Token) == 1 {
+			return true
+		}
+	}
+	if d.opts.User != "" {
+		u, p, ok := r.BasicAuth()
+		// Both compares always run.
+		if ok && (same(u, d.opts.User)&same(p, d.opts.Password)) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// who names the authenticated user for audit lines.
+func (d *Dashboard) who(r *http.Request) string {
+	if u, _, ok := r.BasicAuth(); ok && d.opts.User != "" {
+		return u
+	}
+	if d.opts.Token != "" && strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		return "bearer-token"
+	}
+	return "anonymous"
+}
+
+func same(a, b string) int {
+	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(ha[:], hb[:])
+}
+
+func cacheStatic(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (d *Dashboard) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+// readyz answers 200 when the database answers and every migration is
+// applied, 503 otherwise.
+func (d *Dashboard) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	st, err := migrations.StatusOf(ctx, d.pool, d.opts.Schema)
+	if err != nil {
+		d.log.Warn("dashboard: readyz: database unreachable", slog.String("error", err.Error()))
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("database unreachable\n"))
+		return
+	}
+	pending := 0
+	for _, s := range st {
+		if s.AppliedAt == nil {
+			pending++
+		}
+	}
+	if pending > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = fmt.Fprintf(w, "schema %s: %d migration(s) pending (run skiplock migrate up)\n", d.opts.Schema, pending)
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}

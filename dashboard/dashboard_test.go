@@ -1,0 +1,564 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/health"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// marker is put in payloads; no page may ever show it unless revealed.
+const marker = "PII-MARKER-7f3a9c"
+
+// hostile is put in error messages: it must come out escaped.
+const hostile = `<script>alert("x")</script><img src=x onerror=alert(1)>`
+
+type fixture struct {
+	t       *testing.T
+	db      *dbtest.DB
+	srv     *httptest.Server
+	d       *Dashboard
+	client  *skiplock.Client
+	readyID int64
+	deadIDs []int64
+}
+
+func newFixture(t *testing.T, opts Options) *fixture {
+	t.Helper()
+	db := dbtest.New(t)
+	f := &fixture{t: t, db: db}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	opts.Schema = db.Schema
+	h, err := New(db.Pool, opts)
+	require.NoError(t, err)
+	f.d = h.(*Dashboard)
+	f.srv = httptest.NewServer(h)
+	t.Cleanup(func() {
+		f.srv.Close()
+		_ = f.d.Close()
+	})
+	f.client, err = skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
+	require.NoError(t, err)
+	return f
+}
+
+// seed enqueues a ready job and a few dead letters, all carrying the marker
+// in their payloads, a schedule with the marker and a worker row.
+func (f *fixture) seed() {
+	t, ctx := f.t, context.Background()
+	res, err := f.client.Enqueue(ctx, skiplock.EnqueueParams{Queue: "mail", Kind: "email.send",
+		Payload: map[string]string{"email": marker + "@example.com"}, Tenant: "acme"})
+	require.NoError(t, err)
+	f.readyID = res.ID
+	_, err = f.client.Enqueue(ctx, skiplock.EnqueueParams{Queue: "mail", Kind: "email.send",
+		Payload: map[string]string{"email": marker}, RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	f.deadIDs = nil
+	for i := range 3 {
+		id := int64(900000 + i)
+		f.insertDead(id, "webhook.deliver", fmt.Sprintf("POST https://hooks.example.com/%d: 503 %s", i, hostile))
+		f.deadIDs = append(f.deadIDs, id)
+	}
+	require.NoError(t, f.client.AddSchedule(ctx, skiplock.Schedule{Name: "nightly", Cron: "0 3 * * *",
+		Queue: "mail", Kind: "report.build", Payload: map[string]string{"to": marker}}))
+	_, err = f.db.Pool.Exec(ctx, `INSERT INTO skiplock.workers (id, hostname, pid, queues, concurrency, running,
+		claimed_total, completed_total, failed_total, claim_p99_ms) VALUES ('host:1:abc', 'host', 1, '{mail}', 4, 0, 10, 9, 1, 2.5)`)
+	require.NoError(t, err)
+}
+
+func (f *fixture) insertDead(id int64, kind, lastError string) {
+	_, err := f.db.Pool.Exec(context.Background(), `INSERT INTO skiplock.jobs_dead
+		(id, priority, attempts, max_attempts, run_at, created_at, queue, kind, reason, last_error, payload)
+		VALUES ($1, 0, 5, 5, now(), now(), 'hooks', $2, 'error', $3, jsonb_build_object('email', $4::text))`,
+		id, kind, lastError, marker)
+	require.NoError(f.t, err)
+}
+
+// do sends a request and returns the status and body.
+func (f *fixture) do(method, path string, form url.Values, hdr http.Header) (int, string, http.Header) {
+	f.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, f.srv.URL+path, body)
+	require.NoError(f.t, err)
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	require.NoError(f.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(f.t, err)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func (f *fixture) get(path string) (int, string) {
+	code, body, _ := f.do(http.MethodGet, path, nil, nil)
+	return code, body
+}
+
+func (f *fixture) count(sql string, args ...any) int {
+	var n int
+	require.NoError(f.t, f.db.Pool.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
+}
+
+func (f *fixture) pages() map[string][]string {
+	id, dead := fmt.Sprint(f.readyID), fmt.Sprint(f.deadIDs[0])
+	return map[string][]string{
+		"/":                     {`id="panel-lag"`, `id="panel-claims"`, `id="panel-running"`, `id="panel-dead"`, `id="panel-vacuum"`, `id="chart-throughput"`, "mail"},
+		"/overview/panels":      {`id="panel-vacuum"`, "dead tuples"},
+		"/queues":               {"mail", "hooks"},
+		"/jobs":                 {"/jobs/" + id, "email.send", "/jobs/" + dead},
+		"/jobs?state=dead":      {"/jobs/" + dead, "webhook.deliver"},
+		"/jobs?kind=email.send": {"/jobs/" + id},
+		"/jobs?tenant=acme":     {"/jobs/" + id},
+		"/jobs?state=scheduled": {"scheduled"},
+		"/jobs?state=done":      {"No job matches"},
+		"/jobs/" + id:           {"Job " + id, "email.send", "Hidden"},
+		"/jobs/" + dead:         {"Job " + dead, "dead", "hooks.example.com"},
+		"/dead":                 {"webhook.deliver", "hooks.example.com"},
+		"/dead/confirm?action=replay&kind=webhook.deliver&signature=" + url.QueryEscape("POST https://hooks.example.com/0: 503 "+hostile): {"Replay 3 dead letters?"},
+		"/schedules":            {"nightly", "0 3 * * *", "report.build"},
+		"/workers":              {"host:1:abc", "mail"},
+		"/health":               {"dead_tuples", "claim_index"},
+		"/api/series":           {`"claimed"`},
+		"/healthz":              {"ok"},
+		"/readyz":               {"ready"},
+		"/static/htmx.min.js":   {"htmx"},
+		"/static/app.js":        {"uPlot"},
+		"/static/style.css":     {"--fail"},
+		"/static/uPlot.min.css": {"uplot"},
+	}
+}
+
+func TestPagesRenderWithoutPayloads(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	require.NoError(t, f.d.sampler.take(context.Background()))
+	for path, want := range f.pages() {
+		code, body := f.get(path)
+		require.Equal(t, http.StatusOK, code, "%s: %s", path, body)
+		for _, w := range want {
+			assert.Contains(t, body, w, path)
+		}
+		assert.NotContains(t, body, marker, "%s shows a payload", path)
+		assert.NotContains(t, body, "<script>alert", "%s renders hostile data unescaped", path)
+		assert.NotContains(t, body, "<img src=x", "%s renders hostile data unescaped", path)
+	}
+	// Payload reveal is off by default.
+	code, body := f.get("/jobs/" + fmt.Sprint(f.readyID) + "/payload")
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.NotContains(t, body, marker)
+	// The overview has the five panels and the chart, and actions for a
+	// read-write dashboard.
+	_, body = f.get("/queues")
+	assert.Contains(t, body, `action="/queues/pause"`)
+}
+
+func TestSecurityHeaders(t *testing.T) {
+	f := newFixture(t, Options{})
+	_, _, h := f.do(http.MethodGet, "/", nil, nil)
+	assert.Contains(t, h.Get("Content-Security-Policy"), "script-src 'self'")
+	assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"))
+	assert.Equal(t, "no-store", h.Get("Cache-Control"))
+	assert.Equal(t, "DENY", h.Get("X-Frame-Options"))
+}
+
+func TestRevealPayloadWhenAllowed(t *testing.T) {
+	f := newFixture(t, Options{ShowPayloads: true})
+	f.seed()
+	id := fmt.Sprint(f.readyID)
+	code, body := f.get("/jobs/" + id)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `id="reveal-payload"`)
+	assert.NotContains(t, body, marker, "the detail page must not show the payload before a reveal")
+	code, body = f.get("/jobs/" + id + "/payload")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, marker)
+	// Revealed payloads are escaped too.
+	f.insertDead(910000, "x.y", "boom")
+	_, err := f.db.Pool.Exec(context.Background(),
+		`UPDATE skiplock.jobs_dead SET payload = jsonb_build_object('h', $1::text) WHERE id = 910000`, hostile)
+	require.NoError(t, err)
+	_, body = f.get("/jobs/910000/payload")
+	assert.NotContains(t, body, "<script>alert")
+	code, _ = f.get("/jobs/123456789/payload")
+	assert.Equal(t, http.StatusNotFound, code)
+}
+
+func TestOptionsValidation(t *testing.T) {
+	db := dbtest.New(t)
+	for name, o := range map[string]Options{
+		"read-only with payloads": {ReadOnly: true, ShowPayloads: true},
+		"user without password":   {User: "admin"},
+		"bad schema":              {Schema: "a; DROP"},
+		"bad prefix":              {Prefix: "jobs"},
+	} {
+		_, err := New(db.Pool, o)
+		assert.ErrorIs(t, err, ErrInvalidOptions, name)
+	}
+	_, err := New(nil, Options{})
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+}
+
+func TestAuth(t *testing.T) {
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "skiplock_up 1\n") })
+	f := newFixture(t, Options{User: "admin", Password: "s3cret", Token: "tok-123", Metrics: metrics})
+	basic := func(u, p string) http.Header {
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		r.SetBasicAuth(u, p)
+		return r.Header
+	}
+	for _, path := range []string{"/", "/jobs", "/dead", "/queues", "/workers", "/schedules", "/health",
+		"/api/series", "/overview/panels", "/static/app.js", "/metrics", "/jobs/1", "/nope", "/healthz/", "/readyz/x"} {
+		code, _, h := f.do(http.MethodGet, path, nil, nil)
+		assert.Equal(t, http.StatusUnauthorized, code, path)
+		assert.Contains(t, h.Get("WWW-Authenticate"), "Basic", path)
+		code, _, _ = f.do(http.MethodGet, path, nil, basic("admin", "wrong"))
+		assert.Equal(t, http.StatusUnauthorized, code, path)
+		code, _, _ = f.do(http.MethodGet, path, nil, basic("Admin", "s3cret"))
+		assert.Equal(t, http.StatusUnauthorized, code, path)
+		code, _, _ = f.do(http.MethodGet, path, nil, http.Header{"Authorization": {"Bearer tok-12"}})
+		assert.Equal(t, http.StatusUnauthorized, code, path)
+	}
+	// An unauthenticated POST changes nothing.
+	code, _, _ := f.do(http.MethodPost, "/queues/pause", url.Values{"queue": {"mail"}}, nil)
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.queues`))
+
+	for _, path := range []string{"/", "/jobs", "/metrics", "/static/app.js"} {
+		code, _, _ := f.do(http.MethodGet, path, nil, basic("admin", "s3cret"))
+		assert.Equal(t, http.StatusOK, code, path)
+		code, _, _ = f.do(http.MethodGet, path, nil, http.Header{"Authorization": {"Bearer tok-123"}})
+		assert.Equal(t, http.StatusOK, code, path)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, _ := f.get(path)
+		assert.Equal(t, http.StatusOK, code, path)
+	}
+}
+
+func TestReadOnlyRefusesActions(t *testing.T) {
+	f := newFixture(t, Options{ReadOnly: true})
+	f.seed()
+	dead := f.deadIDs[0]
+	sig := "POST https://hooks.example.com/0: 503 " + hostile
+	posts := map[string]url.Values{
+		"/queues/pause":                           {"queue": {"mail"}},
+		"/queues/resume":                          {"queue": {"mail"}},
+		"/dead/replay":                            {"kind": {"webhook.deliver"}, "signature": {sig}, "confirm": {"yes"}},
+		"/dead/purge":                             {"kind": {"webhook.deliver"}, "signature": {sig}, "confirm": {"yes"}},
+		fmt.Sprintf("/jobs/%d/replay", dead):      {},
+		fmt.Sprintf("/jobs/%d/cancel", f.readyID): {},
+		"/":     {},
+		"/jobs": {},
+	}
+	for path, form := range posts {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+			code, _, _ := f.do(method, path, form, nil)
+			assert.Equal(t, http.StatusForbidden, code, "%s %s", method, path)
+		}
+	}
+	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.queues`), "a queue was paused")
+	assert.Equal(t, 3, f.count(`SELECT count(*) FROM skiplock.jobs_dead`), "dead letters changed")
+	assert.Equal(t, 2, f.count(`SELECT count(*) FROM skiplock.jobs WHERE NOT cancel_requested`), "jobs changed")
+	// No action is offered.
+	for _, path := range []string{"/", "/queues", "/dead", "/jobs/" + fmt.Sprint(dead), "/jobs/" + fmt.Sprint(f.readyID)} {
+		code, body := f.get(path)
+		require.Equal(t, http.StatusOK, code, path)
+		assert.NotContains(t, strings.ToLower(body), `method="post"`, path)
+		assert.NotContains(t, body, "/dead/confirm", path)
+		assert.Contains(t, body, "read-only", path)
+		assert.NotContains(t, body, marker, path)
+	}
+}
+
+func TestCrossOriginPostRefused(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	for _, hdr := range []http.Header{
+		{"Sec-Fetch-Site": {"cross-site"}},
+		{"Origin": {"https://evil.example"}},
+	} {
+		code, _, _ := f.do(http.MethodPost, "/queues/pause", url.Values{"queue": {"mail"}}, hdr)
+		assert.Equal(t, http.StatusForbidden, code, hdr)
+	}
+	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.queues`))
+	// Same origin works.
+	code, _, h := f.do(http.MethodPost, "/queues/pause", url.Values{"queue": {"mail"}},
+		http.Header{"Sec-Fetch-Site": {"same-origin"}})
+	assert.Equal(t, http.StatusSeeOther, code)
+	assert.Contains(t, h.Get("Location"), "/queues")
+	// Actions reject GET.
+	code, _ = f.get("/queues/pause?queue=mail")
+	assert.Equal(t, http.StatusMethodNotAllowed, code)
+}
+
+func TestPauseAndResume(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	paused := func() bool {
+		var p bool
+		err := f.db.Pool.QueryRow(context.Background(), `SELECT paused FROM skiplock.queues WHERE name = 'mail'`).Scan(&p)
+		require.NoError(t, err)
+		return p
+	}
+	code, _, _ := f.do(http.MethodPost, "/queues/pause", url.Values{"queue": {"mail"}}, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	assert.True(t, paused())
+	_, body := f.get("/queues")
+	assert.Contains(t, body, `action="/queues/resume"`)
+	assert.Contains(t, body, "paused")
+	code, _, _ = f.do(http.MethodPost, "/queues/resume", url.Values{"queue": {"mail"}}, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	assert.False(t, paused())
+	code, body, _ = f.do(http.MethodPost, "/queues/pause", url.Values{"queue": {"<b>bad name</b>"}}, nil)
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.NotContains(t, body, "<b>bad")
+}
+
+func TestReplayGroupMovesDeadLettersBack(t *testing.T) {
+	f := newFixture(t, Options{ReplayRate: 1000})
+	f.seed()
+	f.insertDead(920000, "other.kind", "different failure")
+	sig := "POST https://hooks.example.com/0: 503 " + hostile
+	form := url.Values{"kind": {"webhook.deliver"}, "signature": {sig}}
+
+	// Without confirmation nothing happens.
+	code, _, _ := f.do(http.MethodPost, "/dead/replay", form, nil)
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Equal(t, 4, f.count(`SELECT count(*) FROM skiplock.jobs_dead`))
+
+	form.Set("confirm", "yes")
+	code, _, h := f.do(http.MethodPost, "/dead/replay", form, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	assert.Contains(t, h.Get("Location"), "/dead")
+	runs := f.d.replays.recent()
+	require.Len(t, runs, 1)
+	select {
+	case <-runs[0].finished:
+	case <-time.After(30 * time.Second):
+		t.Fatal("replay did not finish")
+	}
+	assert.Empty(t, runs[0].Err())
+	assert.EqualValues(t, 3, runs[0].Done())
+	assert.Equal(t, 1, f.count(`SELECT count(*) FROM skiplock.jobs_dead`), "only the group is replayed")
+	assert.Equal(t, 3, f.count(`SELECT count(*) FROM skiplock.jobs WHERE kind = 'webhook.deliver' AND queue = 'hooks' AND state = 'ready'`))
+	_, body := f.get("/dead")
+	assert.Contains(t, body, "done")
+	assert.NotContains(t, body, "<script>alert")
+}
+
+func TestReplayAndPurgeOne(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	code, _, _ := f.do(http.MethodPost, fmt.Sprintf("/jobs/%d/replay", f.deadIDs[0]), url.Values{}, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	assert.Equal(t, 2, f.count(`SELECT count(*) FROM skiplock.jobs_dead`))
+	assert.Equal(t, 1, f.count(`SELECT count(*) FROM skiplock.jobs WHERE kind = 'webhook.deliver'`))
+	code, _, _ = f.do(http.MethodPost, fmt.Sprintf("/jobs/%d/replay", f.deadIDs[0]), url.Values{}, nil)
+	assert.Equal(t, http.StatusConflict, code, "a dead letter replays once")
+
+	sig := "POST https://hooks.example.com/1: 503 " + hostile
+	form := url.Values{"kind": {"webhook.deliver"}, "signature": {sig}, "confirm": {"yes"}}
+	code, _, _ = f.do(http.MethodPost, "/dead/purge", form, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.jobs_dead`))
+
+	code, _, _ = f.do(http.MethodPost, fmt.Sprintf("/jobs/%d/cancel", f.readyID), url.Values{}, nil)
+	require.Equal(t, http.StatusSeeOther, code)
+	assert.Equal(t, 1, f.count(`SELECT count(*) FROM skiplock.jobs_dead WHERE id = $1 AND reason = 'cancelled'`, f.readyID))
+	code, _, _ = f.do(http.MethodPost, "/jobs/987654321/cancel", url.Values{}, nil)
+	assert.Equal(t, http.StatusNotFound, code)
+}
+
+func TestJobSearchKeysetPagination(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	var want []int64
+	for i := range 7 {
+		res, err := f.client.Enqueue(ctx, skiplock.EnqueueParams{Queue: "q", Kind: "page.test", Payload: map[string]int{"i": i}})
+		require.NoError(t, err)
+		want = append([]int64{res.ID}, want...)
+	}
+	linkRe := regexp.MustCompile(`href="/jobs/(\d+)"`)
+	nextRe := regexp.MustCompile(`href="/jobs\?([^"]+)" id="next-page"`)
+	var got []int64
+	path := "/jobs?kind=page.test&limit=3"
+	for pages := 0; path != ""; pages++ {
+		require.Less(t, pages, 5)
+		code, body := f.get(path)
+		require.Equal(t, http.StatusOK, code, body)
+		for _, m := range linkRe.FindAllStringSubmatch(body, -1) {
+			var id int64
+			_, _ = fmt.Sscan(m[1], &id)
+			got = append(got, id)
+		}
+		path = ""
+		if m := nextRe.FindStringSubmatch(body); m != nil {
+			path = "/jobs?" + strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+	}
+	assert.Equal(t, want, got)
+
+	code, body := f.get(fmt.Sprintf("/jobs?id=%d", want[3]))
+	require.Equal(t, http.StatusOK, code)
+	assert.Len(t, linkRe.FindAllString(body, -1), 1)
+	for _, bad := range []string{"/jobs?id=abc", "/jobs?id=-1", "/jobs?state=nope", "/jobs?limit=100000", "/jobs?before=x"} {
+		code, _ := f.get(bad)
+		assert.Equal(t, http.StatusBadRequest, code, bad)
+	}
+	code, _ = f.get("/jobs/abc")
+	assert.Equal(t, http.StatusBadRequest, code)
+	code, _ = f.get("/jobs/424242")
+	assert.Equal(t, http.StatusNotFound, code)
+}
+
+func TestReadyz(t *testing.T) {
+	empty := dbtest.NewEmpty(t)
+	h, err := New(empty.Pool, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer h.(*Dashboard).Close()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Contains(t, rec.Body.String(), "pending")
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	// Pages say what is wrong instead of crashing.
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, rec.Body.String(), "unavailable")
+
+	f := newFixture(t, Options{})
+	code, _ := f.get("/readyz")
+	assert.Equal(t, http.StatusOK, code)
+}
+
+func TestPrefix(t *testing.T) {
+	f := newFixture(t, Options{Prefix: "/admin/queue/"})
+	f.seed()
+	code, body := f.get("/admin/queue/")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `href="/admin/queue/jobs"`)
+	assert.Contains(t, body, `src="/admin/queue/static/htmx.min.js"`)
+	code, _ = f.get("/admin/queue/static/app.js")
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = f.get("/admin/queue/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = f.get("/jobs")
+	assert.Equal(t, http.StatusNotFound, code)
+	code, _ = f.get("/admin/queuex/jobs")
+	assert.Equal(t, http.StatusNotFound, code)
+	code, _, h := f.do(http.MethodPost, "/admin/queue/queues/pause", url.Values{"queue": {"mail"}}, nil)
+	assert.Equal(t, http.StatusSeeOther, code)
+	assert.True(t, strings.HasPrefix(h.Get("Location"), "/admin/queue/queues"), h.Get("Location"))
+}
+
+func TestSamplerRatesFromHeartbeats(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.d.sampler.stop() // drive it by hand
+	ctx := context.Background()
+	s := newSampler(f.db.Pool, f.db.Schema, time.Hour, f.d.log)
+	_, err := f.db.Pool.Exec(ctx, `INSERT INTO skiplock.workers (id, hostname, pid, queues, claimed_total, completed_total,
+		failed_total, claim_p99_ms, heartbeat_at) VALUES ('w1', 'h', 1, '{q}', 100, 90, 5, 3.5, now() - interval '10 seconds')`)
+	require.NoError(t, err)
+	require.NoError(t, s.take(ctx))
+	_, err = f.db.Pool.Exec(ctx, `UPDATE skiplock.workers SET claimed_total = 200, completed_total = 180, failed_total = 15,
+		heartbeat_at = heartbeat_at + interval '10 seconds'`)
+	require.NoError(t, err)
+	require.NoError(t, s.take(ctx))
+	require.NoError(t, s.take(ctx)) // no new beat: the rate stands
+	all := s.samples()
+	require.Len(t, all, 3)
+	assert.Zero(t, all[0].Claimed, "no rate on first sight")
+	for _, x := range all[1:] {
+		assert.InDelta(t, 10, x.Claimed, 0.01)
+		assert.InDelta(t, 9, x.Completed, 0.01)
+		assert.InDelta(t, 1, x.Failed, 0.01)
+		assert.InDelta(t, 3.5, x.ClaimP99MS, 0.01)
+		assert.Equal(t, 1, x.LiveWorkers)
+	}
+	ser := s.series()
+	assert.Len(t, ser.T, 3)
+	require.NotNil(t, ser.ClaimP99[2])
+	// The ring wraps.
+	for range ringSize + 5 {
+		require.NoError(t, s.take(ctx))
+	}
+	assert.Len(t, s.samples(), ringSize)
+}
+
+func TestCloseIsIdempotent(t *testing.T) {
+	f := newFixture(t, Options{})
+	require.NoError(t, f.d.Close())
+	require.NoError(t, f.d.Close())
+	code, _ := f.get("/")
+	assert.Equal(t, http.StatusOK, code)
+	// A replay after Close does not start.
+	started := f.d.replays.start(f.db.Pool, f.db.Schema, health.ReplayFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
+	assert.False(t, started)
+}
+
+func TestHelpers(t *testing.T) {
+	assert.Equal(t, "1,234,567", num(int64(1234567)))
+	assert.Equal(t, "-1,000", num(-1000))
+	assert.Equal(t, "+5", delta(10, 5))
+	assert.Equal(t, "1.5 KiB", humanBytes(1536))
+	assert.Equal(t, "2m 5s", secs(125))
+	assert.Equal(t, statusFail, worst(statusOK, statusWarn, statusFail))
+	assert.True(t, errors.Is(invalid("X", "y"), ErrInvalidOptions))
+}
+
+// An action's body is bounded and must be a form: a body past the bound is
+// a 413 and a malformed one a 400 saying so, before any handler runs.
+func TestActionBodyBoundedAndParsed(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	post := func(body string) (int, string) {
+		resp, err := http.Post(f.srv.URL+"/queues/pause", "application/x-www-form-urlencoded", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post("queue=mail&pad=" + strings.Repeat("x", 200<<10))
+	assert.Equal(t, http.StatusRequestEntityTooLarge, code)
+	assert.Contains(t, body, "larger than")
+	code, body = post("queue=%zz")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "not a valid form")
+	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.queues`), "a refused action changed something")
+}

@@ -1,0 +1,534 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/health"
+)
+
+func (d *Dashboard) timeout(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), d.opts.QueryTimeout)
+}
+
+// redirect sends the browser back to a page after an action (303, so a
+// reload does not repeat the POST), with a flash message in the query.
+func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, path, flash string) {
+	u := d.opts.Prefix + path
+	if flash != "" {
+		sep := "?"
+		if strings.Contains(u, "?") {
+			sep = "&"
+		}
+		u += sep + "flash=" + url.QueryEscape(flash)
+	}
+	http.Redirect(w, r, u, http.StatusSeeOther)
+}
+
+// withFlash copies a flash message from the query into the view. It is
+// rendered as text (escaped) like everything else.
+func withFlash(r *http.Request, v view) view {
+	v.Flash = r.URL.Query().Get("flash")
+	if len(v.Flash) > 300 {
+		v.Flash = v.Flash[:300]
+	}
+	return v
+}
+
+// Queues ---------------------------------------------------------------------
+
+func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	workers, err := health.Workers(ctx, d.pool, d.opts.Schema)
+	if err != nil {
+		d.dbFail(w, r, "workers", err)
+		return
+	}
+	rows, err := d.queueRows(ctx, workers)
+	if err != nil {
+		d.dbFail(w, r, "queue stats", err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "queues", "", withFlash(r, d.view("queues", "Queues", rows)))
+}
+
+func (d *Dashboard) pauseQueue(w http.ResponseWriter, r *http.Request)  { d.setPaused(w, r, true) }
+func (d *Dashboard) resumeQueue(w http.ResponseWriter, r *http.Request) { d.setPaused(w, r, false) }
+
+func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, paused bool) {
+	queue := strings.TrimSpace(r.PostFormValue("queue"))
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	var err error
+	if paused {
+		err = d.client.PauseQueue(ctx, queue)
+	} else {
+		err = d.client.ResumeQueue(ctx, queue)
+	}
+	if errors.Is(err, skiplock.ErrInvalidJob) {
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err != nil {
+		d.dbFail(w, r, "pause", err)
+		return
+	}
+	verb := "resumed"
+	if paused {
+		verb = "paused"
+	}
+	d.log.Info("dashboard: queue "+verb, slog.String("queue", queue), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/queues", "queue "+queue+" "+verb)
+}
+
+// Jobs -----------------------------------------------------------------------
+
+// jobRow is one search result (never a payload).
+type jobRow struct {
+	ID                 int64
+	State, Queue, Kind string
+	Priority, Attempts int
+	MaxAttempts        *int
+	RunAt, CreatedAt   time.Time
+	Tenant, LockedBy   *string
+	Error              string
+}
+
+// jobSearch is the search form, parsed.
+type jobSearch struct {
+	ID, Queue, Kind, State, Tenant string
+	Before                         int64
+	Limit                          int
+}
+
+// query is the search's query string for the page below before (0: the
+// first page). url.Values encodes it, so it is safe in an href.
+func (s jobSearch) query(before int64) template.URL {
+	v := url.Values{}
+	for k, x := range map[string]string{"id": s.ID, "queue": s.Queue, "kind": s.Kind, "state": s.State, "tenant": s.Tenant} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	if before > 0 {
+		v.Set("before", strconv.FormatInt(before, 10))
+	}
+	if s.Limit != defaultPageSize {
+		v.Set("limit", strconv.Itoa(s.Limit))
+	}
+	return template.URL(v.Encode())
+}
+
+// defaultPageSize is how many jobs a search page lists.
+const defaultPageSize = 50
+
+var jobStates = []string{"ready", "scheduled", "running", "dead", "done"}
+
+type jobsData struct {
+	Search jobSearch
+	States []string
+	Rows   []jobRow
+	Next   template.URL // query string of the next page ("" on the last)
+	First  template.URL // query string of the first page ("" on it)
+	Error  string
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	s := jobSearch{ID: strings.TrimSpace(q.Get("id")), Queue: strings.TrimSpace(q.Get("queue")),
+		Kind: strings.TrimSpace(q.Get("kind")), State: q.Get("state"), Tenant: strings.TrimSpace(q.Get("tenant")), Limit: defaultPageSize}
+	data := jobsData{Search: s, States: jobStates}
+	bad := func(msg string) {
+		data.Error = msg
+		d.render(w, r, http.StatusBadRequest, "jobs", "", d.view("jobs", "Jobs", data))
+	}
+	var id any
+	if s.ID != "" {
+		n, err := strconv.ParseInt(s.ID, 10, 64)
+		if err != nil || n <= 0 {
+			bad("id must be a positive whole number")
+			return
+		}
+		id = n
+	}
+	if s.State != "" && !contains(jobStates, s.State) {
+		bad("state must be one of " + strings.Join(jobStates, ", "))
+		return
+	}
+	var before any
+	if b := q.Get("before"); b != "" {
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			bad("before must be a positive job id")
+			return
+		}
+		s.Before, before = n, n
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 500 {
+			bad("limit must be between 1 and 500")
+			return
+		}
+		s.Limit = n
+	}
+	data.Search = s
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	rows, err := d.pool.Query(ctx, d.store.SQL("search_jobs"), id, nullable(s.Queue), nullable(s.Kind),
+		nullable(s.State), nullable(s.Tenant), before, s.Limit+1)
+	if err != nil {
+		d.dbFail(w, r, "job search", err)
+		return
+	}
+	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobRow, error) {
+		var j jobRow
+		err := row.Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority, &j.Attempts, &j.MaxAttempts, &j.RunAt,
+			&j.CreatedAt, &j.Tenant, &j.LockedBy, &j.Error)
+		return j, err
+	})
+	if err != nil {
+		d.dbFail(w, r, "job search", err)
+		return
+	}
+	if len(found) > s.Limit {
+		found = found[:s.Limit]
+		data.Next = s.query(found[len(found)-1].ID)
+	}
+	if s.Before > 0 {
+		data.First = s.query(0)
+		if data.First == "" {
+			data.First = "state="
+		}
+	}
+	data.Rows = found
+	d.render(w, r, http.StatusOK, "jobs", "", d.view("jobs", "Jobs", data))
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// jobDetail is one job (never its payload).
+type jobDetail struct {
+	ID                                  int64
+	State, Queue, Kind                  string
+	Priority, Attempts                  int
+	MaxAttempts                         *int
+	RunAt, CreatedAt                    time.Time
+	AttemptedAt, LeaseExpiresAt         *time.Time
+	LockedBy, UniqueKey, Tenant, Entity *string
+	LastError                           *string
+	CancelRequested                     bool
+	DeadAt                              *time.Time
+	Reason                              *string
+	FinishedAt                          *time.Time
+}
+
+// pathID reads the job id of the path, or answers 400 naming it.
+func (d *Dashboard) pathID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || n <= 0 {
+		d.fail(w, r, http.StatusBadRequest, "job id must be a positive whole number")
+		return 0, false
+	}
+	return n, true
+}
+
+func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
+	id, ok := d.pathID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	var j jobDetail
+	err := d.pool.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
+		&j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseExpiresAt, &j.LockedBy,
+		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		d.fail(w, r, http.StatusNotFound, "no job "+strconv.FormatInt(id, 10)+
+			" in flight, in the dead-letter table or finished in the last 24 hours")
+		return
+	}
+	if err != nil {
+		d.dbFail(w, r, "job", err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "job", "", withFlash(r, d.view("jobs", "Job "+strconv.FormatInt(id, 10), j)))
+}
+
+// payload reveals one job's payload, when Options.ShowPayloads allows it.
+func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
+	if !d.opts.ShowPayloads || d.opts.ReadOnly {
+		d.fail(w, r, http.StatusForbidden, "payloads are hidden (start skiplock serve with --show-payloads to allow revealing them)")
+		return
+	}
+	id, ok := d.pathID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	var raw []byte
+	err := d.pool.QueryRow(ctx, d.store.SQL("job_payload"), id).Scan(&raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		d.fail(w, r, http.StatusNotFound, "no such job")
+		return
+	}
+	if err != nil {
+		d.dbFail(w, r, "payload", err)
+		return
+	}
+	d.log.Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", d.who(r)))
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, raw, "", "  ") != nil {
+		pretty.Reset()
+		pretty.Write(raw)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(`<pre class="payload" id="payload-text">` + template.HTMLEscapeString(pretty.String()) + "</pre>\n"))
+}
+
+func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := d.pathID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	state, err := d.client.Cancel(ctx, id)
+	if errors.Is(err, skiplock.ErrJobNotFound) {
+		d.fail(w, r, http.StatusNotFound, "job "+strconv.FormatInt(id, 10)+" is not in flight")
+		return
+	}
+	if err != nil {
+		d.dbFail(w, r, "cancel", err)
+		return
+	}
+	d.log.Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", state), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), "cancel requested (the job was "+state+")")
+}
+
+// replayJob replays one dead letter at once.
+func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := d.pathID(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	n, err := health.ReplayDead(ctx, d.pool, d.opts.Schema, health.ReplayFilter{IDs: []int64{id}}, 0, nil)
+	if err != nil {
+		d.dbFail(w, r, "replay", err)
+		return
+	}
+	if n == 0 {
+		d.fail(w, r, http.StatusConflict, "job "+strconv.FormatInt(id, 10)+
+			" is not in the dead-letter table (or a job with its unique key is in flight)")
+		return
+	}
+	d.log.Info("dashboard: dead letter replayed", slog.Int64("job_id", id), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/dead", "job "+strconv.FormatInt(id, 10)+" replayed as a new job")
+}
+
+// Dead letters -----------------------------------------------------------------
+
+type deadData struct {
+	Kind    string
+	Groups  []health.DeadGroup
+	Size    health.DeadLetterSize
+	Replays []*replayRun
+	Rate    float64
+}
+
+func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
+	kind := strings.TrimSpace(r.URL.Query().Get("kind"))
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	groups, err := health.DeadLetterGroups(ctx, d.pool, d.opts.Schema, kind, 200)
+	if err != nil {
+		d.dbFail(w, r, "dead-letter groups", err)
+		return
+	}
+	size, err := health.DeadLetterSizeOf(ctx, d.pool, d.opts.Schema)
+	if err != nil {
+		d.dbFail(w, r, "dead-letter size", err)
+		return
+	}
+	data := deadData{Kind: kind, Groups: groups, Size: size, Replays: d.replays.recent(), Rate: d.opts.ReplayRate}
+	d.render(w, r, http.StatusOK, "dead", "", withFlash(r, d.view("dead", "Dead letters", data)))
+}
+
+type confirmData struct {
+	Action          string // replay or purge
+	Kind, Signature string
+	Count           int64
+	Rate            float64
+}
+
+// groupFilter reads kind and signature (both required: a group).
+func groupFilter(get func(string) string) (health.ReplayFilter, bool) {
+	f := health.ReplayFilter{Kind: strings.TrimSpace(get("kind")), Signature: get("signature")}
+	return f, f.Kind != "" && f.Signature != ""
+}
+
+func (d *Dashboard) deadConfirm(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	action := q.Get("action")
+	if action != "replay" && action != "purge" {
+		d.fail(w, r, http.StatusBadRequest, "action must be replay or purge")
+		return
+	}
+	f, ok := groupFilter(q.Get)
+	if !ok {
+		d.fail(w, r, http.StatusBadRequest, "kind and signature are required")
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	n, err := health.CountDead(ctx, d.pool, d.opts.Schema, f)
+	if err != nil {
+		d.dbFail(w, r, "count dead letters", err)
+		return
+	}
+	data := confirmData{Action: action, Kind: f.Kind, Signature: f.Signature, Count: n, Rate: d.opts.ReplayRate}
+	d.render(w, r, http.StatusOK, "confirm", "", d.view("dead", "Confirm "+action, data))
+}
+
+// confirmed reads a group action's form: kind, signature and confirm=yes.
+func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request) (health.ReplayFilter, bool) {
+	f, ok := groupFilter(r.PostFormValue)
+	if !ok {
+		d.fail(w, r, http.StatusBadRequest, "kind and signature are required")
+		return f, false
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		d.fail(w, r, http.StatusBadRequest, "confirmation required (confirm=yes)")
+		return f, false
+	}
+	return f, true
+}
+
+func (d *Dashboard) replayGroup(w http.ResponseWriter, r *http.Request) {
+	f, ok := d.confirmed(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	n, err := health.CountDead(ctx, d.pool, d.opts.Schema, f)
+	if err != nil {
+		d.dbFail(w, r, "count dead letters", err)
+		return
+	}
+	started := d.replays.start(d.pool, d.opts.Schema, f, n, d.opts.ReplayRate, d.log)
+	if !started {
+		d.redirect(w, r, "/dead", "a replay of this group is already running")
+		return
+	}
+	d.log.Info("dashboard: replay started", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
+		slog.Int64("dead_letters", n), slog.Float64("per_second", d.opts.ReplayRate), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/dead", "replaying "+num(n)+" "+f.Kind+" dead letters at "+
+		strconv.FormatFloat(d.opts.ReplayRate, 'f', -1, 64)+"/s")
+}
+
+func (d *Dashboard) purgeGroup(w http.ResponseWriter, r *http.Request) {
+	f, ok := d.confirmed(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*d.opts.QueryTimeout)
+	defer cancel()
+	n, err := health.PurgeDead(ctx, d.pool, d.opts.Schema, f)
+	if err != nil {
+		d.dbFail(w, r, "purge", err)
+		return
+	}
+	d.log.Info("dashboard: dead letters purged", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
+		slog.Int64("purged", n), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/dead", "purged "+num(n)+" "+f.Kind+" dead letters")
+}
+
+// Schedules, workers, health ------------------------------------------------------
+
+func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	list, err := d.client.ListSchedules(ctx)
+	if err != nil {
+		d.dbFail(w, r, "schedules", err)
+		return
+	}
+	for i := range list {
+		list[i].Payload = nil // never rendered
+	}
+	d.render(w, r, http.StatusOK, "schedules", "", d.view("schedules", "Schedules", list))
+}
+
+type workerRow struct {
+	health.Worker
+	Jobs []health.LongRunner
+	More int
+}
+
+func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	list, err := health.Workers(ctx, d.pool, d.opts.Schema)
+	if err != nil {
+		d.dbFail(w, r, "workers", err)
+		return
+	}
+	running, err := health.LongRunners(ctx, d.pool, d.opts.Schema, 1000)
+	if err != nil {
+		d.dbFail(w, r, "running jobs", err)
+		return
+	}
+	byWorker := map[string][]health.LongRunner{}
+	for _, j := range running {
+		byWorker[j.LockedBy] = append(byWorker[j.LockedBy], j)
+	}
+	rows := make([]workerRow, len(list))
+	for i, x := range list {
+		jobs := byWorker[x.ID]
+		rows[i] = workerRow{Worker: x, Jobs: jobs[:min(len(jobs), 10)], More: max(0, len(jobs)-10)}
+	}
+	d.render(w, r, http.StatusOK, "workers", "", d.view("workers", "Workers", rows))
+}
+
+func (d *Dashboard) doctor(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*d.opts.QueryTimeout)
+	defer cancel()
+	checks, err := health.Doctor(ctx, d.pool, d.opts.Schema)
+	if err != nil {
+		d.dbFail(w, r, "doctor", err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "health", "", d.view("health", "Health", checks))
+}
