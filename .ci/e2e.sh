@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Dashboard end-to-end test: builds skiplock, creates a scratch database on
+# 127.0.0.1:5432, migrates it, enqueues jobs (with a PII marker in every
+# payload), makes a few dead letters with a failing worker, keeps a live
+# workload running, starts `skiplock serve` with basic auth and
+# --show-payloads on a free port, then runs test/e2e (playwright-core driving
+# Debian's chromium, headless). Screenshots: docs/dashboard.png (overview) and
+# test/e2e/artifacts/*.png (every page). Cleans up everything it started.
+# Runs as root with no terminal. Needs PostgreSQL (trust on loopback), Go,
+# Node and npm; installs chromium with apt-get if it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+admin_url=${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
+marker="pii-e2e-$RANDOM$RANDOM"
+
+log() { echo "e2e: $*" >&2; }
+
+if ! command -v chromium >/dev/null 2>&1; then
+  log "installing chromium"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+command -v node >/dev/null 2>&1 || { log "node is required"; exit 1; }
+
+work=$(mktemp -d /tmp/skiplock-e2e.XXXXXX)
+db="skiplock_e2e_$(date +%s)_$$"
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  psql "$admin_url" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  if [ "$rc" -ne 0 ]; then
+    log "failed (exit $rc); server log:"
+    tail -n 40 "$work/serve.log" >&2 2>/dev/null || true
+  fi
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "building"
+go build -o "$work/skiplock" ./cmd/skiplock
+sk="$work/skiplock"
+
+log "npm install (test/e2e)"
+(cd test/e2e && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+
+log "scratch database $db"
+psql "$admin_url" -qAtc "CREATE DATABASE $db" >/dev/null
+export DATABASE_URL="${admin_url%%\?*}"
+DATABASE_URL="${DATABASE_URL%/*}/$db?sslmode=disable"
+export SKIPLOCK_LOG_LEVEL=warn
+"$sk" migrate up >/dev/null
+
+log "seeding jobs"
+"$sk" schedule add nightly-report --cron '0 3 * * *' --queue reports --kind report.build \
+  --payload "{\"to\":\"$marker@example.com\"}" >/dev/null
+node -e '
+  const m = process.argv[1];
+  const kinds = ["email.send", "email.send", "webhook.ping", "report.build"];
+  for (let i = 0; i < 6000; i++) {
+    const k = kinds[i % kinds.length];
+    const job = { queue: i % 5 === 0 ? "bulk" : "default", kind: k, payload: { user: i, email: `${m}+${i}@example.com` } };
+    if (job.queue === "bulk") job.tenant = `carrier-${i % 4}`;
+    console.log(JSON.stringify(job));
+  }
+  for (let i = 0; i < 6; i++) {
+    console.log(JSON.stringify({ queue: "hooks", kind: "webhook.deliver", max_attempts: 1, payload: { email: `${m}@example.com` } }));
+  }' "$marker" > "$work/jobs.ndjson"
+"$sk" enqueue --file "$work/jobs.ndjson" >/dev/null 2>&1
+
+log "making dead letters"
+"$sk" work --queue hooks --max-attempts 1 --lease 6s \
+  --exec 'echo "POST https://hooks.example.com/$SKIPLOCK_JOB_ID: 503 Service Unavailable" >&2; exit 1' \
+  >"$work/fail-worker.log" 2>&1 &
+failer=$!
+pids+=("$failer")
+for _ in $(seq 1 300); do
+  n=$(psql "$DATABASE_URL" -qAtc "SELECT count(*) FROM skiplock.jobs_dead")
+  [ "$n" -ge 6 ] && break
+  sleep 0.2
+done
+[ "$n" -ge 6 ] || { log "dead letters did not appear"; exit 1; }
+kill -TERM "$failer"
+wait "$failer" 2>/dev/null || true
+
+log "starting a live workload"
+"$sk" work --queue default --concurrency 6 --lease 6s --exec 'sleep 0.05' >"$work/worker.log" 2>&1 &
+pids+=("$!")
+"$sk" work --queue bulk --concurrency 2 --tenant-cap 2 --lease 6s --exec 'sleep 0.1' >"$work/worker2.log" 2>&1 &
+pids+=("$!")
+
+port=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
+export SKIPLOCK_DASHBOARD_USER=e2e SKIPLOCK_DASHBOARD_PASSWORD="pw-$RANDOM$RANDOM"
+"$sk" serve --http-addr "127.0.0.1:$port" --show-payloads >"$work/serve.log" 2>&1 &
+pids+=("$!")
+url="http://127.0.0.1:$port/"
+for _ in $(seq 1 100); do
+  curl -fsS "${url}readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fsS "${url}readyz" >/dev/null
+
+log "running the browser tests against $url"
+mkdir -p docs test/e2e/artifacts
+(cd test/e2e && \
+  SKIPLOCK_E2E_URL="$url" SKIPLOCK_E2E_USER="$SKIPLOCK_DASHBOARD_USER" SKIPLOCK_E2E_PASS="$SKIPLOCK_DASHBOARD_PASSWORD" \
+  SKIPLOCK_E2E_MARKER="$marker" SKIPLOCK_E2E_ARTIFACTS="$root/test/e2e/artifacts" \
+  SKIPLOCK_E2E_SCREENSHOT="$root/docs/dashboard.png" \
+  timeout 300 node --test --test-concurrency=1 dashboard.test.mjs)
+
+if grep -q "$marker" "$work"/*.log; then
+  log "a payload reached a log"
+  exit 1
+fi
+log "ok: screenshots in docs/dashboard.png and test/e2e/artifacts/"

@@ -1,0 +1,427 @@
+package faults
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/devdb"
+	"github.com/skiplock/skiplock/internal/dbtest"
+)
+
+// Timing shared by the tests: short leases so a fault heals in seconds, and
+// safety checks that never depend on timing (only liveness waits do).
+const (
+	lease     = 2 * time.Second
+	heartbeat = 500 * time.Millisecond
+	reaper    = 500 * time.Millisecond
+	poll      = 500 * time.Millisecond
+)
+
+// setupSQL adds the test's own tables to a migrated database: runs (one row
+// per execution, written by the workers) and an audit trail of every change
+// to skiplock's job tables, written by triggers in the changing transaction
+// (so rolled-back work leaves no trace). The audit keeps DB times, the
+// application_name of the writer (each worker process sets its own) and
+// whether the statement was the reaper's.
+const setupSQL = `
+CREATE TABLE public.runs (
+    id          bigserial   PRIMARY KEY,
+    job_id      bigint      NOT NULL,
+    attempt     int         NOT NULL,
+    worker      text        NOT NULL,
+    lease_token bigint      NOT NULL,
+    pid         int         NOT NULL,
+    nonce       bigint      UNIQUE, -- per execution: makes the insert safe to retry
+    started_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished    boolean     NOT NULL DEFAULT false,
+    outcome     text,
+    finished_at timestamptz
+);
+CREATE TABLE public.audit (
+    seq           bigserial   PRIMARY KEY,
+    tbl           text        NOT NULL,
+    op            text        NOT NULL,
+    job_id        bigint      NOT NULL,
+    old_state     text,
+    new_state     text,
+    old_token     bigint,
+    new_token     bigint,
+    old_locked_by text,
+    new_locked_by text,
+    old_expires   timestamptz,
+    new_expires   timestamptz,
+    old_run_at    timestamptz,
+    attempts      int,
+    max_attempts  int,
+    reason        text,
+    app           text        NOT NULL,
+    reaper        boolean     NOT NULL,
+    tx_now        timestamptz NOT NULL,
+    at            timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE FUNCTION public.audit_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    o jsonb := CASE WHEN TG_OP IN ('UPDATE', 'DELETE') THEN to_jsonb(OLD) END;
+    n jsonb := CASE WHEN TG_OP IN ('UPDATE', 'INSERT') THEN to_jsonb(NEW) END;
+    r jsonb := coalesce(n, o);
+BEGIN
+    INSERT INTO public.audit (tbl, op, job_id, old_state, new_state, old_token, new_token,
+        old_locked_by, new_locked_by, old_expires, new_expires, old_run_at, attempts, max_attempts,
+        reason, app, reaper, tx_now)
+    VALUES (TG_TABLE_NAME, lower(TG_OP), (r->>'id')::bigint, o->>'state', n->>'state',
+        (o->>'lease_token')::bigint, (n->>'lease_token')::bigint, o->>'locked_by', n->>'locked_by',
+        (o->>'lease_expires_at')::timestamptz, (n->>'lease_expires_at')::timestamptz,
+        (o->>'run_at')::timestamptz, (r->>'attempts')::int, (r->>'max_attempts')::int, r->>'reason',
+        coalesce(current_setting('application_name', true), ''),
+        position('stopped heartbeating' in coalesce(current_query(), '')) > 0, now());
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER audit AFTER INSERT OR UPDATE OR DELETE ON skiplock.jobs
+    FOR EACH ROW EXECUTE FUNCTION public.audit_jobs();
+CREATE TRIGGER audit AFTER INSERT ON skiplock.jobs_dead
+    FOR EACH ROW EXECUTE FUNCTION public.audit_jobs();
+CREATE TRIGGER audit AFTER INSERT ON skiplock.jobs_done
+    FOR EACH ROW EXECUTE FUNCTION public.audit_jobs();
+`
+
+// env is one test's world: a database with skiplock's schema and the test
+// tables, a producer client, and the worker processes the test started.
+type env struct {
+	t      *testing.T
+	url    string
+	pool   *pgxpool.Pool
+	client *skiplock.Client
+
+	logDir string
+	// workerProgram is the program worker starts: "faultworker" unless a
+	// test sets another (the seeded-bug build).
+	workerProgram string
+
+	mu     sync.Mutex // guards owners, procs and gen
+	owners map[string]func(lockedBy string) bool
+	procs  []*proc
+	gen    map[string]int
+}
+
+// newEnv gives the test a fresh database on the shared server.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	db := dbtest.New(t)
+	return setupEnv(t, db.URL, db.Pool)
+}
+
+// privateEnv starts a private cluster (for the tests that crash and
+// restart the database, so no other test is disturbed), migrates a
+// database on it and installs the test tables; maxConns > 0 caps the test's
+// own pool. Durable settings (not Options.Fast): with synchronous_commit off
+// an immediate shutdown may drop acknowledged commits, which would be the
+// database's loss, not skiplock's.
+func privateEnv(t *testing.T, maxConns int32) (*env, *devdb.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := devdb.Start(ctx, devdb.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Remove() })
+	admin, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE DATABASE faults")
+	require.NoError(t, err)
+	require.NoError(t, admin.Close(ctx))
+	url := c.URL("faults")
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = skiplock.Migrate(ctx, pool, "skiplock")
+	require.NoError(t, err)
+	return setupEnv(t, url, pool), c
+}
+
+// setupEnv installs the test tables into a migrated database and registers
+// the cleanup that kills every process the test started (before the
+// database is dropped: cleanups run last-in first-out).
+func setupEnv(t *testing.T, dbURL string, pool *pgxpool.Pool) *env {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), setupSQL)
+	require.NoError(t, err)
+	c, err := skiplock.NewClient(pool, skiplock.Config{})
+	require.NoError(t, err)
+	e := &env{t: t, url: dbURL, pool: pool, client: c, owners: map[string]func(string) bool{}, gen: map[string]int{},
+		logDir: t.TempDir()} // before the cleanup below, so the logs outlive it
+	t.Cleanup(e.killAll)
+	return e
+}
+
+// appURL is the database URL with application_name set, which is how the
+// audit trigger knows which process wrote a row.
+func (e *env) appURL(app string) string {
+	u, err := url.Parse(e.url)
+	require.NoError(e.t, err)
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// job is the payload the workers understand: per attempt, how long the job
+// sleeps and what it then does (ok, fail, panic, exit).
+type job struct {
+	Sleep []int    `json:"sleep,omitempty"`
+	Mode  []string `json:"mode,omitempty"`
+}
+
+// enqueue commits n jobs to the default queue and returns their ids.
+func (e *env) enqueue(n int, j job, maxAttempts int) []int64 {
+	e.t.Helper()
+	return e.enqueueTo(skiplock.DefaultQueue, n, j, maxAttempts)
+}
+
+func (e *env) enqueueTo(queue string, n int, j job, maxAttempts int) []int64 {
+	e.t.Helper()
+	ids := make([]int64, 0, n)
+	for range n {
+		r, err := e.client.Enqueue(context.Background(), skiplock.EnqueueParams{Queue: queue, Kind: "job", Payload: j, MaxAttempts: maxAttempts})
+		require.NoError(e.t, err)
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// proc is one worker process.
+type proc struct {
+	name, app string
+	cmd       *exec.Cmd
+	log       string
+	stdout    *bytes.Buffer
+	done      chan struct{}
+	err       error // after done
+}
+
+func (e *env) start(name, app, logName string, args []string, extraEnv ...string) *proc {
+	e.t.Helper()
+	logPath := filepath.Join(e.logDir, logName+".log")
+	f, err := os.Create(logPath)
+	require.NoError(e.t, err)
+	p := &proc{name: name, app: app, log: logPath, stdout: &bytes.Buffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(args[0], args[1:]...)
+	p.cmd.Stdout = p.stdout
+	p.cmd.Stderr = f
+	p.cmd.Env = append(os.Environ(), append([]string{"FW_DB=" + e.appURL("faultworker-child")}, extraEnv...)...)
+	require.NoError(e.t, p.cmd.Start())
+	go func() {
+		p.err = p.cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	e.mu.Lock()
+	e.procs = append(e.procs, p)
+	e.mu.Unlock()
+	return p
+}
+
+// worker starts a faultworker process (the Go library) named name; a
+// restarted worker gets a new id (name.2, name.3, ...), as a new process
+// would. It claims from the default queue with the test timings.
+func (e *env) worker(name string, extra ...string) *proc {
+	e.t.Helper()
+	e.mu.Lock()
+	e.gen[name]++
+	id := fmt.Sprintf("fw-%s.%d", name, e.gen[name])
+	e.owners[id] = func(lockedBy string) bool { return lockedBy == id }
+	e.mu.Unlock()
+	prog := e.workerProgram
+	if prog == "" {
+		prog = "faultworker"
+	}
+	args := []string{program(e.t, prog), "work", "-db", e.url, "-id", id,
+		"-lease", lease.String(), "-heartbeat", heartbeat.String(), "-reaper", reaper.String(), "-poll", poll.String()}
+	return e.start(name, id, id, append(args, extra...))
+}
+
+// execWorker starts `skiplock work --exec command`. Its connections carry
+// application_name sx-NAME.N, and its WorkerID (hostname:pid:rand) is
+// matched to it by pid.
+func (e *env) execWorker(name, command string, extra ...string) *proc {
+	e.t.Helper()
+	e.mu.Lock()
+	e.gen["exec:"+name]++
+	app := fmt.Sprintf("sx-%s.%d", name, e.gen["exec:"+name])
+	e.mu.Unlock()
+	args := []string{program(e.t, "skiplock"), "work", "--database-url", e.appURL(app), "--exec", command}
+	p := e.start(name, app, app, append(args, extra...))
+	pid := ":" + strconv.Itoa(p.cmd.Process.Pid) + ":"
+	e.mu.Lock()
+	e.owners[app] = func(lockedBy string) bool { return strings.Contains(lockedBy, pid) }
+	e.mu.Unlock()
+	return p
+}
+
+// owns reports whether the connection named app belongs to the process
+// whose lease is lockedBy.
+func (e *env) owns(app, lockedBy string) bool {
+	e.mu.Lock()
+	f := e.owners[app]
+	e.mu.Unlock()
+	return f != nil && f(lockedBy)
+}
+
+func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// wait waits for the process to exit; false on timeout.
+func (p *proc) wait(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// kill9 kills the process the way the OOM killer would and reaps it.
+func (p *proc) kill9(t *testing.T) {
+	t.Helper()
+	p.signal(syscall.SIGKILL)
+	require.True(t, p.wait(10*time.Second), "%s did not die", p.name)
+}
+
+// stats parses the counters a faultworker prints when it stops.
+func (p *proc) stats(t *testing.T) map[string]int64 {
+	t.Helper()
+	var m map[string]int64
+	require.NoError(t, json.Unmarshal(bytes.TrimSpace(p.stdout.Bytes()), &m), "stats of %s: %q", p.name, p.stdout.String())
+	return m
+}
+
+func (p *proc) logText() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
+}
+
+// killAll kills what is still running and, if the test failed, shows the
+// tail of every process's log. Any data race a worker reported fails the
+// test: the workers are built with -race when the tests are.
+func (e *env) killAll() {
+	e.mu.Lock()
+	procs := append([]*proc(nil), e.procs...)
+	e.mu.Unlock()
+	for _, p := range procs {
+		if !p.exited() {
+			p.signal(syscall.SIGCONT)
+			p.signal(syscall.SIGKILL)
+			p.wait(10 * time.Second)
+		}
+	}
+	for _, p := range procs {
+		text := p.logText()
+		if strings.Contains(text, "DATA RACE") {
+			e.t.Errorf("%s (%s) reported a data race:\n%s", p.name, p.app, tail(text, 8000))
+		}
+		if e.t.Failed() {
+			e.t.Logf("---- log of %s (%s) ----\n%s", p.name, p.app, tail(text, 3000))
+		}
+	}
+	// Children of killed `skiplock work --exec` processes are orphans; they
+	// end on their own, but do not leave them running past the test.
+	rows, err := e.pool.Query(context.Background(), "SELECT DISTINCT pid FROM public.runs WHERE NOT finished AND outcome IS NULL")
+	if err == nil {
+		for rows.Next() {
+			var pid int
+			if rows.Scan(&pid) == nil && pid != os.Getpid() && isOurChild(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		rows.Close()
+	}
+}
+
+// isOurChild reports whether pid runs faultworker's child mode.
+func isOurChild(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.Contains(b, []byte("faultworker\x00child"))
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *env) count(q string, args ...any) int {
+	e.t.Helper()
+	var n int
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(e.t, e.pool.QueryRow(ctx, q, args...).Scan(&n), q)
+	return n
+}
+
+// tryCount is count for polling while the database may be away.
+func (e *env) tryCount(q string, args ...any) (int, error) {
+	var n int
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := e.pool.QueryRow(ctx, q, args...).Scan(&n)
+	return n, err
+}
+
+// waitDrained waits until the hot table is empty: every job finished.
+func (e *env) waitDrained(timeout time.Duration) {
+	e.t.Helper()
+	waitFor(e.t, timeout, "the queue to drain", func() bool {
+		n, err := e.tryCount("SELECT count(*) FROM skiplock.jobs")
+		return err == nil && n == 0
+	})
+}
+
+// inFlight returns the unfinished runs of the process whose worker id is
+// id (Go workers) at this moment.
+func (e *env) inFlight(worker string) int {
+	return e.count("SELECT count(*) FROM public.runs WHERE worker = $1 AND outcome IS NULL", worker)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,259 @@
+// Command faultworker is the worker process of the fault-injection tests in
+// test/faults. It has two modes:
+//
+//	faultworker work  -db URL -id NAME [flags]   a skiplock worker (the Go library)
+//	faultworker child                            one `skiplock work --exec` job
+//
+// Both record every execution in the table runs of the same database: a row
+// is inserted (in its own transaction) before the work starts and updated
+// after it, so the tests can count executions per job and see which ones
+// were interrupted. What a job does is in its payload:
+//
+//	{"sleep": [ms per attempt...], "mode": ["ok"|"fail"|"panic"|"exit"...]}
+//
+// The last element of each list applies to every later attempt.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: faultworker work|child [flags]")
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "work":
+		err = work(os.Args[2:])
+	case "child":
+		err = child()
+	default:
+		err = fmt.Errorf("unknown mode %q", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "faultworker:", err)
+		os.Exit(1)
+	}
+}
+
+// spec is a job's payload: what each attempt does.
+type spec struct {
+	Sleep []int    `json:"sleep"`
+	Mode  []string `json:"mode"`
+}
+
+func (s spec) at(attempt int) (time.Duration, string) {
+	pick := func(n int) int { return min(max(attempt-1, 0), n-1) }
+	d, mode := time.Duration(0), "ok"
+	if len(s.Sleep) > 0 {
+		d = time.Duration(s.Sleep[pick(len(s.Sleep))]) * time.Millisecond
+	}
+	if len(s.Mode) > 0 {
+		mode = s.Mode[pick(len(s.Mode))]
+	}
+	return d, mode
+}
+
+// persist retries fn while the database is unreachable (a restart, a killed
+// connection), for at most 15s or until ctx is done.
+func persist(ctx context.Context, fn func(ctx context.Context) error) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := fn(qctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startRun records that an execution starts. The nonce makes the retry of
+// an insert whose commit was cut off (a database crash right after COMMIT)
+// land on the same row instead of recording one execution twice.
+func startRun(ctx context.Context, pool *pgxpool.Pool, id int64, attempt int, worker string, token int64) (int64, error) {
+	var run int64
+	nonce := rand.Int64()
+	err := persist(ctx, func(ctx context.Context) error {
+		return pool.QueryRow(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, nonce)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (nonce) DO UPDATE SET nonce = EXCLUDED.nonce RETURNING id`,
+			id, attempt, worker, token, os.Getpid(), nonce).Scan(&run)
+	})
+	return run, err
+}
+
+func endRun(ctx context.Context, pool *pgxpool.Pool, run int64, outcome string) error {
+	return persist(ctx, func(ctx context.Context) error {
+		_, err := pool.Exec(ctx, `UPDATE public.runs SET finished = ($2 = 'ok'), outcome = $2,
+			finished_at = clock_timestamp() WHERE id = $1`, run, outcome)
+		return err
+	})
+}
+
+func work(args []string) error {
+	fs := flag.NewFlagSet("work", flag.ContinueOnError)
+	db := fs.String("db", os.Getenv("FW_DB"), "database URL")
+	id := fs.String("id", "", "worker id (also the application_name of its connections)")
+	queue := fs.String("queue", "default", "queue")
+	concurrency := fs.Int("concurrency", 4, "concurrency")
+	batch := fs.Int("batch", 0, "batch size")
+	lease := fs.Duration("lease", 2*time.Second, "lease")
+	heartbeat := fs.Duration("heartbeat", 500*time.Millisecond, "heartbeat interval")
+	reaper := fs.Duration("reaper", 500*time.Millisecond, "reaper interval (negative: off)")
+	poll := fs.Duration("poll", 500*time.Millisecond, "poll interval")
+	backoff := fs.Duration("backoff", 200*time.Millisecond, "retry delay")
+	drain := fs.Duration("drain", 10*time.Second, "drain timeout at SIGTERM")
+	archive := fs.Bool("archive", false, "archive completed jobs into jobs_done")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *db == "" || *id == "" {
+		return errors.New("-db and -id are required")
+	}
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(*db)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = int32(*concurrency + 6)
+	cfg.ConnConfig.RuntimeParams["application_name"] = *id
+	cfg.ConnConfig.ConnectTimeout = 3 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := skiplock.NewClient(pool, skiplock.Config{
+		Logger: log, WorkerID: *id, LeaseDuration: *lease, HeartbeatInterval: *heartbeat,
+		ReaperInterval: *reaper, PollInterval: *poll, ArchiveCompleted: *archive,
+		Backoff: func(int) time.Duration { return *backoff },
+		Pools:   []skiplock.Pool{{Queues: []string{*queue}, Concurrency: *concurrency, BatchSize: *batch}},
+	})
+	if err != nil {
+		return err
+	}
+	err = skiplock.Handle(c, "job", func(ctx context.Context, j *skiplock.Job[spec]) error {
+		run, err := startRun(ctx, pool, j.ID, j.Attempt, j.WorkerID, j.LeaseToken)
+		if err != nil {
+			return fmt.Errorf("record run: %w", err)
+		}
+		d, mode := j.Args.at(j.Attempt)
+		switch mode {
+		case "exit": // the process dies mid-job, as on an OOM kill
+			time.Sleep(d)
+			os.Exit(3)
+		case "kill":
+			time.Sleep(d)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			cause := context.Cause(ctx)
+			_ = endRun(context.WithoutCancel(ctx), pool, run, "ctx: "+cause.Error())
+			return cause
+		}
+		switch mode {
+		case "panic":
+			_ = endRun(ctx, pool, run, "panic")
+			panic(fmt.Sprintf("poison job %d", j.ID))
+		case "fail":
+			_ = endRun(ctx, pool, run, "fail")
+			return errors.New("failing on purpose")
+		}
+		if err := endRun(ctx, pool, run, "ok"); err != nil {
+			return fmt.Errorf("record run end: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "faultworker: started", *id)
+	<-sigs
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, *drain)
+		defer cancel()
+		stopped <- c.Stop(sctx)
+	}()
+	select {
+	case err = <-stopped:
+	case <-sigs:
+		err = c.StopAndCancel(ctx)
+	}
+	st := c.Stats()
+	_ = json.NewEncoder(os.Stdout).Encode(map[string]any{
+		"claimed": st.Claimed, "completed": st.Completed, "failed": st.Failed,
+		"dead": st.DeadLettered, "lease_lost": st.LeaseLost,
+	})
+	return err
+}
+
+// child runs one job for `skiplock work --exec`: the payload on stdin, the
+// job in SKIPLOCK_* variables, the database in FW_DB.
+func child() error {
+	ctx := context.Background()
+	var s spec
+	body, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	id, _ := strconv.ParseInt(os.Getenv("SKIPLOCK_JOB_ID"), 10, 64)
+	attempt, _ := strconv.Atoi(os.Getenv("SKIPLOCK_JOB_ATTEMPT"))
+	token, _ := strconv.ParseInt(os.Getenv("SKIPLOCK_JOB_LEASE_TOKEN"), 10, 64)
+	cfg, err := pgxpool.ParseConfig(os.Getenv("FW_DB"))
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["application_name"] = "faultworker-child"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	run, err := startRun(ctx, pool, id, attempt, os.Getenv("SKIPLOCK_WORKER_ID"), token)
+	if err != nil {
+		return err
+	}
+	d, mode := s.at(attempt)
+	time.Sleep(d)
+	switch mode {
+	case "fail":
+		_ = endRun(ctx, pool, run, "fail")
+		return errors.New("failing on purpose")
+	case "exit":
+		os.Exit(3)
+	}
+	return endRun(ctx, pool, run, "ok")
+}
