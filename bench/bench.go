@@ -12,7 +12,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -25,7 +24,6 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/bench/measure"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -159,11 +158,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		}
 		defer txPool.Close()
 	}
-	var waits, handlerTimes hist
+	var waits, handlerTimes measure.Hist
 	var reaped atomic.Int64
 	err = skiplock.Handle(c, benchKind, func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
 		start := time.Now()
-		waits.add(start.Sub(j.RunAt))
+		waits.Add(start.Sub(j.RunAt))
 		if j.Attempt > 1 {
 			reaped.Add(1)
 		}
@@ -177,10 +176,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		if h.Max > h.Min {
 			d += mrand.N(h.Max - h.Min + 1)
 		}
-		if err := preciseSleep(ctx, start.Add(d)); err != nil {
+		if err := measure.Sleep(ctx, start.Add(d)); err != nil {
 			return err
 		}
-		handlerTimes.add(time.Since(start))
+		handlerTimes.Add(time.Since(start))
 		return nil
 	})
 	if err != nil {
@@ -258,14 +257,14 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		ideal := float64(o.Workers) / h.Mean().Seconds()
 		pct := 100 * res.JobsPerS / ideal
 		res.IdealJobsPerS, res.PctOfIdeal = &ideal, &pct
-		res.HandlerMeanMS = handlerTimes.meanMS()
+		res.HandlerMeanMS = handlerTimes.MeanMS()
 		if res.HandlerMeanMS > 0 {
 			m := 100 * res.JobsPerS / (float64(o.Workers) / (res.HandlerMeanMS / 1000))
 			res.PctOfMeasuredIdeal = &m
 		}
 	}
-	res.WaitP50MS, res.WaitP99MS, res.WaitMaxMS = waits.quantileMS(0.50), waits.quantileMS(0.99), waits.maxMS()
-	res.ClaimP50MS, res.ClaimP99MS, res.Claims = tr.claims.quantileMS(0.50), tr.claims.quantileMS(0.99), int64(tr.claims.count())
+	res.WaitP50MS, res.WaitP99MS, res.WaitMaxMS = waits.QuantileMS(0.50), waits.QuantileMS(0.99), waits.MaxMS()
+	res.ClaimP50MS, res.ClaimP99MS, res.Claims = tr.claims.QuantileMS(0.50), tr.claims.QuantileMS(0.99), int64(tr.claims.Count())
 	seedWAL, err1 := lsnDiff(ctx, pool, lsn1, lsn0)
 	drainWAL, err2 := lsnDiff(ctx, pool, lsn2, lsn1)
 	if err := errors.Join(err1, err2); err != nil {
@@ -282,7 +281,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	res.StatementsPerJob = float64(total) / n
 	res.Statements = sortedCounts(counts)
 	res.DrainPeakRSSBytes = peakRSS
-	res.MaxRSSBytes = procStatus("VmHWM")
+	res.MaxRSSBytes = measure.ProcStatus("VmHWM")
 	return res, nil
 }
 
@@ -366,12 +365,12 @@ func waitDone(ctx context.Context, c *skiplock.Client, n int, start time.Time, p
 		case <-poll.C:
 			s := c.Stats()
 			if s.Completed+s.DeadLettered >= int64(n) {
-				return max(peak, procStatus("VmRSS")), nil
+				return max(peak, measure.ProcStatus("VmRSS")), nil
 			}
 		case <-tick.C:
 			s := c.Stats()
 			done := s.Completed + s.DeadLettered
-			peak = max(peak, procStatus("VmRSS"))
+			peak = max(peak, measure.ProcStatus("VmRSS"))
 			el := time.Since(start).Seconds()
 			fmt.Fprintf(progress, "bench: %d/%d done  %.0f jobs/s (last second %d)  running %d  claim p99 %.2f ms  rss %d MB\n",
 				done, n, float64(done)/el, done-prev, s.Running, float64(s.ClaimP99)/1e6, peak>>20)
@@ -443,27 +442,4 @@ func cleanup(pool *pgxpool.Pool, st *store.Store, queue, workerID string) {
 	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("jobs_dead")+" WHERE queue = $1", queue)
 	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("workers")+" WHERE id = $1", workerID)
 	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("queues")+" WHERE name = $1", queue)
-}
-
-// procStatus returns a "kB" field of /proc/self/status in bytes (0 where
-// there is no /proc).
-func procStatus(field string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), field+":")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-		if err != nil {
-			return 0
-		}
-		return kb << 10
-	}
-	return 0
 }

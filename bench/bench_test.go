@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math/rand/v2"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -74,34 +72,6 @@ func TestOptionsValidate(t *testing.T) {
 		var oe *OptionError
 		require.True(t, errors.As(o.Validate(), &oe), "%+v", o)
 	}
-}
-
-func TestHistQuantiles(t *testing.T) {
-	var h hist
-	var all []time.Duration
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 20000; i++ {
-		d := time.Duration(r.ExpFloat64() * float64(3*time.Millisecond))
-		all = append(all, d)
-		h.add(d)
-	}
-	h.add(-time.Second) // clamped to 0
-	all = append(all, 0)
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
-	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
-		exact := float64(all[int(q*float64(len(all)))]) / 1e6
-		require.InEpsilon(t, exact, h.quantileMS(q), 0.03, "q=%v", q)
-	}
-	require.InDelta(t, float64(all[len(all)-1])/1e6, h.maxMS(), 0.001)
-	require.Equal(t, uint64(len(all)), h.count())
-
-	// Every bucket's midpoint maps back to the bucket.
-	for i := 0; valueOf(i) < 1<<52; i++ {
-		require.Equal(t, i, bucketOf(uint64(valueOf(i))), "bucket %d", i)
-	}
-	var empty hist
-	require.Zero(t, empty.quantileMS(0.99))
-	require.Zero(t, empty.meanMS())
 }
 
 // TestRunEndToEnd drains a tiny run against real PostgreSQL and checks every

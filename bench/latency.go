@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/bench/measure"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -90,7 +91,7 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 	}
 	res.ListenerUp = c.Stats().ListenerUp
 
-	var lat, enq hist
+	var lat, enq measure.Hist
 	last := time.Now()
 	for i := 0; i < latencyWarmup+o.Samples; i++ {
 		select {
@@ -111,8 +112,8 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 			return res, ctx.Err()
 		}
 		if i >= latencyWarmup {
-			lat.add(t2.Sub(t0))
-			enq.add(t1.Sub(t0))
+			lat.Add(t2.Sub(t0))
+			enq.Add(t1.Sub(t0))
 		}
 		for want := int64(i + 1); c.Stats().Completed < want; {
 			if ctx.Err() != nil {
@@ -124,12 +125,12 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 		if time.Since(last) >= time.Second {
 			last = time.Now()
 			fmt.Fprintf(progress, "bench: latency %d/%d samples  p50 %.2f ms  p99 %.2f ms\n",
-				max(0, i+1-latencyWarmup), o.Samples, lat.quantileMS(0.5), lat.quantileMS(0.99))
+				max(0, i+1-latencyWarmup), o.Samples, lat.QuantileMS(0.5), lat.QuantileMS(0.99))
 		}
 	}
 	res.ListenerUp = res.ListenerUp && c.Stats().ListenerUp
-	res.LatencyP50MS, res.LatencyP99MS = lat.quantileMS(0.50), lat.quantileMS(0.99)
-	res.LatencyMaxMS, res.LatencyMeanMS = lat.maxMS(), lat.meanMS()
-	res.EnqueueP50MS, res.EnqueueP99MS = enq.quantileMS(0.50), enq.quantileMS(0.99)
+	res.LatencyP50MS, res.LatencyP99MS = lat.QuantileMS(0.50), lat.QuantileMS(0.99)
+	res.LatencyMaxMS, res.LatencyMeanMS = lat.MaxMS(), lat.MeanMS()
+	res.EnqueueP50MS, res.EnqueueP99MS = enq.QuantileMS(0.50), enq.QuantileMS(0.99)
 	return res, nil
 }

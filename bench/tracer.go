@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/bench/measure"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -21,7 +22,7 @@ type tracer struct {
 	counts map[string]int64
 	on     bool
 
-	claims hist
+	claims measure.Hist
 }
 
 type traceStartKey struct{}
@@ -99,7 +100,7 @@ func (t *tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQ
 	}
 	t.mu.Unlock()
 	if on && data.Err == nil && (s.name == "claim" || s.name == "claim_capped") {
-		t.claims.add(time.Since(s.t))
+		t.claims.Add(time.Since(s.t))
 	}
 }
 

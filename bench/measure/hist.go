@@ -1,4 +1,9 @@
-package bench
+// Package measure holds the instruments skiplock bench measures with: a
+// concurrent histogram of durations, a precise sleep for the harness's
+// handler and the process's resident memory. The peer benchmarks under
+// bench/peers import it too, so every side of a comparison is measured by
+// the same code.
+package measure
 
 import (
 	"math"
@@ -7,11 +12,11 @@ import (
 	"time"
 )
 
-// hist is a concurrent, fixed-size log-linear histogram of durations with
+// Hist is a concurrent, fixed-size log-linear histogram of durations with
 // microsecond resolution and 1/64 relative precision. It holds any number of
 // samples in 30 KiB, so a million-job run records every wait without growing
-// the process.
-type hist struct {
+// the process. The zero value is ready to use.
+type Hist struct {
 	counts [histBuckets]atomic.Uint64
 	n      atomic.Uint64
 	sumUS  atomic.Uint64
@@ -44,7 +49,8 @@ func valueOf(i int) float64 {
 	return float64(lo) + float64(uint64(1)<<shift)/2
 }
 
-func (h *hist) add(d time.Duration) {
+// Add records d (a negative d counts as 0).
+func (h *Hist) Add(d time.Duration) {
 	us := uint64(0)
 	if d > 0 {
 		us = uint64(d / time.Microsecond)
@@ -60,11 +66,11 @@ func (h *hist) add(d time.Duration) {
 	}
 }
 
-// count returns the number of samples.
-func (h *hist) count() uint64 { return h.n.Load() }
+// Count returns the number of samples.
+func (h *Hist) Count() uint64 { return h.n.Load() }
 
-// quantileMS returns quantile q (0..1) in milliseconds, 0 without samples.
-func (h *hist) quantileMS(q float64) float64 {
+// QuantileMS returns quantile q (0..1) in milliseconds, 0 without samples.
+func (h *Hist) QuantileMS(q float64) float64 {
 	n := h.n.Load()
 	if n == 0 {
 		return 0
@@ -87,8 +93,8 @@ func (h *hist) quantileMS(q float64) float64 {
 	return float64(h.maxUS.Load()) / 1000
 }
 
-// meanMS returns the mean in milliseconds.
-func (h *hist) meanMS() float64 {
+// MeanMS returns the mean in milliseconds.
+func (h *Hist) MeanMS() float64 {
 	n := h.n.Load()
 	if n == 0 {
 		return 0
@@ -96,5 +102,5 @@ func (h *hist) meanMS() float64 {
 	return float64(h.sumUS.Load()) / float64(n) / 1000
 }
 
-// maxMS returns the largest sample in milliseconds.
-func (h *hist) maxMS() float64 { return float64(h.maxUS.Load()) / 1000 }
+// MaxMS returns the largest sample in milliseconds.
+func (h *Hist) MaxMS() float64 { return float64(h.maxUS.Load()) / 1000 }
