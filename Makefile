@@ -5,7 +5,7 @@ GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
 
-.PHONY: run test lint test-go bench build chaos chaos-long fuzz e2e
+.PHONY: run test lint test-go bench bench-peers build chaos chaos-long fuzz e2e
 
 run:
 	$(GO) run ./cmd/skiplock dev
@@ -24,6 +24,11 @@ lint:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS)
+
+# skiplock, River and asynq through the same scenarios, one after the other
+# (about 25 minutes; see bench/peers/run.sh and docs/performance.md).
+bench-peers:
+	bash bench/peers/run.sh
 
 build:
 	$(GO) build -o bin/skiplock ./cmd/skiplock
