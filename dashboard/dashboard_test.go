@@ -375,7 +375,26 @@ func TestReplayGroupMovesDeadLettersBack(t *testing.T) {
 	assert.Equal(t, 3, f.count(`SELECT count(*) FROM skiplock.jobs WHERE kind = 'webhook.deliver' AND queue = 'hooks' AND state = 'ready'`))
 	_, body := f.get("/dead")
 	assert.Contains(t, body, "done")
+	assert.NotContains(t, body, `data-kind="webhook.deliver"`, "a replay shown done has emptied its group")
+	assert.Contains(t, body, `data-kind="other.kind"`)
 	assert.NotContains(t, body, "<script>alert")
+}
+
+// The dead-letter page shows replays as they stood when it took their status
+// (before it read the groups), never as they stand while it renders.
+func TestReplayStatusIsASnapshot(t *testing.T) {
+	run := &replayRun{Kind: "k", Signature: "s", Total: 3, Started: time.Now(), finished: make(chan struct{})}
+	run.done.Store(1)
+	rs := &replays{list: []*replayRun{run}}
+	before := rs.status()
+	run.done.Store(3)
+	close(run.finished)
+	after := rs.status()
+	require.Len(t, before, 1)
+	assert.True(t, before[0].Running)
+	assert.EqualValues(t, 1, before[0].Done)
+	assert.False(t, after[0].Running)
+	assert.EqualValues(t, 3, after[0].Done)
 }
 
 func TestReplayAndPurgeOne(t *testing.T) {

@@ -363,12 +363,13 @@ type deadData struct {
 	Kind    string
 	Groups  []health.DeadGroup
 	Size    health.DeadLetterSize
-	Replays []*replayRun
+	Replays []replayStatus
 	Rate    float64
 }
 
 func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 	kind := strings.TrimSpace(r.URL.Query().Get("kind"))
+	replays := d.replays.status() // before the groups: see status
 	ctx, cancel := d.timeout(r)
 	defer cancel()
 	groups, err := health.DeadLetterGroups(ctx, d.pool, d.opts.Schema, kind, 200)
@@ -381,7 +382,7 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "dead-letter size", err)
 		return
 	}
-	data := deadData{Kind: kind, Groups: groups, Size: size, Replays: d.replays.recent(), Rate: d.opts.ReplayRate}
+	data := deadData{Kind: kind, Groups: groups, Size: size, Replays: replays, Rate: d.opts.ReplayRate}
 	d.render(w, r, http.StatusOK, "dead", "", withFlash(r, d.view("dead", "Dead letters", data)))
 }
 

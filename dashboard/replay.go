@@ -115,6 +115,32 @@ func (rs *replays) recent() []*replayRun {
 	return append([]*replayRun(nil), rs.list...)
 }
 
+// replayStatus is a replay as it stood at one instant: what a page shows.
+type replayStatus struct {
+	Kind, Signature string
+	Total, Done     int64
+	Started         time.Time
+	Running         bool
+	Err             string
+}
+
+// status returns the recent replays as they stand now. A page takes it
+// before it reads the dead letters, so a replay it shows as done finished
+// before that read: the page never says done beside a group the replay has
+// since emptied. (Reading the live runs while rendering, after the query,
+// could.)
+func (rs *replays) status() []replayStatus {
+	runs := rs.recent()
+	out := make([]replayStatus, len(runs))
+	for i, r := range runs {
+		// Running first: once it reads false, Done and Err are final.
+		running := r.Running()
+		out[i] = replayStatus{Kind: r.Kind, Signature: r.Signature, Total: r.Total, Done: r.Done(),
+			Started: r.Started, Running: running, Err: r.Err()}
+	}
+	return out
+}
+
 // stop cancels every replay and waits for them. It cancels under mu, so a
 // start either added its run to wg before (and is waited for) or sees the
 // cancelled context and starts nothing.
