@@ -445,7 +445,7 @@ func (ch *chaos) runProducers(dur time.Duration) {
 			lastLog = time.Now()
 			backlog, _ := ch.e.tryCount("SELECT count(*) FROM skiplock.jobs")
 			ch.l.mu.Lock()
-			ch.t.Logf("chaos %s: committed %d, rolled back %d, unknown %d; backlog %d; %d faults hit in-flight jobs",
+			ch.t.Logf("chaos %s: committed %d, rolled back %d, unknown %d transactions; backlog %d; %d faults hit in-flight jobs",
 				time.Since(start).Round(time.Second), len(ch.l.committed), len(ch.l.rolledBack), len(ch.l.unknown), backlog, ch.f.hits)
 			ch.l.mu.Unlock()
 		}
@@ -785,8 +785,8 @@ func (ch *chaos) check(dur time.Duration) {
 	runs := e.count("SELECT count(*) FROM public.runs")
 	execRuns := e.count("SELECT count(*) FROM public.runs WHERE worker NOT LIKE 'fw-%'")
 
-	summary := fmt.Sprintf("chaos %s seed %d: committed %d (bulk %d), rolled back %d, unknown %d "+
-		"(resolved from the audit: %d committed, %d not; EnqueueMany batches %d committed, %d not); "+
+	summary := fmt.Sprintf("chaos %s seed %d: committed %d (bulk %d), rolled back %d, unknown %d transactions "+
+		"(resolved from the audit, in jobs: %d committed, %d not; EnqueueMany batches %d committed, %d not); "+
 		"ids reissued after a crash %d; completed %d, dead-lettered %d %v; lost %d; rolled-back jobs run %d; "+
 		"runs %d (%d by --exec workers), duplicate runs %d (%d jobs ran more than once), reaped leases %d; overlapping valid leases %d; violations %d; "+
 		"faults: %d kill -9, %d SIGSTOP, %d network stalls, %d network resets (%d connections), %d restarts, "+
