@@ -91,6 +91,18 @@ func (p *pool) produce() {
 	backoff := time.Duration(0)
 	entityRaces := 0
 	for {
+		// Count every job finished so far before deciding. Executors report
+		// one token each; deciding after the first would, under load, claim
+		// exactly threshold jobs each time (half a batch), where the slots
+		// freed while the last claim was in flight allow a full one.
+		for counting := true; counting; {
+			select {
+			case <-p.done:
+				inflight--
+			default:
+				counting = false
+			}
+		}
 		free := limit - inflight
 		if more && free >= threshold && !p.stopping() {
 			n := min(free, p.cfg.BatchSize)
