@@ -214,7 +214,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 			return res, fmt.Errorf("bench: cpu profile: %w", err)
 		}
 	}
-	tr.start()
+	tr.Start()
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {
 		return res, err
@@ -234,7 +234,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	counts := tr.stop()
+	counts := tr.Stop()
 	stats := c.Stats()
 	lsn2, err := walLSN(ctx, pool)
 	if err != nil {
@@ -264,7 +264,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		}
 	}
 	res.WaitP50MS, res.WaitP99MS, res.WaitMaxMS = waits.QuantileMS(0.50), waits.QuantileMS(0.99), waits.MaxMS()
-	res.ClaimP50MS, res.ClaimP99MS, res.Claims = tr.claims.QuantileMS(0.50), tr.claims.QuantileMS(0.99), int64(tr.claims.Count())
+	res.ClaimP50MS, res.ClaimP99MS, res.Claims = tr.Timed.QuantileMS(0.50), tr.Timed.QuantileMS(0.99), int64(tr.Timed.Count())
 	seedWAL, err1 := lsnDiff(ctx, pool, lsn1, lsn0)
 	drainWAL, err2 := lsnDiff(ctx, pool, lsn2, lsn1)
 	if err := errors.Join(err1, err2); err != nil {
@@ -279,7 +279,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		total += v
 	}
 	res.StatementsPerJob = float64(total) / n
-	res.Statements = sortedCounts(counts)
+	res.Statements = measure.SortedCounts(counts)
 	res.DrainPeakRSSBytes = peakRSS
 	res.MaxRSSBytes = measure.ProcStatus("VmHWM")
 	return res, nil
@@ -287,7 +287,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 
 // ownPool opens a pool for the benchmark with the caller's connection
 // settings, the tracer and the application_name "skiplock-<queue>".
-func ownPool(ctx context.Context, pool *pgxpool.Pool, tr *tracer, maxConns int32, queue string) (*pgxpool.Pool, error) {
+func ownPool(ctx context.Context, pool *pgxpool.Pool, tr *measure.Tracer, maxConns int32, queue string) (*pgxpool.Pool, error) {
 	cfg := pool.Config()
 	cfg.MaxConns = maxConns
 	cfg.MinConns = 0

@@ -94,26 +94,16 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 	var lat, enq measure.Hist
 	last := time.Now()
 	for i := 0; i < latencyWarmup+o.Samples; i++ {
-		select {
-		case <-started: // a stale signal (a retried job); drop it
-		default:
-		}
-		t0 := time.Now()
-		if _, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: queue, Kind: "bench_latency"}); err != nil {
-			return res, fmt.Errorf("bench: enqueue: %w", err)
-		}
-		t1 := time.Now()
-		var t2 time.Time
-		select {
-		case t2 = <-started:
-		case <-time.After(30 * time.Second):
-			return res, fmt.Errorf("bench: job %d did not start within 30s", i)
-		case <-ctx.Done():
-			return res, ctx.Err()
+		toStart, call, err := measure.TimeStart(ctx, started, 30*time.Second, func(ctx context.Context) error {
+			_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: queue, Kind: "bench_latency"})
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("bench: sample %d: %w", i, err)
 		}
 		if i >= latencyWarmup {
-			lat.Add(t2.Sub(t0))
-			enq.Add(t1.Sub(t0))
+			lat.Add(toStart)
+			enq.Add(call)
 		}
 		for want := int64(i + 1); c.Stats().Completed < want; {
 			if ctx.Err() != nil {

@@ -522,26 +522,16 @@ func runLatency(ctx context.Context, opt asynq.RedisConnOpt, rc redis.UniversalC
 	var lat, enq measure.Hist
 	last := time.Now()
 	for i := 0; i < latencyWarmup+o.samples; i++ {
-		select {
-		case <-started: // a stale signal (a retried task); drop it
-		default:
-		}
-		t0 := time.Now()
-		if _, err := client.EnqueueContext(ctx, asynq.NewTask(latencyType, nil), asynq.Queue(queue)); err != nil {
-			return res, fmt.Errorf("enqueue: %w", err)
-		}
-		t1 := time.Now()
-		var t2 time.Time
-		select {
-		case t2 = <-started:
-		case <-time.After(30 * time.Second):
-			return res, fmt.Errorf("task %d did not start within 30s", i)
-		case <-ctx.Done():
-			return res, ctx.Err()
+		toStart, call, err := measure.TimeStart(ctx, started, 30*time.Second, func(ctx context.Context) error {
+			_, err := client.EnqueueContext(ctx, asynq.NewTask(latencyType, nil), asynq.Queue(queue))
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("sample %d: %w", i, err)
 		}
 		if i >= latencyWarmup {
-			lat.Add(t2.Sub(t0))
-			enq.Add(t1.Sub(t0))
+			lat.Add(toStart)
+			enq.Add(call)
 		}
 		for want := int64(i + 1); ; {
 			got, err := rc.Get(ctx, processed).Int64()

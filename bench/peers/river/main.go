@@ -31,9 +31,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -290,8 +288,8 @@ type Result struct {
 
 	// Round trips (statements, batches, COPYs) sent on the client's pool
 	// during the drain, per job and by statement.
-	StatementsPerJob float64     `json:"statements_per_job"`
-	Statements       []Statement `json:"statements"`
+	StatementsPerJob float64             `json:"statements_per_job"`
+	Statements       []measure.Statement `json:"statements"`
 
 	DrainPeakRSSBytes int64 `json:"drain_peak_rss_bytes"`
 	MaxRSSBytes       int64 `json:"max_rss_bytes"`
@@ -416,7 +414,7 @@ func runDrain(ctx context.Context, admin *pgxpool.Pool, cfg *pgxpool.Config, f f
 	}
 	res.DeadTuplesBefore = deadBefore
 
-	tr.start()
+	tr.Start()
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {
 		return res, err
@@ -452,7 +450,7 @@ func runDrain(ctx context.Context, admin *pgxpool.Pool, cfg *pgxpool.Config, f f
 	} else {
 		res.Seconds, res.OutcomesFromStop = stopEnd.Sub(start).Seconds(), true
 	}
-	counts := tr.stop()
+	counts := tr.Stop()
 	lsn2, err := walLSN(ctx, admin)
 	if err != nil {
 		return res, err
@@ -480,7 +478,7 @@ func runDrain(ctx context.Context, admin *pgxpool.Pool, cfg *pgxpool.Config, f f
 		}
 	}
 	res.WaitP50MS, res.WaitP99MS, res.WaitMaxMS = waits.QuantileMS(0.50), waits.QuantileMS(0.99), waits.MaxMS()
-	res.ClaimP50MS, res.ClaimP99MS, res.Claims = tr.claims.QuantileMS(0.50), tr.claims.QuantileMS(0.99), int64(tr.claims.Count())
+	res.ClaimP50MS, res.ClaimP99MS, res.Claims = tr.Timed.QuantileMS(0.50), tr.Timed.QuantileMS(0.99), int64(tr.Timed.Count())
 	seedWAL, err1 := lsnDiff(ctx, admin, lsn1, lsn0)
 	drainWAL, err2 := lsnDiff(ctx, admin, lsn2, lsn1)
 	if err := errors.Join(err1, err2); err != nil {
@@ -495,7 +493,7 @@ func runDrain(ctx context.Context, admin *pgxpool.Pool, cfg *pgxpool.Config, f f
 		total += v
 	}
 	res.StatementsPerJob = float64(total) / n
-	res.Statements = sortedCounts(counts)
+	res.Statements = measure.SortedCounts(counts)
 	res.DrainPeakRSSBytes = peakRSS
 	res.MaxRSSBytes = measure.ProcStatus("VmHWM")
 	return res, nil
@@ -657,27 +655,17 @@ func runLatency(ctx context.Context, admin *pgxpool.Pool, cfg *pgxpool.Config, f
 	last := time.Now()
 	opts := &river.InsertOpts{Queue: queue}
 	for i := 0; i < latencyWarmup+f.samples; i++ {
-		select {
-		case <-started: // a stale signal (a retried job); drop it
-		default:
-		}
-		t0 := time.Now()
-		if _, err := c.Insert(ctx, latencyArgs{}, opts); err != nil {
-			return res, fmt.Errorf("insert: %w", err)
-		}
-		t1 := time.Now()
-		var t2 time.Time
-		select {
-		case t2 = <-started:
-		case <-time.After(30 * time.Second):
-			return res, fmt.Errorf("job %d did not start within 30s", i)
-		case <-ctx.Done():
-			return res, ctx.Err()
+		toStart, call, err := measure.TimeStart(ctx, started, 30*time.Second, func(ctx context.Context) error {
+			_, err := c.Insert(ctx, latencyArgs{}, opts)
+			return err
+		})
+		if err != nil {
+			return res, fmt.Errorf("sample %d: %w", i, err)
 		}
 		if i >= latencyWarmup {
-			lat.Add(t2.Sub(t0))
-			enq.Add(t1.Sub(t0))
-			if t2.Sub(t0) > 100*time.Millisecond {
+			lat.Add(toStart)
+			enq.Add(call)
+			if toStart > 100*time.Millisecond {
 				res.Over100MS++
 			}
 		}
@@ -776,7 +764,7 @@ func appName(queue string) string { return "river-" + queue }
 
 // ownPool opens the client's pool with the URL's settings, the tracer and
 // the application_name "river-<queue>".
-func ownPool(ctx context.Context, cfg *pgxpool.Config, tr *tracer, maxConns int32, queue string) (*pgxpool.Pool, error) {
+func ownPool(ctx context.Context, cfg *pgxpool.Config, tr *measure.Tracer, maxConns int32, queue string) (*pgxpool.Pool, error) {
 	c := cfg.Copy()
 	c.MaxConns = maxConns
 	c.MinConns = 0
@@ -864,24 +852,13 @@ func waitBackendsGone(ctx context.Context, pool *pgxpool.Pool, queue string) {
 	time.Sleep(50 * time.Millisecond)
 }
 
-// tracer counts the round trips the client's pool sends during the drain,
-// by sqlc query name ("-- name: X" heads every River query), and times every
-// fetch (JobGetAvailable), like skiplock's bench/tracer.go.
-type tracer struct {
-	mu     sync.Mutex // guards counts and on
-	counts map[string]int64
-	on     bool
-	claims measure.Hist
+// newTracer counts the round trips the client's pool sends during the
+// drain, by sqlc query name ("-- name: X" heads every River query), and
+// times every fetch (JobGetAvailable): skiplock's own measure.Tracer, as
+// skiplock bench uses it for its claims.
+func newTracer() *measure.Tracer {
+	return measure.NewTracer(statementName, func(name string) bool { return name == "JobGetAvailable" })
 }
-
-type traceStartKey struct{}
-
-type traceStart struct {
-	name string
-	t    time.Time
-}
-
-func newTracer() *tracer { return &tracer{counts: map[string]int64{}} }
 
 func statementName(sql string) string {
 	s := strings.TrimSpace(sql)
@@ -903,92 +880,4 @@ func statementName(sql string) string {
 		return "other:" + f[0]
 	}
 	return "other"
-}
-
-func (t *tracer) start() {
-	t.mu.Lock()
-	t.on = true
-	t.mu.Unlock()
-}
-
-func (t *tracer) stop() map[string]int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.on = false
-	out := make(map[string]int64, len(t.counts))
-	for k, v := range t.counts {
-		out[k] = v
-	}
-	return out
-}
-
-// TraceQueryStart implements pgx.QueryTracer.
-func (t *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	return context.WithValue(ctx, traceStartKey{}, traceStart{name: statementName(data.SQL), t: time.Now()})
-}
-
-// TraceQueryEnd implements pgx.QueryTracer.
-func (t *tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	s, ok := ctx.Value(traceStartKey{}).(traceStart)
-	if !ok {
-		return
-	}
-	t.mu.Lock()
-	on := t.on
-	if on {
-		t.counts[s.name]++
-	}
-	t.mu.Unlock()
-	if on && data.Err == nil && s.name == "JobGetAvailable" {
-		t.claims.Add(time.Since(s.t))
-	}
-}
-
-// TraceBatchStart implements pgx.BatchTracer: a batch is one round trip.
-func (t *tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	t.count("batch")
-	return ctx
-}
-
-// TraceBatchQuery implements pgx.BatchTracer.
-func (t *tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-
-// TraceBatchEnd implements pgx.BatchTracer.
-func (t *tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-// TraceCopyFromStart implements pgx.CopyFromTracer.
-func (t *tracer) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {
-	t.count("copy")
-	return ctx
-}
-
-// TraceCopyFromEnd implements pgx.CopyFromTracer.
-func (t *tracer) TraceCopyFromEnd(context.Context, *pgx.Conn, pgx.TraceCopyFromEndData) {}
-
-func (t *tracer) count(name string) {
-	t.mu.Lock()
-	if t.on {
-		t.counts[name]++
-	}
-	t.mu.Unlock()
-}
-
-// Statement is one statement's count in a Result.
-type Statement struct {
-	Name  string `json:"name"`
-	Count int64  `json:"count"`
-}
-
-func sortedCounts(m map[string]int64) []Statement {
-	out := make([]Statement, 0, len(m))
-	for k, v := range m {
-		out = append(out, Statement{Name: k, Count: v})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Count != out[j].Count {
-			return out[i].Count > out[j].Count
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out
 }
