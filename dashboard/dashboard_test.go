@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -580,4 +581,20 @@ func TestActionBodyBoundedAndParsed(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.Contains(t, body, "not a valid form")
 	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.queues`), "a refused action changed something")
+}
+
+// A flash message is cut to 300 bytes, never through a character, and
+// rendered escaped.
+func TestFlashIsBoundedAndEscaped(t *testing.T) {
+	f := newFixture(t, Options{})
+	long := strings.Repeat("a", 299) + "é<b>" + strings.Repeat("QZ", 50)
+	_, body := f.get("/queues?flash=" + url.QueryEscape(long))
+	assert.True(t, utf8.ValidString(body))
+	assert.Contains(t, body, strings.Repeat("a", 299)+"<")
+	assert.NotContains(t, body, "é")
+	assert.NotContains(t, body, "QZ")
+
+	_, body = f.get("/queues?flash=" + url.QueryEscape("<script>alert(1)</script>"))
+	assert.NotContains(t, body, "<script>alert(1)")
+	assert.Contains(t, body, "&lt;script&gt;alert(1)")
 }

@@ -42,7 +42,7 @@ func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, path, flash
 func withFlash(r *http.Request, v view) view {
 	v.Flash = r.URL.Query().Get("flash")
 	if len(v.Flash) > 300 {
-		v.Flash = v.Flash[:300]
+		v.Flash = strings.ToValidUTF8(v.Flash[:300], "") // not half a character
 	}
 	return v
 }
