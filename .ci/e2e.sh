@@ -3,8 +3,10 @@
 # 127.0.0.1:5432, migrates it, enqueues jobs (with a PII marker in every
 # payload), makes a few dead letters with a failing worker, keeps a live
 # workload running, starts `skiplock serve` with basic auth and
-# --show-payloads on a free port, then runs test/e2e (playwright-core driving
-# Debian's chromium, headless). Screenshots: docs/dashboard.png (overview) and
+# --show-payloads on a free port (at log level info, so its audit lines are
+# written), then runs test/e2e (playwright-core driving Debian's chromium,
+# headless). Afterwards it checks the server logged the payload reveal (user
+# and job id) and that the PII marker reached no log. Screenshots: docs/dashboard.png (overview) and
 # test/e2e/artifacts/*.png (every page). Cleans up everything it started.
 # Runs as root with no terminal. Needs PostgreSQL (trust on loopback), Go,
 # Node and npm; installs chromium with apt-get if it is missing.
@@ -96,7 +98,9 @@ pids+=("$!")
 
 port=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
 export SKIPLOCK_DASHBOARD_USER=e2e SKIPLOCK_DASHBOARD_PASSWORD="pw-$RANDOM$RANDOM"
-"$sk" serve --http-addr "127.0.0.1:$port" --show-payloads >"$work/serve.log" 2>&1 &
+# Info, not warn: the audit lines (reveals, actions) are info lines, and the
+# log check below must see them.
+SKIPLOCK_LOG_LEVEL=info "$sk" serve --http-addr "127.0.0.1:$port" --show-payloads >"$work/serve.log" 2>&1 &
 pids+=("$!")
 url="http://127.0.0.1:$port/"
 for _ in $(seq 1 100); do
@@ -110,11 +114,24 @@ mkdir -p docs test/e2e/artifacts
 (cd test/e2e && \
   SKIPLOCK_E2E_URL="$url" SKIPLOCK_E2E_USER="$SKIPLOCK_DASHBOARD_USER" SKIPLOCK_E2E_PASS="$SKIPLOCK_DASHBOARD_PASSWORD" \
   SKIPLOCK_E2E_MARKER="$marker" SKIPLOCK_E2E_ARTIFACTS="$root/test/e2e/artifacts" \
-  SKIPLOCK_E2E_SCREENSHOT="$root/docs/dashboard.png" \
-  timeout 300 node --test --test-concurrency=1 dashboard.test.mjs)
+  SKIPLOCK_E2E_SCREENSHOT="$root/docs/dashboard.png" SKIPLOCK_E2E_REVEALED="$work/revealed" \
+  timeout 600 node --test --test-concurrency=1 dashboard.test.mjs)
 
+# The reveal was audited: one line naming the user and the job, no payload.
+revealed=$(cat "$work/revealed")
+if ! grep -q "msg=\"dashboard: payload revealed\" job_id=$revealed user=$SKIPLOCK_DASHBOARD_USER\$" "$work/serve.log"; then
+  log "no audit line for the reveal of job $revealed by $SKIPLOCK_DASHBOARD_USER in the serve log:"
+  grep "dashboard:" "$work/serve.log" >&2 || true
+  exit 1
+fi
+log "reveal audited: $(grep -m1 'payload revealed' "$work/serve.log")"
+for line in "dashboard: queue paused" "dashboard: queue resumed" "dashboard: replay started"; do
+  grep -q "msg=\"$line\".* user=$SKIPLOCK_DASHBOARD_USER" "$work/serve.log" || { log "no audit line \"$line\""; exit 1; }
+done
+# No payload in any log, the info-level audit lines included.
 if grep -q "$marker" "$work"/*.log; then
-  log "a payload reached a log"
+  log "a payload reached a log:"
+  grep -h "$marker" "$work"/*.log | head -n 5 >&2
   exit 1
 fi
 log "ok: screenshots in docs/dashboard.png and test/e2e/artifacts/"

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -48,11 +49,24 @@ type Options struct {
 	// every path except /healthz and /readyz (alone, or besides basic auth).
 	Token string
 	// ShowPayloads lets a user who passed authentication reveal one job's
-	// payload at a time on its detail page (each reveal is logged with the
-	// job id, never the payload). Payloads are never rendered otherwise.
-	// Not allowed with ReadOnly: a read-only dashboard is for viewers, and
+	// payload at a time on its detail page (a POST, refused cross-origin;
+	// each reveal is logged with the job id and user, never the payload).
+	// Payloads are never rendered otherwise. It requires User and Password
+	// or Token (an anonymous request never sees a payload) and is not
+	// allowed with ReadOnly: a read-only dashboard is for viewers, and
 	// payloads are personal data.
 	ShowPayloads bool
+	// AllowedHosts are the host names (or IP literals) the dashboard answers
+	// to, compared with the request's Host header without its port; other
+	// hosts get 421 Misdirected Request. This defeats DNS rebinding, where a
+	// hostile web page points its own name at the dashboard's address and
+	// becomes same-origin with it. "*" accepts any host. When empty: a
+	// dashboard without User/Password or Token answers only to loopback
+	// names (localhost, 127.0.0.0/8, ::1); one with authentication answers
+	// to any host (a rebound page cannot present the credentials, which the
+	// browser keeps per origin). /healthz and /readyz answer to any host,
+	// for orchestrators' probes that address a pod by IP.
+	AllowedHosts []string
 	// Logger receives request errors and an audit line for every action and
 	// reveal (job ids, queues, kinds, counts; never payloads). Default
 	// slog.Default().
@@ -112,8 +126,19 @@ func (o Options) validate() error {
 	if o.ReadOnly && o.ShowPayloads {
 		return invalid("ShowPayloads", "payloads cannot be revealed on a read-only dashboard")
 	}
+	if o.ShowPayloads && !o.authConfigured() {
+		return invalid("ShowPayloads", "revealing payloads requires an authenticated user: set User and Password, or Token")
+	}
+	for _, h := range o.AllowedHosts {
+		if err := CheckAllowedHost(h); err != nil {
+			return invalid("AllowedHosts", "%v", err)
+		}
+	}
 	return nil
 }
+
+// authConfigured reports whether requests must carry credentials.
+func (o Options) authConfigured() bool { return o.User != "" || o.Token != "" }
 
 // Dashboard is the handler New returns. Close stops its background work: the
 // throughput sampler and any dead-letter replay in progress.
@@ -126,6 +151,8 @@ type Dashboard struct {
 	pages   map[string]*pageTemplate
 	mux     *http.ServeMux
 	csrf    *http.CrossOriginProtection
+	hosts   hostPolicy
+	flash   []byte // HMAC key: only flash messages this process set are shown
 	sampler *sampler
 	replays *replays
 
@@ -167,6 +194,11 @@ func New(pool *pgxpool.Pool, opts Options) (http.Handler, error) {
 		store:  store.New(opts.Schema),
 		pages:  pages,
 		csrf:   http.NewCrossOriginProtection(),
+		hosts:  newHostPolicy(opts),
+		flash:  make([]byte, 32),
+	}
+	if _, err := rand.Read(d.flash); err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
 	}
 	d.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusForbidden, "cross-origin request refused")
@@ -206,7 +238,6 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /queues", d.queues)
 	m.HandleFunc("GET /jobs", d.jobs)
 	m.HandleFunc("GET /jobs/{id}", d.job)
-	m.HandleFunc("GET /jobs/{id}/payload", d.payload)
 	m.HandleFunc("GET /dead", d.dead)
 	m.HandleFunc("GET /dead/confirm", d.deadConfirm)
 	m.HandleFunc("GET /schedules", d.schedules)
@@ -217,12 +248,13 @@ func (d *Dashboard) routes() {
 	m.Handle("POST /queues/resume", d.action(d.resumeQueue))
 	m.Handle("POST /jobs/{id}/cancel", d.action(d.cancelJob))
 	m.Handle("POST /jobs/{id}/replay", d.action(d.replayJob))
+	m.Handle("POST /jobs/{id}/payload", d.action(d.payload))
 	m.Handle("POST /dead/replay", d.action(d.replayGroup))
 	m.Handle("POST /dead/purge", d.action(d.purgeGroup))
 	d.mux = m
 }
 
-// action wraps a state-changing handler: refused cross-origin. (ServeHTTP
+// action wraps a state-changing (or audited) handler: refused cross-origin. (ServeHTTP
 // already refused it in read-only mode and bounded and parsed its form.)
 func (d *Dashboard) action(h http.HandlerFunc) http.Handler {
 	return d.csrf.Handler(h)
@@ -257,9 +289,16 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/static/") {
 		h.Set("Cache-Control", "no-store")
 	}
-	// Health probes are exact paths, open to orchestrators.
+	// Health probes are exact paths, open to orchestrators whatever Host
+	// they send (a kubelet addresses the pod by IP). They show no job data.
 	if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
 		d.mux.ServeHTTP(w, r)
+		return
+	}
+	if !d.hosts.allows(r.Host) {
+		// Not echoed back: the Host is the client's, not ours.
+		http.Error(w, "this dashboard does not answer to that host name "+
+			"(add it with skiplock serve --allowed-host, or dashboard.Options.AllowedHosts)", http.StatusMisdirectedRequest)
 		return
 	}
 	if !d.authorized(r) {
@@ -322,34 +361,40 @@ func badParam(r *http.Request) (string, bool) {
 	return check(r.PostForm) // parsed by ServeHTTP for a POST; empty otherwise
 }
 
-// authorized checks the credentials in constant time (over fixed-length
-// digests, so not even the length leaks).
+// authorized lets a request through when no credentials are configured or
+// it carries valid ones.
 func (d *Dashboard) authorized(r *http.Request) bool {
-	if d.opts.User == "" && d.opts.Token == "" {
+	if !d.opts.authConfigured() {
 		return true
 	}
+	_, ok := d.authenticated(r)
+	return ok
+}
+
+// authenticated returns the user whose credentials the request carries,
+// checked in constant time (over fixed-length digests, so not even the
+// length leaks); false when it carries none that are valid, or none are
+// configured.
+func (d *Dashboard) authenticated(r *http.Request) (string, bool) {
 	if d.opts.Token != "" {
 		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && same(tok, d.opts.Token) == 1 {
-			return true
+			return "bearer-token", true
 		}
 	}
 	if d.opts.User != "" {
 		u, p, ok := r.BasicAuth()
 		// Both compares always run.
 		if ok && (same(u, d.opts.User)&same(p, d.opts.Password)) == 1 {
-			return true
+			return u, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // who names the authenticated user for audit lines.
 func (d *Dashboard) who(r *http.Request) string {
-	if u, _, ok := r.BasicAuth(); ok && d.opts.User != "" {
+	if u, ok := d.authenticated(r); ok {
 		return u
-	}
-	if d.opts.Token != "" && strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
-		return "bearer-token"
 	}
 	return "anonymous"
 }

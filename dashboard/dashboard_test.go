@@ -121,6 +121,27 @@ func (f *fixture) do(method, path string, form url.Values, hdr http.Header) (int
 	return resp.StatusCode, string(b), resp.Header
 }
 
+// serve runs one request through the handler in the test's goroutine (so
+// it can read what the handler logged), with the given Host.
+func (f *fixture) serve(method, path, host string, form url.Values, hdr http.Header) *httptest.ResponseRecorder {
+	f.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req := httptest.NewRequest(method, path, body)
+	req.Host = host
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	rec := httptest.NewRecorder()
+	f.d.ServeHTTP(rec, req)
+	return rec
+}
+
 func (f *fixture) get(path string) (int, string) {
 	code, body, _ := f.do(http.MethodGet, path, nil, nil)
 	return code, body
@@ -175,9 +196,12 @@ func TestPagesRenderWithoutPayloads(t *testing.T) {
 		assert.NotContains(t, body, "<script>alert", "%s renders hostile data unescaped", path)
 		assert.NotContains(t, body, "<img src=x", "%s renders hostile data unescaped", path)
 	}
-	// Payload reveal is off by default.
-	code, body := f.get("/jobs/" + fmt.Sprint(f.readyID) + "/payload")
+	// Payload reveal is off by default, and never a GET.
+	code, body, _ := f.do(http.MethodPost, "/jobs/"+fmt.Sprint(f.readyID)+"/payload", url.Values{}, nil)
 	assert.Equal(t, http.StatusForbidden, code)
+	assert.NotContains(t, body, marker)
+	code, body = f.get("/jobs/" + fmt.Sprint(f.readyID) + "/payload")
+	assert.Equal(t, http.StatusMethodNotAllowed, code)
 	assert.NotContains(t, body, marker)
 	// The overview has the five panels and the chart, and actions for a
 	// read-write dashboard.
@@ -188,38 +212,199 @@ func TestPagesRenderWithoutPayloads(t *testing.T) {
 func TestSecurityHeaders(t *testing.T) {
 	f := newFixture(t, Options{})
 	_, _, h := f.do(http.MethodGet, "/", nil, nil)
-	assert.Contains(t, h.Get("Content-Security-Policy"), "script-src 'self'")
+	// The whole policy, exactly: a substring match would still pass with
+	// 'unsafe-inline' or another source added.
+	csp := map[string]string{}
+	for _, d := range strings.Split(h.Get("Content-Security-Policy"), ";") {
+		name, value, _ := strings.Cut(strings.TrimSpace(d), " ")
+		require.NotContains(t, csp, name, "directive %s given twice", name)
+		csp[name] = value
+	}
+	assert.Equal(t, map[string]string{
+		"default-src": "'none'", "script-src": "'self'", "style-src": "'self'", "img-src": "'self' data:",
+		"connect-src": "'self'", "form-action": "'self'", "frame-ancestors": "'none'", "base-uri": "'none'",
+	}, csp)
 	assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"))
 	assert.Equal(t, "no-store", h.Get("Cache-Control"))
 	assert.Equal(t, "DENY", h.Get("X-Frame-Options"))
 }
 
+// basicAuth is the Authorization header of user:password.
+func basicAuth(u, p string) http.Header {
+	r, _ := http.NewRequest(http.MethodGet, "/", nil)
+	r.SetBasicAuth(u, p)
+	return r.Header
+}
+
+// logBuffer is a logger whose lines a test reads back.
+func logBuffer() (*slog.Logger, *strings.Builder) {
+	var b strings.Builder
+	return slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelInfo})), &b
+}
+
 func TestRevealPayloadWhenAllowed(t *testing.T) {
-	f := newFixture(t, Options{ShowPayloads: true})
+	log, logs := logBuffer()
+	f := newFixture(t, Options{ShowPayloads: true, User: "alice", Password: "pw", Logger: log})
 	f.seed()
+	auth := basicAuth("alice", "pw")
+	sameOrigin := http.Header{"Sec-Fetch-Site": {"same-origin"}, "Authorization": auth["Authorization"]}
 	id := fmt.Sprint(f.readyID)
-	code, body := f.get("/jobs/" + id)
-	require.Equal(t, http.StatusOK, code)
-	assert.Contains(t, body, `id="reveal-payload"`)
-	assert.NotContains(t, body, marker, "the detail page must not show the payload before a reveal")
-	code, body = f.get("/jobs/" + id + "/payload")
-	require.Equal(t, http.StatusOK, code)
-	assert.Contains(t, body, marker)
+	rec := f.serve(http.MethodGet, "/jobs/"+id, "127.0.0.1", nil, auth)
+	require.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, rec.Body.String(), `id="reveal-payload"`)
+	assert.Contains(t, rec.Body.String(), `hx-post="/jobs/`+id+`/payload"`)
+	assert.NotContains(t, rec.Body.String(), marker, "the detail page must not show the payload before a reveal")
+
+	rec = f.serve(http.MethodPost, "/jobs/"+id+"/payload", "127.0.0.1", url.Values{}, sameOrigin)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	assert.Contains(t, rec.Body.String(), marker)
+	// The audit line names the user and the job, never the payload.
+	assert.Regexp(t, `msg="dashboard: payload revealed" job_id=`+id+` user=alice`, logs.String())
+	assert.NotContains(t, logs.String(), marker)
+
+	// A GET reveals nothing (a cross-site <img> could forge audit lines).
+	rec = f.serve(http.MethodGet, "/jobs/"+id+"/payload", "127.0.0.1", nil, auth)
+	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+	assert.NotContains(t, rec.Body.String(), marker)
 	// Revealed payloads are escaped too.
 	f.insertDead(910000, "x.y", "boom")
 	_, err := f.db.Pool.Exec(context.Background(),
 		`UPDATE skiplock.jobs_dead SET payload = jsonb_build_object('h', $1::text) WHERE id = 910000`, hostile)
 	require.NoError(t, err)
-	_, body = f.get("/jobs/910000/payload")
-	assert.NotContains(t, body, "<script>alert")
-	code, _ = f.get("/jobs/123456789/payload")
-	assert.Equal(t, http.StatusNotFound, code)
+	rec = f.serve(http.MethodPost, "/jobs/910000/payload", "127.0.0.1", url.Values{}, sameOrigin)
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.NotContains(t, rec.Body.String(), "<script>alert")
+	rec = f.serve(http.MethodPost, "/jobs/123456789/payload", "127.0.0.1", url.Values{}, sameOrigin)
+	assert.Equal(t, http.StatusNotFound, rec.Code)
+}
+
+// A reveal is an audited action: refused cross-origin and without
+// credentials, with no audit line and no payload.
+func TestRevealRefusedCrossOriginOrAnonymous(t *testing.T) {
+	log, logs := logBuffer()
+	f := newFixture(t, Options{ShowPayloads: true, Token: "tok", Logger: log})
+	f.seed()
+	path := "/jobs/" + fmt.Sprint(f.readyID) + "/payload"
+	for name, hdr := range map[string]http.Header{
+		"cross-site":     {"Sec-Fetch-Site": {"cross-site"}, "Authorization": {"Bearer tok"}},
+		"foreign origin": {"Origin": {"https://evil.example"}, "Authorization": {"Bearer tok"}},
+		"anonymous":      {"Sec-Fetch-Site": {"same-origin"}},
+		"wrong token":    {"Sec-Fetch-Site": {"same-origin"}, "Authorization": {"Bearer tok2"}},
+	} {
+		rec := f.serve(http.MethodPost, path, "127.0.0.1", url.Values{}, hdr)
+		assert.Contains(t, []int{http.StatusForbidden, http.StatusUnauthorized}, rec.Code, name)
+		assert.NotContains(t, rec.Body.String(), marker, name)
+	}
+	assert.NotContains(t, logs.String(), "payload revealed")
+	rec := f.serve(http.MethodPost, path, "127.0.0.1", url.Values{},
+		http.Header{"Sec-Fetch-Site": {"same-origin"}, "Authorization": {"Bearer tok"}})
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, logs.String(), "user=bearer-token")
+}
+
+// Defence in depth: should ShowPayloads ever be on without credentials (New
+// refuses that), the reveal handler itself still refuses anonymous users.
+func TestRevealRefusedWithoutAuthentication(t *testing.T) {
+	log, logs := logBuffer()
+	f := newFixture(t, Options{Logger: log})
+	f.seed()
+	f.d.opts.ShowPayloads = true // what New refuses; the handler must too
+	rec := f.serve(http.MethodPost, "/jobs/"+fmt.Sprint(f.readyID)+"/payload", "127.0.0.1", url.Values{},
+		http.Header{"Sec-Fetch-Site": {"same-origin"}})
+	assert.Equal(t, http.StatusForbidden, rec.Code)
+	assert.Contains(t, rec.Body.String(), "requires an authenticated user")
+	assert.NotContains(t, rec.Body.String(), marker)
+	assert.NotContains(t, logs.String(), "payload revealed")
+}
+
+// DNS rebinding: a hostile page whose own name resolves to the dashboard's
+// address is same-origin with it, so only the Host header tells them apart.
+func TestHostCheck(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	for _, host := range []string{"evil.example", "evil.example:8080", "localhost.evil.example", "10.0.0.5", ""} {
+		for _, path := range []string{"/", "/jobs", "/jobs/" + fmt.Sprint(f.deadIDs[0]), "/dead", "/static/app.js"} {
+			rec := f.serve(http.MethodGet, path, host, nil, nil)
+			assert.Equal(t, http.StatusMisdirectedRequest, rec.Code, "%s %s", host, path)
+			assert.NotContains(t, rec.Body.String(), "hooks.example.com", "%s %s", host, path)
+			assert.Contains(t, rec.Body.String(), "--allowed-host")
+		}
+		rec := f.serve(http.MethodPost, "/queues/pause", host, url.Values{"queue": {"mail"}},
+			http.Header{"Sec-Fetch-Site": {"same-origin"}})
+		assert.Equal(t, http.StatusMisdirectedRequest, rec.Code, host)
+		// Probes answer to any host: a kubelet sends the pod's IP.
+		for _, path := range []string{"/healthz", "/readyz"} {
+			assert.Equal(t, http.StatusOK, f.serve(http.MethodGet, path, host, nil, nil).Code, "%s %s", host, path)
+		}
+	}
+	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.queues`), "a refused host paused a queue")
+	for _, host := range []string{"localhost", "LOCALHOST:8080", "127.0.0.1:1", "127.1.2.3", "[::1]:8080", "app.localhost"} {
+		assert.Equal(t, http.StatusOK, f.serve(http.MethodGet, "/dead", host, nil, nil).Code, host)
+	}
+
+	// Configured names replace the default.
+	g := newFixture(t, Options{AllowedHosts: []string{"Queue.Example.com", "10.0.0.5"}})
+	for host, want := range map[string]int{"queue.example.com": 200, "QUEUE.example.com.:443": 200, "10.0.0.5:80": 200,
+		"localhost": 421, "127.0.0.1": 421, "example.com": 421, "evil.queue.example.com": 421} {
+		assert.Equal(t, want, g.serve(http.MethodGet, "/queues", host, nil, nil).Code, host)
+	}
+	anyHost := newFixture(t, Options{AllowedHosts: []string{"*"}})
+	assert.Equal(t, http.StatusOK, anyHost.serve(http.MethodGet, "/queues", "anything.example", nil, nil).Code)
+	// With credentials and no list, any host: a rebound page has no credentials.
+	auth := newFixture(t, Options{User: "a", Password: "b"})
+	assert.Equal(t, http.StatusUnauthorized, auth.serve(http.MethodGet, "/queues", "evil.example", nil, nil).Code)
+	assert.Equal(t, http.StatusOK, auth.serve(http.MethodGet, "/queues", "queue.example.com", nil, basicAuth("a", "b")).Code)
+}
+
+// A read-only dashboard shows neither error text (an --exec worker stores
+// the program's stderr, which may quote the job's data) nor unique keys and
+// entities; a read-write one shows them to the operator.
+func TestReadOnlyHidesErrorText(t *testing.T) {
+	const secret = "ERR-PII-31d7"
+	for _, readOnly := range []bool{true, false} {
+		f := newFixture(t, Options{ReadOnly: readOnly})
+		f.seed()
+		f.insertDead(920000, "billing.charge", `card declined for "`+secret+`"`)
+		res, err := f.client.Enqueue(context.Background(), skiplock.EnqueueParams{Queue: "mail", Kind: "email.send",
+			Payload: map[string]string{"a": "b"}, UniqueKey: "uk-" + secret, Entity: "ent-" + secret})
+		require.NoError(t, err)
+		_, err = f.db.Pool.Exec(context.Background(), `UPDATE skiplock.jobs SET last_error = $1 WHERE id = $2`,
+			"previous attempt: "+secret, res.ID)
+		require.NoError(t, err)
+		pages := []string{"/dead", "/dead?kind=billing.charge", "/jobs", "/jobs?state=dead", "/jobs/920000",
+			"/jobs/" + fmt.Sprint(res.ID), "/jobs?kind=email.send"}
+		for _, path := range pages {
+			code, body := f.get(path)
+			require.Equal(t, http.StatusOK, code, path)
+			if readOnly {
+				assert.NotContains(t, body, secret, "read-only %s shows error text or keys", path)
+			}
+		}
+		_, body := f.get("/jobs/920000")
+		_, dead := f.get("/dead")
+		_, detail := f.get("/jobs/" + fmt.Sprint(res.ID))
+		if readOnly {
+			assert.Contains(t, body, `id="error-hidden"`)
+			assert.Contains(t, detail, "hidden (read-only)")
+			assert.Contains(t, dead, "billing.charge", "the groups are still listed")
+		} else {
+			assert.Contains(t, body, secret)
+			assert.Contains(t, dead, secret)
+			assert.Contains(t, detail, "uk-"+secret)
+			assert.Contains(t, detail, "ent-"+secret)
+			assert.Contains(t, detail, "previous attempt: "+secret)
+		}
+	}
 }
 
 func TestOptionsValidation(t *testing.T) {
 	db := dbtest.New(t)
 	for name, o := range map[string]Options{
-		"read-only with payloads": {ReadOnly: true, ShowPayloads: true},
+		"read-only with payloads": {ReadOnly: true, ShowPayloads: true, User: "a", Password: "b"},
+		"payloads without auth":   {ShowPayloads: true},
+		"host with a port":        {AllowedHosts: []string{"example.com:8080"}},
+		"host with a scheme":      {AllowedHosts: []string{"https://example.com"}},
+		"empty host":              {AllowedHosts: []string{""}},
 		"user without password":   {User: "admin"},
 		"bad schema":              {Schema: "a; DROP"},
 		"bad prefix":              {Prefix: "jobs"},
@@ -229,6 +414,13 @@ func TestOptionsValidation(t *testing.T) {
 	}
 	_, err := New(nil, Options{})
 	assert.ErrorIs(t, err, ErrInvalidOptions)
+	_, err = New(db.Pool, Options{ShowPayloads: true})
+	assert.ErrorContains(t, err, "ShowPayloads")
+	for _, o := range []Options{{ShowPayloads: true, Token: "t"}, {AllowedHosts: []string{"::1", "[::1]", "*", "a.example"}}} {
+		h, err := New(db.Pool, o)
+		require.NoError(t, err)
+		_ = h.(*Dashboard).Close()
+	}
 }
 
 func TestAuth(t *testing.T) {
@@ -477,7 +669,9 @@ func TestReadyz(t *testing.T) {
 	assert.Equal(t, http.StatusOK, rec.Code)
 	// Pages say what is wrong instead of crashing.
 	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Host = "localhost"
+	h.ServeHTTP(rec, req)
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Contains(t, rec.Body.String(), "unavailable")
 
@@ -583,18 +777,46 @@ func TestActionBodyBoundedAndParsed(t *testing.T) {
 	assert.Zero(t, f.count(`SELECT count(*) FROM skiplock.queues`), "a refused action changed something")
 }
 
-// A flash message is cut to 300 bytes, never through a character, and
-// rendered escaped.
-func TestFlashIsBoundedAndEscaped(t *testing.T) {
+// Only flash messages this process set are shown: a crafted link cannot
+// make the dashboard say something it did not. They are cut to 300 bytes,
+// never through a character, and rendered escaped.
+func TestFlashOnlyFromTheServer(t *testing.T) {
 	f := newFixture(t, Options{})
-	long := strings.Repeat("a", 299) + "é<b>" + strings.Repeat("QZ", 50)
-	_, body := f.get("/queues?flash=" + url.QueryEscape(long))
-	assert.True(t, utf8.ValidString(body))
-	assert.Contains(t, body, strings.Repeat("a", 299)+"<")
-	assert.NotContains(t, body, "é")
-	assert.NotContains(t, body, "QZ")
+	f.seed()
+	// Set by the server: shown.
+	code, _, h := f.do(http.MethodPost, "/queues/pause", url.Values{"queue": {"mail"}}, http.Header{"Sec-Fetch-Site": {"same-origin"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	loc := h.Get("Location")
+	_, body := f.get(loc)
+	assert.Contains(t, body, `<p class="flash" role="status">queue mail paused</p>`)
 
-	_, body = f.get("/queues?flash=" + url.QueryEscape("<script>alert(1)</script>"))
-	assert.NotContains(t, body, "<script>alert(1)")
-	assert.Contains(t, body, "&lt;script&gt;alert(1)")
+	// Forged: not shown, whether unsigned, badly signed or a signature moved
+	// to another message.
+	u, err := url.Parse(loc)
+	require.NoError(t, err)
+	sig := u.Query().Get("fs")
+	require.NotEmpty(t, sig)
+	for _, q := range []url.Values{
+		{"flash": {"Your session expired: call +1 555 0100"}},
+		{"flash": {"Your session expired: call +1 555 0100"}, "fs": {"AAAAAAAAAAAAAAAAAAAAAA"}},
+		{"flash": {"queue mail resumed"}, "fs": {sig}},
+	} {
+		_, body := f.get("/queues?" + q.Encode())
+		assert.NotContains(t, body, `class="flash"`, q.Encode())
+	}
+
+	// Bounded on a character boundary, and escaped.
+	long := strings.Repeat("a", 299) + "é<b>" + strings.Repeat("QZ", 50)
+	for msg, want := range map[string]string{
+		long:                        `role="status">` + strings.Repeat("a", 299) + "</p>",
+		"<script>alert(1)</script>": "&lt;script&gt;alert(1)&lt;/script&gt;",
+	} {
+		rec := httptest.NewRecorder()
+		f.d.redirect(rec, httptest.NewRequest(http.MethodPost, "/", nil), "/queues", msg)
+		_, body := f.get(rec.Header().Get("Location"))
+		assert.True(t, utf8.ValidString(body))
+		assert.Contains(t, body, want)
+		assert.NotContains(t, body, "QZ")
+		assert.NotContains(t, body, "<script>alert(1)")
+	}
 }

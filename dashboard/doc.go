@@ -11,10 +11,14 @@
 // strict Content-Security-Policy allows no inline script or style.
 //
 // Payloads are personal data: no page renders one. With
-// Options.ShowPayloads an authenticated user may reveal one job's payload at
-// a time (logged with the job id, never the payload); a read-only dashboard
-// never does. Every action is a POST, refused cross-origin and in read-only
-// mode. `skiplock serve` runs it; mount it in your own server with
+// Options.ShowPayloads (which needs User/Password or Token) an authenticated
+// user may reveal one job's payload at a time, by a POST (logged with the job
+// id and user, never the payload); a read-only dashboard never does, and
+// hides error text, unique keys and entities too. Every action is a POST,
+// refused cross-origin and in read-only mode. The handler answers only to
+// Options.AllowedHosts (by default, without credentials, loopback names),
+// against DNS rebinding. `skiplock serve` runs it; mount it in your own
+// server with
 //
 //	h, err := dashboard.New(pool, dashboard.Options{Prefix: "/jobs", User: u, Password: p})
 //	mux.Handle("/jobs/", h)

@@ -3,6 +3,9 @@ package dashboard
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"html/template"
@@ -23,26 +26,43 @@ func (d *Dashboard) timeout(r *http.Request) (context.Context, context.CancelFun
 	return context.WithTimeout(r.Context(), d.opts.QueryTimeout)
 }
 
+// maxFlash bounds a flash message, in bytes.
+const maxFlash = 300
+
 // redirect sends the browser back to a page after an action (303, so a
-// reload does not repeat the POST), with a flash message in the query.
+// reload does not repeat the POST), with a flash message in the query and
+// its signature (see withFlash).
 func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, path, flash string) {
 	u := d.opts.Prefix + path
 	if flash != "" {
+		if len(flash) > maxFlash {
+			flash = strings.ToValidUTF8(flash[:maxFlash], "") // not half a character
+		}
 		sep := "?"
 		if strings.Contains(u, "?") {
 			sep = "&"
 		}
-		u += sep + "flash=" + url.QueryEscape(flash)
+		u += sep + url.Values{"flash": {flash}, "fs": {d.flashSig(flash)}}.Encode()
 	}
 	http.Redirect(w, r, u, http.StatusSeeOther)
 }
 
-// withFlash copies a flash message from the query into the view. It is
-// rendered as text (escaped) like everything else.
-func withFlash(r *http.Request, v view) view {
-	v.Flash = r.URL.Query().Get("flash")
-	if len(v.Flash) > 300 {
-		v.Flash = strings.ToValidUTF8(v.Flash[:300], "") // not half a character
+// flashSig is the HMAC of a flash message under this process's random key.
+func (d *Dashboard) flashSig(msg string) string {
+	m := hmac.New(sha256.New, d.flash)
+	m.Write([]byte(msg))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:16])
+}
+
+// withFlash copies a flash message from the query into the view when this
+// process set it (its signature matches), so a crafted link cannot make the
+// dashboard say something it did not. It is rendered as text (escaped) like
+// everything else. A message signed before a restart is dropped.
+func (d *Dashboard) withFlash(r *http.Request, v view) view {
+	q := r.URL.Query()
+	msg := q.Get("flash")
+	if msg != "" && len(msg) <= maxFlash && hmac.Equal([]byte(q.Get("fs")), []byte(d.flashSig(msg))) {
+		v.Flash = msg
 	}
 	return v
 }
@@ -62,7 +82,7 @@ func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "queue stats", err)
 		return
 	}
-	d.render(w, r, http.StatusOK, "queues", "", withFlash(r, d.view("queues", "Queues", rows)))
+	d.render(w, r, http.StatusOK, "queues", "", d.withFlash(r, d.view("queues", "Queues", rows)))
 }
 
 func (d *Dashboard) pauseQueue(w http.ResponseWriter, r *http.Request)  { d.setPaused(w, r, true) }
@@ -221,6 +241,11 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 			data.First = "state="
 		}
 	}
+	if d.opts.ReadOnly {
+		for i := range found {
+			found[i].Error = "" // error text is data too: see hideForViewers
+		}
+	}
 	data.Rows = found
 	d.render(w, r, http.StatusOK, "jobs", "", d.view("jobs", "Jobs", data))
 }
@@ -248,6 +273,17 @@ type jobDetail struct {
 	DeadAt                              *time.Time
 	Reason                              *string
 	FinishedAt                          *time.Time
+	Hidden                              bool // error text, unique key and entity withheld (read-only)
+}
+
+// hideForViewers drops what a read-only viewer is not shown: error text
+// (an --exec worker stores the tail of the program's stderr, which may
+// quote anything the job handled) and the unique key and entity (often
+// built from a customer's id or address). Like payloads, they are never
+// revealed on a read-only dashboard; the tenant stays, as a routing name.
+func (j *jobDetail) hideForViewers() {
+	j.LastError, j.UniqueKey, j.Entity = nil, nil, nil
+	j.Hidden = true
 }
 
 // pathID reads the job id of the path, or answers 400 naming it.
@@ -280,13 +316,24 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "job", err)
 		return
 	}
-	d.render(w, r, http.StatusOK, "job", "", withFlash(r, d.view("jobs", "Job "+strconv.FormatInt(id, 10), j)))
+	if d.opts.ReadOnly {
+		j.hideForViewers()
+	}
+	d.render(w, r, http.StatusOK, "job", "", d.withFlash(r, d.view("jobs", "Job "+strconv.FormatInt(id, 10), j)))
 }
 
-// payload reveals one job's payload, when Options.ShowPayloads allows it.
+// payload reveals one job's payload (a POST, refused cross-origin), when
+// Options.ShowPayloads allows it, to an authenticated user only: New already
+// refuses ShowPayloads without credentials; this check holds even if that
+// one were lost.
 func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 	if !d.opts.ShowPayloads || d.opts.ReadOnly {
 		d.fail(w, r, http.StatusForbidden, "payloads are hidden (start skiplock serve with --show-payloads to allow revealing them)")
+		return
+	}
+	user, ok := d.authenticated(r)
+	if !ok {
+		d.fail(w, r, http.StatusForbidden, "revealing a payload requires an authenticated user")
 		return
 	}
 	id, ok := d.pathID(w, r)
@@ -305,7 +352,7 @@ func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "payload", err)
 		return
 	}
-	d.log.Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", d.who(r)))
+	d.log.Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", user))
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, raw, "", "  ") != nil {
 		pretty.Reset()
@@ -382,8 +429,13 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "dead-letter size", err)
 		return
 	}
+	if d.opts.ReadOnly {
+		for i := range groups {
+			groups[i].SampleError = "" // error text is data too: see hideForViewers
+		}
+	}
 	data := deadData{Kind: kind, Groups: groups, Size: size, Replays: replays, Rate: d.opts.ReplayRate}
-	d.render(w, r, http.StatusOK, "dead", "", withFlash(r, d.view("dead", "Dead letters", data)))
+	d.render(w, r, http.StatusOK, "dead", "", d.withFlash(r, d.view("dead", "Dead letters", data)))
 }
 
 type confirmData struct {

@@ -11,11 +11,15 @@ import (
 // startDevDashboard serves the dashboard for `skiplock dev` and prints its
 // URL; it returns a function that shuts it down. Payloads may be revealed
 // only on the throwaway cluster dev started itself, whose payloads are the
-// demo's; on a configured DATABASE_URL they stay hidden, as in `skiplock
-// serve` without --show-payloads. SKIPLOCK_DASHBOARD_* authentication
-// applies as in `skiplock serve`.
+// demo's, and, as everywhere, only to an authenticated user: with
+// SKIPLOCK_DASHBOARD_* credentials set. On a configured DATABASE_URL they
+// stay hidden, as in `skiplock serve` without --show-payloads.
+// Authentication, the host check and the loopback rule apply as in
+// `skiplock serve`.
 func startDevDashboard(pool *pgxpool.Pool, addr string, throwaway bool, log *slog.Logger) (func(), error) {
-	url, stop, _, err := startDashboard(pool, addr, dashboardOptions(false, throwaway, "", log))
+	opts := dashboardOptions(false, false, "", log)
+	opts.ShowPayloads = throwaway && authConfigured(opts)
+	url, stop, _, err := startDashboard(pool, addr, opts, nil, false)
 	if err != nil {
 		return nil, err
 	}

@@ -21,10 +21,12 @@ import (
 func init() { register(newServeCmd) }
 
 type serveFlags struct {
-	httpAddr     string
-	readOnly     bool
-	showPayloads bool
-	prefix       string
+	httpAddr       string
+	readOnly       bool
+	showPayloads   bool
+	prefix         string
+	allowedHosts   []string
+	insecureNoAuth bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -37,17 +39,26 @@ schedules, workers), Prometheus /metrics, /healthz and /readyz.
 
 With SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD set, every path
 but /healthz and /readyz asks for basic auth; SKIPLOCK_DASHBOARD_TOKEN is
-accepted as "Authorization: Bearer <token>". Payloads are never shown unless
---show-payloads lets an authenticated user reveal one job's payload at a time
-(not allowed with --read-only). SIGINT or SIGTERM shuts down gracefully.`,
+accepted as "Authorization: Bearer <token>". Without credentials, serve
+listens on loopback only (--insecure-no-auth to listen further, when
+something in front of it authenticates). It answers only to the host names
+it listens on (loopback names on loopback; this machine's names and
+addresses on 0.0.0.0) and those given with --allowed-host, against DNS
+rebinding. Payloads are never shown unless --show-payloads lets an
+authenticated user reveal one job's payload at a time (it needs
+credentials, and is not allowed with --read-only). A read-only dashboard
+also hides error text, unique keys and entities. SIGINT or SIGTERM shuts
+down gracefully.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address to listen on")
-	fl.BoolVar(&f.readOnly, "read-only", false, "hide and refuse every action (pause, resume, cancel, replay, purge)")
-	fl.BoolVar(&f.showPayloads, "show-payloads", false, "let authenticated users reveal a job's payload (personal data; logged)")
+	fl.BoolVar(&f.readOnly, "read-only", false, "hide and refuse every action (pause, resume, cancel, replay, purge) and hide error text")
+	fl.BoolVar(&f.showPayloads, "show-payloads", false, "let authenticated users reveal a job's payload (personal data; logged; needs credentials)")
 	fl.StringVar(&f.prefix, "prefix", "", "URL path prefix to serve under, e.g. /skiplock (for a reverse proxy)")
+	fl.StringArrayVar(&f.allowedHosts, "allowed-host", nil, "a host name the dashboard also answers to, e.g. queue.example.com (repeatable; * for any)")
+	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow listening beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read job data and act)")
 	return cmd
 }
 
@@ -65,6 +76,31 @@ func dashboardOptions(readOnly, showPayloads bool, prefix string, log *slog.Logg
 	}
 }
 
+// credentialsHint says how to configure authentication.
+const credentialsHint = "set SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN)"
+
+// authConfigured reports whether the options ask for credentials.
+func authConfigured(o dashboard.Options) bool { return o.User != "" || o.Token != "" }
+
+// checkDashboardSecurity refuses, before anything starts, a configuration
+// that would hand job data to whoever reaches the port: payload reveal
+// without authentication, and an unauthenticated dashboard beyond loopback
+// unless insecureNoAuth says so.
+func checkDashboardSecurity(addr string, o dashboard.Options, insecureNoAuth bool) error {
+	if (o.User == "") != (o.Password == "") {
+		return usageError("set both SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD, or neither")
+	}
+	if o.ShowPayloads && !authConfigured(o) {
+		return usageError("--show-payloads: revealing payloads requires an authenticated user; %s", credentialsHint)
+	}
+	if !authConfigured(o) && !isLoopback(addr) && !insecureNoAuth {
+		return usageError("--http-addr %s: refusing to serve the dashboard beyond loopback without authentication "+
+			"(anyone who reaches it could read job data and pause, cancel, replay or purge); %s, "+
+			"or pass --insecure-no-auth if something in front of it authenticates", addr, credentialsHint)
+	}
+	return nil
+}
+
 func runServe(cmd *cobra.Command, f serveFlags) error {
 	if f.readOnly && f.showPayloads {
 		return usageError("--show-payloads: not allowed with --read-only (a read-only dashboard never reveals payloads)")
@@ -73,15 +109,20 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	stderr := cmd.ErrOrStderr()
 	log := logger(stderr)
 	opts := dashboardOptions(f.readOnly, f.showPayloads, f.prefix, log)
-	if (opts.User == "") != (opts.Password == "") {
-		return usageError("set both SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD, or neither")
+	if err := checkDashboardSecurity(f.httpAddr, opts, f.insecureNoAuth); err != nil {
+		return err
+	}
+	for _, h := range f.allowedHosts {
+		if err := dashboard.CheckAllowedHost(h); err != nil {
+			return usageError("--allowed-host: %v", err)
+		}
 	}
 	pool, err := connect(ctx, 10)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	url, stop, failed, err := startDashboard(pool, f.httpAddr, opts)
+	url, stop, failed, err := startDashboard(pool, f.httpAddr, opts, f.allowedHosts, f.insecureNoAuth)
 	if err != nil {
 		return err
 	}
@@ -97,15 +138,36 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	}
 }
 
+// newHTTPServer is the server behind every listener of the CLI (serve, dev
+// and work --metrics-addr): bounded header, body, response and idle times,
+// so a slow or idle client cannot hold a connection forever.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
 // startDashboard listens on addr and serves the dashboard with /metrics; it
 // returns the dashboard's URL, a function that drains the server (at most
 // 10 s) and stops the dashboard's background work, and a channel that gets
-// the error should the server stop on its own. It warns when the dashboard
-// listens beyond loopback without authentication.
-func startDashboard(pool *pgxpool.Pool, addr string, opts dashboard.Options) (string, func(), <-chan error, error) {
+// the error should the server stop on its own. The dashboard answers to the
+// host names of addr (see allowedHosts) and extraHosts. It refuses what
+// checkDashboardSecurity refuses, and warns when insecureNoAuth let it
+// listen beyond loopback without authentication.
+func startDashboard(pool *pgxpool.Pool, addr string, opts dashboard.Options, extraHosts []string,
+	insecureNoAuth bool) (string, func(), <-chan error, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if err := checkDashboardSecurity(addr, opts, insecureNoAuth); err != nil {
+		return "", nil, nil, err
+	}
+	opts.AllowedHosts = allowedHosts(addr, extraHosts)
 	opts.Metrics = metrics.Handler(pool, opts.Schema)
 	h, err := dashboard.New(pool, opts)
 	if err != nil {
@@ -116,18 +178,11 @@ func startDashboard(pool *pgxpool.Pool, addr string, opts dashboard.Options) (st
 		_ = h.(*dashboard.Dashboard).Close()
 		return "", nil, nil, fmt.Errorf("serve: %w", err)
 	}
-	if opts.User == "" && opts.Token == "" && !isLoopback(addr) {
-		opts.Logger.Warn("serve: the dashboard is listening beyond loopback without authentication; " +
-			"set SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or --read-only)")
+	if !authConfigured(opts) && !isLoopback(addr) {
+		opts.Logger.Warn("serve: --insecure-no-auth: the dashboard is listening beyond loopback without authentication",
+			slog.String("addr", addr))
 	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
-	}
+	srv := newHTTPServer(h, opts.Logger)
 	served := make(chan struct{})
 	failed := make(chan error, 1)
 	go func() {
@@ -153,14 +208,40 @@ func startDashboard(pool *pgxpool.Pool, addr string, opts dashboard.Options) (st
 	return "http://" + host + strings.TrimRight(opts.Prefix, "/") + "/", stop, failed, nil
 }
 
-func isLoopback(addr string) bool {
+// allowedHosts lists the Host names the dashboard answers to when it
+// listens on addr: loopback names on a loopback address; on an unspecified
+// one (":8080", "0.0.0.0:8080"), those plus this machine's host name and
+// interface addresses (a kubelet or Prometheus addresses a pod by its IP);
+// otherwise the address's own host; and every extra one ("*": any).
+func allowedHosts(addr string, extra []string) []string {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return false
+		host = addr
 	}
-	if host == "localhost" {
-		return true
-	}
+	var out []string
 	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	switch {
+	case host == "" || (ip != nil && ip.IsUnspecified()):
+		out = append(out, "localhost", "127.0.0.1", "::1")
+		if name, err := os.Hostname(); err == nil && name != "" {
+			out = append(out, name)
+		}
+		if addrs, err := net.InterfaceAddrs(); err == nil {
+			for _, a := range addrs {
+				if n, ok := a.(*net.IPNet); ok {
+					out = append(out, n.IP.String())
+				}
+			}
+		}
+	case dashboard.IsLoopbackHost(host):
+		out = append(out, "localhost", "127.0.0.1", "::1", host)
+	default:
+		out = append(out, host)
+	}
+	return append(out, extra...)
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && dashboard.IsLoopbackHost(host)
 }

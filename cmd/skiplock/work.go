@@ -265,18 +265,23 @@ func (t *tailBuffer) String() string {
 	return string(t.buf)
 }
 
-// serveWorkerMetrics serves /metrics (the process collector, the queue's
-// health views, Go runtime) and /healthz on addr until stop is called.
-func serveWorkerMetrics(addr string, pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) (stop func(), err error) {
+// workerMetricsServer is the --metrics-addr server: /metrics and /healthz,
+// with the same timeouts as serve.
+func workerMetricsServer(pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return newHTTPServer(mux, log)
+}
+
+// serveWorkerMetrics serves /metrics (the process collector, the queue's
+// health views, Go runtime) and /healthz on addr until stop is called.
+func serveWorkerMetrics(addr string, pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageError("--metrics-addr: %v", err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := workerMetricsServer(pool, c, log)
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("skiplock: serving metrics", slog.String("url", "http://"+ln.Addr().String()+"/metrics"))
 	return func() {

@@ -6,10 +6,12 @@
 //   SKIPLOCK_E2E_MARKER    a string present in every seeded payload
 //   SKIPLOCK_E2E_ARTIFACTS directory for one screenshot per page
 //   SKIPLOCK_E2E_SCREENSHOT where the overview screenshot goes (docs/dashboard.png)
+//   SKIPLOCK_E2E_REVEALED  file to write the id of the job whose payload was revealed
+//                          (.ci/e2e.sh checks the server logged that reveal)
 //   CHROMIUM               browser binary (default /usr/bin/chromium)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 
@@ -122,10 +124,44 @@ test("search finds a job; its payload stays hidden until revealed", async () => 
   await Promise.all([page.waitForURL(/\/jobs\/\d+$/), rows.first().locator("a").first().click()]);
   await page.locator("#job-fields").waitFor();
   assert.ok(!(await page.content()).includes(marker), "the payload shows before a reveal");
-  await page.click("#reveal-payload");
+  const jobPath = new URL(page.url()).pathname;
+  const jobID = jobPath.match(/\/jobs\/(\d+)$/)[1];
+  // The reveal is a same-origin POST (htmx).
+  const [reveal] = await Promise.all([
+    page.waitForRequest((r) => r.url().endsWith(`${jobPath}/payload`)),
+    page.click("#reveal-payload"),
+  ]);
+  assert.equal(reveal.method(), "POST");
   await page.locator("#payload-text").waitFor();
   assert.match(await page.locator("#payload-text").innerText(), new RegExp(marker));
+  if (process.env.SKIPLOCK_E2E_REVEALED) writeFileSync(process.env.SKIPLOCK_E2E_REVEALED, jobID);
   await shot("job");
+  // Neither a GET nor a cross-site POST reveals anything.
+  const get = await context.request.get(url(`${jobPath}/payload`), { failOnStatusCode: false });
+  assert.equal(get.status(), 405);
+  assert.ok(!(await get.text()).includes(marker));
+  const forged = await context.request.post(url(`${jobPath}/payload`), {
+    headers: { Origin: "https://evil.example", "Sec-Fetch-Site": "cross-site" }, failOnStatusCode: false,
+  });
+  assert.equal(forged.status(), 403);
+  assert.ok(!(await forged.text()).includes(marker));
+});
+
+test("a request for another host name is refused (DNS rebinding); probes answer any host", async () => {
+  const port = new URL(base).port;
+  for (const p of ["/", "/jobs", "/dead"]) {
+    const r = await context.request.get(url(p), { headers: { Host: `rebound.example:${port}` }, failOnStatusCode: false });
+    assert.equal(r.status(), 421, p);
+  }
+  const probe = await context.request.get(url("/healthz"), { headers: { Host: `10.11.12.13:${port}` } });
+  assert.equal(probe.status(), 200);
+  const local = await context.request.get(url("/queues"), { headers: { Host: `localhost:${port}` } });
+  assert.equal(local.status(), 200);
+});
+
+test("a forged flash message is not shown", async () => {
+  await page.goto(url("/queues?flash=" + encodeURIComponent("Session expired: call +1 555 0100")));
+  assert.equal(await page.locator(".flash").count(), 0);
 });
 
 test("a dead-letter group replays after confirmation", async () => {
