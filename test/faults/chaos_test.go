@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -760,21 +759,17 @@ func (ch *chaos) check(dur time.Duration) {
 	checkStart := time.Now()
 	r := checkInvariants(t, e, checkOpts{committed: committed, rolledBack: rolledBack})
 	t.Logf("chaos: the checker took %s", time.Since(checkStart).Round(time.Millisecond))
-	countV := func(subs ...string) int {
+	kinds := r.kinds()
+	countV := func(ks ...string) int {
 		n := 0
-		for _, v := range r.violations {
-			for _, s := range subs {
-				if strings.Contains(v, s) {
-					n++
-					break
-				}
-			}
+		for _, k := range ks {
+			n += kinds[k]
 		}
 		return n
 	}
-	lost := countV(" lost:", "never inserted", "jobs left in the hot table")
-	rolledRun := countV("from a rolled-back transaction ran", "test never committed it", "but the test did not commit it")
-	overlap := countV("overlap")
+	lost := countV(vLost, vNeverInserted, vLeftBehind)
+	rolledRun := countV(vRolledBackRan, vUncommittedRan, vUncommittedInAudit)
+	overlap := countV(vClaimOverlapsLease, vClaimWhileHeld, vRunOverlap)
 	rolledRuns := 0
 	for _, id := range rolledBack {
 		rolledRuns += r.RunsPerJob[id]
