@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -156,7 +157,9 @@ func TestExactlyOnceUnderKillsAndFrozenWorkers(t *testing.T) {
 	}
 
 	// Kill -9 a random worker every 80–200 ms and restart it at once; halfway
-	// through, freeze one worker for three leases, then let it resume.
+	// through, freeze a worker that holds running jobs for three leases, then
+	// let it resume, and wait until it reports a lost lease: the freeze must
+	// cost a lease, or the test would prove nothing about stale completions.
 	froze := 0
 	for k := 0; k < kills; k++ {
 		time.Sleep(time.Duration(80+rand.IntN(120)) * time.Millisecond)
@@ -164,11 +167,7 @@ func TestExactlyOnceUnderKillsAndFrozenWorkers(t *testing.T) {
 		f.kill(slot)
 		f.start(slot)
 		if k == kills/2 {
-			frozen := (slot + 1) % slots
-			f.signal(frozen, syscall.SIGSTOP)
-			time.Sleep(3 * time.Second)
-			f.signal(frozen, syscall.SIGCONT)
-			froze++
+			froze += f.freezeUntilLeaseLost(ctx, db.Pool, slot)
 		}
 	}
 	t.Logf("faults done after %s: %d kills, %d freeze; %d jobs left", time.Since(started).Round(time.Millisecond), kills, froze, remaining())
@@ -208,5 +207,61 @@ func TestExactlyOnceUnderKillsAndFrozenWorkers(t *testing.T) {
 	require.Equal(t, 1, maxRows, "no job applied more than once")
 	require.Equal(t, jobs, withRows)
 	require.Zero(t, dead, "nothing dead-lettered")
+	require.Positive(t, froze, "no worker was frozen")
+	require.Positive(t, leaseLost, "the frozen worker lost no lease: the freeze proved nothing")
 	require.Equal(t, leaseLost, reclaimed, "every job whose stale completion was refused was applied by its new owner")
+	var takenOver int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM lease_lost l
+		WHERE (SELECT count(*) FROM effects e WHERE e.n = l.n AND (e.worker, e.token) <> (l.worker, l.token)) = 1`).Scan(&takenOver))
+	require.Equal(t, leaseLost, takenOver, "each lost lease's job was applied once, by another lease")
+}
+
+// freezeUntilLeaseLost SIGSTOPs, for three leases, a worker that holds
+// running jobs (the one after slot, or the next busy one), resumes it and
+// waits until it records a lost lease; it tries again, up to three
+// freezes, if the frozen worker's jobs all finished before the freeze.
+// It returns the number of freezes.
+func (f *fleet) freezeUntilLeaseLost(ctx context.Context, pool *pgxpool.Pool, after int) int {
+	f.t.Helper()
+	freezes := 0
+	for try := range 3 {
+		slot, id := -1, ""
+		busy := time.Now().Add(15 * time.Second) // restarted workers need a moment to claim
+		for slot < 0 && time.Now().Before(busy) {
+			for i := range len(f.procs) {
+				s := (after + 1 + try + i) % len(f.procs)
+				w := fmt.Sprintf("w%d.%d", s, f.runs[s])
+				var n int
+				require.NoError(f.t, pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs WHERE state = 'running' AND locked_by = $1", w).Scan(&n))
+				if n > 0 {
+					slot, id = s, w
+					break
+				}
+			}
+			if slot < 0 {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		if slot < 0 {
+			continue
+		}
+		f.signal(slot, syscall.SIGSTOP)
+		time.Sleep(3 * time.Second)
+		f.signal(slot, syscall.SIGCONT)
+		freezes++
+		lost := func() int {
+			var n int
+			require.NoError(f.t, pool.QueryRow(ctx, "SELECT count(*) FROM lease_lost WHERE worker = $1", id).Scan(&n))
+			return n
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for lost() == 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := lost(); n > 0 {
+			f.t.Logf("froze %s for 3s: it lost %d leases", id, n)
+			return freezes
+		}
+	}
+	return freezes
 }

@@ -117,3 +117,24 @@ func requireKinds(t *testing.T, r *report, kinds ...string) {
 		require.True(t, want[k], "the checker reported %s, which the seeded history does not contain", k)
 	}
 }
+
+// requireKindsAmong requires every kind of must to be reported, and any
+// other kind reported to be one of may (for seeded faults whose side
+// effects depend on timing).
+func requireKindsAmong(t *testing.T, r *report, must []string, may ...string) {
+	t.Helper()
+	allowed := map[string]bool{}
+	for _, k := range append(append([]string(nil), must...), may...) {
+		allowed[k] = true
+	}
+	got := r.kinds()
+	for _, v := range r.violations {
+		t.Logf("  %s", v)
+	}
+	for _, k := range must {
+		require.Contains(t, got, k, "the checker did not report %s", k)
+	}
+	for k := range got {
+		require.True(t, allowed[k], "the checker reported %s, which the seeded fault does not explain", k)
+	}
+}
