@@ -35,6 +35,7 @@ func TestPostgresCrashRestart(t *testing.T) {
 
 	// The second outage outlasts the leases: the jobs in flight then are
 	// reaped (or heartbeated, whichever reaches the database first).
+	var restarted time.Time
 	for crash, down := range []time.Duration{time.Second, lease + time.Second} {
 		after := 20 + 50*crash
 		waitFor(t, 30*time.Second, "progress before the crash", func() bool {
@@ -45,7 +46,9 @@ func TestPostgresCrashRestart(t *testing.T) {
 		require.NoError(t, c.Crash(ctx))
 		time.Sleep(down)
 		require.NoError(t, c.Restart(ctx))
+		require.NoError(t, e.pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&restarted))
 		t.Logf("crash %d: %d executions in flight, down %s", crash+1, inflight, down)
+		require.Positive(t, inflight, "crash %d struck no execution in flight", crash+1)
 		waitFor(t, 20*time.Second, "the listeners to reconnect", func() bool { n, err := listeners(); return err == nil && n == 2 })
 	}
 	e.waitDrained(60 * time.Second)
@@ -66,5 +69,13 @@ func TestPostgresCrashRestart(t *testing.T) {
 	}
 	r := checkInvariants(t, e, checkOpts{committed: append(ids, late...)})
 	require.Equal(t, len(ids)+1, r.Completed)
-	t.Logf("postgres crash: lost 0 of %d across 2 crashes; %d jobs ran more than once; reaped %d leases", len(ids)+1, r.Reruns, r.Reaped)
+	// The second outage cost the leases held across it: each such row's
+	// first write after the restart (the reaper's, a heartbeat or the
+	// completion, whichever came first) found its lease already expired.
+	// Which one comes first is a race, so Reaped alone may be zero.
+	expired := e.count(`SELECT count(DISTINCT job_id) FROM public.audit
+		WHERE at >= $1 AND old_state = 'running' AND old_expires < tx_now`, restarted)
+	require.Positive(t, expired, "no lease held across the second outage was found expired after it")
+	t.Logf("postgres crash: lost 0 of %d across 2 crashes; %d jobs ran more than once; %d leases found expired after the second outage, %d reaped",
+		len(ids)+1, r.Reruns, expired, r.Reaped)
 }
