@@ -1,6 +1,8 @@
 package faults
 
 import (
+	"os"
+	"regexp"
 	"sort"
 	"testing"
 	"time"
@@ -298,6 +300,17 @@ func TestEveryCheckCanFire(t *testing.T) {
 		require.True(t, covered[k], "no seeded history makes %s fire", k)
 	}
 	require.Len(t, covered, len(allKinds), "a seeded kind is missing from allKinds")
+
+	// Every kind declared in checker_test.go is in allKinds, so a check
+	// added later without a seeded history fails here.
+	src, err := os.ReadFile("checker_test.go")
+	require.NoError(t, err)
+	declared := regexp.MustCompile(`(?m)^\tv[A-Z]\w*\s+= "([^"]+)"`).FindAllStringSubmatch(string(src), -1)
+	require.NotEmpty(t, declared)
+	for _, m := range declared {
+		require.True(t, covered[m[1]], "kind %s is declared but has no seeded history", m[1])
+	}
+	require.Len(t, declared, len(allKinds))
 }
 
 // TestCheckerCountsAttemptsFromClaims: the attempts the checker reports
