@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -156,25 +157,33 @@ func TestExactlyOnceUnderKillsAndFrozenWorkers(t *testing.T) {
 	}
 
 	// Kill -9 a random worker every 80–200 ms and restart it at once; halfway
-	// through, freeze one worker for three leases, then let it resume.
-	froze := 0
+	// through, freeze a worker that holds running jobs for three leases, then
+	// let it resume. The freeze must cost it its leases, or the test would
+	// prove nothing about stale holders.
+	var frozen []frozenLease
 	for k := 0; k < kills; k++ {
 		time.Sleep(time.Duration(80+rand.IntN(120)) * time.Millisecond)
 		slot := rand.IntN(slots)
 		f.kill(slot)
 		f.start(slot)
 		if k == kills/2 {
-			frozen := (slot + 1) % slots
-			f.signal(frozen, syscall.SIGSTOP)
-			time.Sleep(3 * time.Second)
-			f.signal(frozen, syscall.SIGCONT)
-			froze++
+			frozen = f.freezeBusy(ctx, db.Pool, slot)
 		}
 	}
-	t.Logf("faults done after %s: %d kills, %d freeze; %d jobs left", time.Since(started).Round(time.Millisecond), kills, froze, remaining())
+	t.Logf("faults done after %s: %d kills, a freeze of %d leases; %d jobs left", time.Since(started).Round(time.Millisecond), kills, len(frozen), remaining())
 
 	require.Eventually(t, func() bool { return remaining() == 0 }, 45*time.Second, 50*time.Millisecond,
 		"the queue drains once the faults stop")
+	// A worker restarted a moment ago may not handle SIGTERM yet: wait
+	// until each has registered (it starts after installing its handler).
+	for i := range slots {
+		id := fmt.Sprintf("w%d.%d", i, f.runs[i])
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.workers WHERE id = $1", id).Scan(&n))
+			return n == 1
+		}, 15*time.Second, 20*time.Millisecond, "worker %s to start", id)
+	}
 	for i := range slots {
 		f.signal(i, syscall.SIGTERM)
 		require.NoError(t, f.procs[i].Wait(), "worker %d exits cleanly on SIGTERM", i)
@@ -200,13 +209,65 @@ func TestExactlyOnceUnderKillsAndFrozenWorkers(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs_dead").Scan(&dead))
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM lease_lost").Scan(&leaseLost))
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM effects e JOIN lease_lost l ON l.n = e.n").Scan(&reclaimed))
-	t.Logf("%d jobs, %d kills, %d freeze, %s: business rows per job min=%d max=%d; %d stale completions refused (ErrLeaseLost)",
-		jobs, kills, froze, time.Since(started).Round(time.Millisecond), minRows, maxRows, leaseLost)
+	// The frozen worker lost its leases: the jobs it held were applied
+	// under other leases (and, above, exactly once).
+	lostByFreeze := 0
+	for _, l := range frozen {
+		var others int
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM effects WHERE job_id = $1 AND token <> $2", l.job, l.token).Scan(&others))
+		lostByFreeze += others
+	}
+	t.Logf("%d jobs, %d kills, %s: business rows per job min=%d max=%d; the freeze cost %d of %d leases; %d stale completions refused (ErrLeaseLost)",
+		jobs, kills, time.Since(started).Round(time.Millisecond), minRows, maxRows, lostByFreeze, len(frozen), leaseLost)
 
 	require.Empty(t, dups, "no job applied twice")
 	require.Equal(t, 1, minRows, "every job applied at least once")
 	require.Equal(t, 1, maxRows, "no job applied more than once")
 	require.Equal(t, jobs, withRows)
 	require.Zero(t, dead, "nothing dead-lettered")
+	require.NotEmpty(t, frozen, "no worker held a job to freeze")
+	require.Positive(t, lostByFreeze, "the frozen worker lost no lease: the freeze proved nothing")
 	require.Equal(t, leaseLost, reclaimed, "every job whose stale completion was refused was applied by its new owner")
+	var takenOver int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM lease_lost l
+		WHERE (SELECT count(*) FROM effects e WHERE e.n = l.n AND (e.worker, e.token) <> (l.worker, l.token)) = 1`).Scan(&takenOver))
+	require.Equal(t, leaseLost, takenOver, "each refused stale completion's job was applied once, by another lease")
+}
+
+// frozenLease is a lease a frozen worker held.
+type frozenLease struct{ job, token int64 }
+
+// freezeBusy SIGSTOPs for three leases a worker that holds running jobs
+// (the one after slot, or the next busy one, waiting for one to be busy:
+// restarted workers need a moment to claim), then resumes it, and returns
+// the leases it held when it was frozen.
+func (f *fleet) freezeBusy(ctx context.Context, pool *pgxpool.Pool, after int) []frozenLease {
+	f.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		for i := range len(f.procs) {
+			slot := (after + 1 + i) % len(f.procs)
+			id := fmt.Sprintf("w%d.%d", slot, f.runs[slot])
+			f.signal(slot, syscall.SIGSTOP)
+			var held []frozenLease
+			rows, err := pool.Query(ctx, "SELECT id, lease_token FROM skiplock.jobs WHERE state = 'running' AND locked_by = $1", id)
+			require.NoError(f.t, err)
+			for rows.Next() {
+				var l frozenLease
+				require.NoError(f.t, rows.Scan(&l.job, &l.token))
+				held = append(held, l)
+			}
+			require.NoError(f.t, rows.Err())
+			if len(held) == 0 {
+				f.signal(slot, syscall.SIGCONT)
+				continue
+			}
+			time.Sleep(3 * time.Second)
+			f.signal(slot, syscall.SIGCONT)
+			f.t.Logf("froze %s for 3s holding %d leases", id, len(held))
+			return held
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,9 +33,13 @@ import (
 // (its proxy holds every byte, the process keeps running), a reset of every
 // connection of a worker (its proxy drops them), pg_terminate_backend of a
 // worker's pool connections, of the listeners or of the producers, or an
-// immediate restart of the (private) database. Then the producers stop, the
-// queue drains and the checker verifies every invariant over every committed
-// and rolled-back id.
+// immediate restart of the (private) database. About a quarter of the jobs
+// carry a unique key (from a small set, so enqueues collide with jobs in
+// flight) and a quarter an entity key (so claims must serialize them), and
+// the checker also verifies, from the audit, that no two jobs with one unique
+// key were ever live at once and no two jobs of one entity ever running at
+// once. Then the producers stop, the queue drains and the checker verifies
+// every invariant over every committed and rolled-back id.
 //
 // It runs only when SKIPLOCK_CHAOS is a duration (make chaos, make
 // chaos-long). SKIPLOCK_CHAOS_SEED replays a run's random choices (the fault
@@ -109,6 +112,26 @@ func randomJob(rng *rand.Rand) chaosJob {
 	return chaosJob{Sleep: []int{rng.IntN(51)}}
 }
 
+// The keys of the chaos jobs: few enough that enqueues collide with jobs in
+// flight (unique keys) and claims find another job of the entity running.
+const (
+	chaosUniqueKeys = 40
+	chaosEntities   = 8
+)
+
+// randomParams is a chaos job's enqueue: a quarter carry a unique key and,
+// independently, a quarter an entity key.
+func randomParams(rng *rand.Rand, j chaosJob) skiplock.EnqueueParams {
+	p := skiplock.EnqueueParams{Kind: "job", Payload: j, MaxAttempts: chaosMaxAttempts}
+	if rng.IntN(4) == 0 {
+		p.UniqueKey = fmt.Sprintf("u-%d", rng.IntN(chaosUniqueKeys))
+	}
+	if rng.IntN(4) == 0 {
+		p.Entity = fmt.Sprintf("e-%d", rng.IntN(chaosEntities))
+	}
+	return p
+}
+
 // consumer is one worker slot; its process is replaced when it dies.
 type consumer struct {
 	name    string
@@ -131,6 +154,7 @@ type ledger struct {
 	errs        map[string]int    // producer -> errors (expected while faults strike)
 	firstErr    map[string]string // producer -> an example
 	txs         map[string]int    // producer -> transactions it finished
+	duplicates  int               // enqueues with a unique key that returned a job in flight
 }
 
 func (l *ledger) fail(who string, err error) {
@@ -483,9 +507,9 @@ func (ch *chaos) apiProducer(who string, rollback bool, every time.Duration) fun
 					ch.l.fail(who, err)
 					return
 				}
-				ch.finishTx(octx, who, tx, 1+rng.IntN(3), rollback, func() (int64, error) {
-					r, err := ch.prodClient.EnqueueTx(octx, tx, skiplock.EnqueueParams{Kind: "job", Payload: randomJob(rng), MaxAttempts: chaosMaxAttempts})
-					return r.ID, err
+				ch.finishTx(octx, who, tx, 1+rng.IntN(3), rollback, func() (int64, bool, error) {
+					r, err := ch.prodClient.EnqueueTx(octx, tx, randomParams(rng, randomJob(rng)))
+					return r.ID, r.Inserted, err
 				})
 			}()
 		}
@@ -494,16 +518,24 @@ func (ch *chaos) apiProducer(who string, rollback bool, every time.Duration) fun
 
 // finishTx enqueues n jobs in tx with enqueue, then rolls tx back (when
 // rollback is set, or an enqueue failed) or commits it, and records the
-// ids in the ledger with how the transaction ended.
-func (ch *chaos) finishTx(ctx context.Context, who string, tx pgx.Tx, n int, rollback bool, enqueue func() (int64, error)) {
+// ids this transaction inserted in the ledger with how it ended. An
+// enqueue whose unique key matched a job in flight inserted nothing: the
+// id it returns is another transaction's job.
+func (ch *chaos) finishTx(ctx context.Context, who string, tx pgx.Tx, n int, rollback bool, enqueue func() (int64, bool, error)) {
 	var ids []int64
 	for range n {
-		id, err := enqueue()
+		id, inserted, err := enqueue()
 		if err != nil {
 			ch.l.fail(who, err)
 			_ = tx.Rollback(ctx)
 			ch.l.settle(who, ids, nil, true) // COMMIT never sent
 			return
+		}
+		if !inserted {
+			ch.l.mu.Lock()
+			ch.l.duplicates++
+			ch.l.mu.Unlock()
+			continue
 		}
 		ids = append(ids, id)
 	}
@@ -555,12 +587,18 @@ func (ch *chaos) sqlProducer(every time.Duration) func(context.Context, *rand.Ra
 					_ = conn.Close(octx)
 					return
 				}
-				ch.finishTx(octx, who, tx, 1+rng.IntN(2), rng.IntN(10) == 0, func() (int64, error) {
-					payload, _ := json.Marshal(randomJob(rng))
+				ch.finishTx(octx, who, tx, 1+rng.IntN(2), rng.IntN(10) == 0, func() (int64, bool, error) {
+					// Entity keys only: skiplock.enqueue returns an id, not
+					// whether it inserted, so unique keys stay with the Go
+					// producers, which can tell.
+					p := randomParams(rng, randomJob(rng))
+					payload, _ := json.Marshal(p.Payload)
 					var id int64
 					err := tx.QueryRow(octx, `SELECT skiplock.enqueue(queue => 'default', kind => 'job',
-						payload => $1::jsonb, max_attempts => $2::int)`, string(payload), chaosMaxAttempts).Scan(&id)
-					return id, err
+						payload => $1::jsonb, max_attempts => $2::int, entity => NULLIF($3, ''))`,
+						string(payload), chaosMaxAttempts, p.Entity).Scan(&id)
+					inserted := err == nil
+					return id, inserted, err
 				})
 			}()
 		}
@@ -580,7 +618,7 @@ func (ch *chaos) bulkProducer(every time.Duration) func(context.Context, *rand.R
 			for i := range ps {
 				j := randomJob(rng)
 				j.Tag = tag
-				ps[i] = skiplock.EnqueueParams{Kind: "job", Payload: j, MaxAttempts: chaosMaxAttempts}
+				ps[i] = randomParams(rng, j)
 			}
 			octx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			n, err := ch.prodClient.EnqueueMany(octx, ps)
@@ -760,21 +798,17 @@ func (ch *chaos) check(dur time.Duration) {
 	checkStart := time.Now()
 	r := checkInvariants(t, e, checkOpts{committed: committed, rolledBack: rolledBack})
 	t.Logf("chaos: the checker took %s", time.Since(checkStart).Round(time.Millisecond))
-	countV := func(subs ...string) int {
+	kinds := r.kinds()
+	countV := func(ks ...string) int {
 		n := 0
-		for _, v := range r.violations {
-			for _, s := range subs {
-				if strings.Contains(v, s) {
-					n++
-					break
-				}
-			}
+		for _, k := range ks {
+			n += kinds[k]
 		}
 		return n
 	}
-	lost := countV(" lost:", "never inserted", "jobs left in the hot table")
-	rolledRun := countV("from a rolled-back transaction ran", "test never committed it", "but the test did not commit it")
-	overlap := countV("overlap")
+	lost := countV(vLost, vNeverInserted, vLeftBehind)
+	rolledRun := countV(vRolledBackRan, vUncommittedRan, vUncommittedInAudit)
+	overlap := countV(vClaimOverlapsLease, vClaimWhileHeld, vRunOverlap)
 	rolledRuns := 0
 	for _, id := range rolledBack {
 		rolledRuns += r.RunsPerJob[id]
@@ -782,20 +816,27 @@ func (ch *chaos) check(dur time.Duration) {
 	if rolledRuns > 0 && rolledRun == 0 {
 		rolledRun = rolledRuns
 	}
+	keyed := e.count("SELECT count(*) FROM public.audit WHERE tbl = 'jobs' AND op = 'insert' AND unique_key IS NOT NULL")
+	entities := e.count("SELECT count(*) FROM public.audit WHERE tbl = 'jobs' AND op = 'insert' AND entity IS NOT NULL")
+	entityReaped := e.count("SELECT count(*) FROM public.audit WHERE tbl = 'jobs' AND reaper AND entity IS NOT NULL")
 	runs := e.count("SELECT count(*) FROM public.runs")
 	execRuns := e.count("SELECT count(*) FROM public.runs WHERE worker NOT LIKE 'fw-%'")
 
 	summary := fmt.Sprintf("chaos %s seed %d: committed %d (bulk %d), rolled back %d, unknown %d transactions "+
 		"(resolved from the audit, in jobs: %d committed, %d not; EnqueueMany batches %d committed, %d not); "+
 		"ids reissued after a crash %d; completed %d, dead-lettered %d %v; lost %d; rolled-back jobs run %d; "+
-		"runs %d (%d by --exec workers), duplicate runs %d (%d jobs ran more than once), reaped leases %d; overlapping valid leases %d; violations %d; "+
+		"runs %d (%d by --exec workers), duplicate runs %d (%d jobs ran more than once), reaped leases %d; overlapping valid leases %d; "+
+		"jobs with a unique key %d (enqueues that found one in flight %d), two live at once %d; jobs with an entity %d (leases reaped %d), two running at once %d; "+
+		"holder writes checked per lease token %d; violations %d %v; "+
 		"faults: %d kill -9, %d SIGSTOP, %d network stalls, %d network resets (%d connections), %d restarts, "+
 		"%d killed connections in %d strikes (%d listeners, %d producer) "+
 		"(%d faults hit in-flight jobs %v); workers that died on their own %d",
 		dur, ch.seed, r.Jobs, bulkJobs, len(rolledBack), len(l.unknown)+len(l.bulkUnknown),
 		unknownCommitted, unknownNot, bulkUnknownCommitted, bulkUnknownNot,
 		reissued, r.Completed, r.Dead, r.DeadReasons, lost, rolledRun,
-		runs, execRuns, r.Runs-len(r.RunsPerJob), r.Reruns, r.Reaped, overlap, len(r.violations),
+		runs, execRuns, r.Runs-len(r.RunsPerJob), r.Reruns, r.Reaped, overlap,
+		keyed, l.duplicates, kinds[vUniqueKeyTwice], entities, entityReaped, kinds[vEntityOverlap],
+		r.TokenWrites, len(r.violations), kinds,
 		ch.f.kill9, ch.f.sigstop, ch.f.stalls, ch.f.drops, ch.f.connsDropped, ch.f.restarts, ch.f.connsKilled, ch.f.connFaults, ch.f.listenersKilled, ch.f.producerConnsKilled,
 		ch.f.hits, ch.f.hitsBy, ch.f.unexpectedExits)
 	t.Log(summary)
@@ -804,6 +845,9 @@ func (ch *chaos) check(dur time.Duration) {
 	}
 	require.Positive(t, r.Jobs, "the producers committed nothing")
 	require.Equal(t, r.Jobs, r.Completed+r.Dead, "every committed job is completed or dead-lettered")
+	require.Positive(t, keyed, "no committed job had a unique key: the unique-key invariant was not exercised")
+	require.Positive(t, entities, "no committed job had an entity: the entity invariant was not exercised")
+	require.Positive(t, r.TokenWrites, "no holder write recorded its lease token: fencing was checked per process only")
 	if ch.f.hits == 0 {
 		t.Errorf("no fault struck a worker with a job in flight: the run proved nothing about in-flight jobs")
 	}

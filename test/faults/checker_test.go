@@ -15,35 +15,89 @@ import (
 // The checker reads two histories the library cannot tamper with: the
 // audit trail (triggers on skiplock's tables, in DB time) and the runs
 // table (one row per execution, written by the handler itself before and
-// after its work). From them it checks, after the queue drained:
+// after its work). From them it checks, after the queue drained, the
+// invariants below; each violation carries a stable kind (the v*
+// constants), and checker_seed_test.go seeds, for every kind, a history that
+// makes exactly that check fire:
 //
 //   - nothing lost: every committed job is completed (deleted by its lease
 //     holder after a successful run, or archived in jobs_done exactly once)
 //     or in jobs_dead exactly once, never both; nothing is left in jobs;
 //   - nothing unexpected: no run of a job that was never committed;
-//   - attempts: no claim beyond max_attempts, at most max_attempts runs per
-//     job, one run per claim, and no claim before the job's run_at;
-//   - fencing: every heartbeat and every completion, retry, release or
-//     dead-lettering of a running job was written by the process holding
-//     its lease (its connection's application_name), never by a stale one;
+//   - attempts, counted from the audit's claims (ready→running), not from
+//     the library's attempts column: the claims that spent an attempt never
+//     exceed max_attempts (a claim handed back by its holder before any run
+//     of its lease started is refunded, as PRODUCT §4.4 says); one run per
+//     claim; no claim before the job's run_at;
+//   - fencing, per lease token: every heartbeat and every completion, retry,
+//     release or dead-lettering of a running job carried the token of the
+//     row's current lease (the faultworker's tracer records the token each
+//     write presented; see presentedTokens), and came from the process
+//     holding that lease (its connection's application_name); a write that
+//     presented a token never touched a row that was not running;
 //   - the reaper only took leases that had expired (by the database clock);
-//   - valid leases of a job never overlap, and neither do executions of a
-//     job under two different leases while both leases were valid.
+//   - valid leases of a job never overlap; no execution outlives a lease its
+//     holder gave up while another lease's execution runs;
+//   - at most one live job (in skiplock.jobs) per queue and unique key, and
+//     at most one running job per entity, at every moment of the audit.
 //
 // A lease is valid from its claim until its holder gives it up (completes,
 // retries, releases, dead-letters) or, otherwise, until its last expiry
 // (as extended by heartbeats).
+
+// Violation kinds: stable names the tests assert on.
+const (
+	vLeftBehind         = "left-behind"          // a row still in skiplock.jobs after the drain
+	vNeverInserted      = "never-inserted"       // committed, but the audit has no trace of it
+	vUncommittedInAudit = "uncommitted-in-audit" // the audit has a job the test did not commit
+	vRolledBackRan      = "rolled-back-ran"      // a job from a rolled-back transaction ran
+	vUncommittedRan     = "uncommitted-ran"      // a run of a job the test never committed
+	vRunWithoutClaim    = "run-without-claim"    // a run whose lease token no claim granted
+	vTokenRanTwice      = "token-ran-twice"      // one claim, several executions
+	vRunBeforeClaim     = "run-before-claim"     // a run started before its lease's claim
+	vRunOverlap         = "run-overlap"          // executions under two leases overlap (checkRunOverlap)
+	vClaimWhileHeld     = "claim-while-held"     // a claim while the previous lease was never given up
+	vClaimOverlapsLease = "claim-overlaps-lease" // a claim before the previous lease's validity ended
+	vClaimWithoutLease  = "claim-without-lease"  // a claim that set no full lease (token, holder, expiry)
+	vClaimBeyondMax     = "claim-beyond-max-attempts"
+	vClaimBeforeRunAt   = "claim-before-run-at"
+	vUnknownLease       = "write-to-unknown-lease" // a write to a running row under a lease never claimed
+	vLeaseChangedHands  = "lease-changed-hands"    // running→running with another token or holder
+	vStaleHeartbeat     = "stale-holder-heartbeat" // a heartbeat by a process that does not hold the lease
+	vStaleWrite         = "stale-holder-write"     // a completion/retry/dead letter by another process
+	vStaleToken         = "stale-token"            // a write that presented another lease's token
+	vTokenOnIdleRow     = "token-write-to-idle-row"
+	vReapedValidLease   = "reaped-valid-lease"
+	vDeadTwice          = "dead-twice"
+	vArchivedTwice      = "archived-twice"
+	vCompletedAndDead   = "completed-and-dead"
+	vLost               = "lost"
+	vCompletedNoOKRun   = "completed-without-ok-run"
+	vUniqueKeyTwice     = "unique-key-twice-live"
+	vEntityOverlap      = "entity-running-twice"
+)
+
+// allKinds lists every kind the checker reports; TestEveryCheckCanFire
+// requires a seeded history for each.
+var allKinds = []string{vLeftBehind, vNeverInserted, vUncommittedInAudit, vRolledBackRan, vUncommittedRan,
+	vRunWithoutClaim, vTokenRanTwice, vRunBeforeClaim, vRunOverlap, vClaimWhileHeld, vClaimOverlapsLease,
+	vClaimWithoutLease, vClaimBeyondMax, vClaimBeforeRunAt, vUnknownLease, vLeaseChangedHands, vStaleHeartbeat,
+	vStaleWrite, vStaleToken, vTokenOnIdleRow, vReapedValidLease, vDeadTwice, vArchivedTwice, vCompletedAndDead,
+	vLost, vCompletedNoOKRun, vUniqueKeyTwice, vEntityOverlap}
 
 type auditEvent struct {
 	tbl, op                string
 	job                    int64
 	oldState, newState     *string
 	oldToken, newToken     *int64
+	presented              *int64 // the lease token the write carried, when the writer's tracer recorded it
 	oldBy, newBy           *string
 	oldExpires, newExpires *time.Time
 	oldRunAt               *time.Time
 	attempts, maxAttempts  *int
 	reason                 *string
+	queue                  string
+	uniqueKey, entity      *string
 	app                    string
 	reaper                 bool
 	txNow, at              time.Time
@@ -57,7 +111,8 @@ type leaseSpan struct {
 	end         time.Time // end of validity; zero while held
 	ended       bool
 	byHolder    bool
-	attempt     int
+	reaped      bool
+	handedBack  bool // the holder returned the job to ready (retry, snooze, hand-back)
 	maxAttempts int
 }
 
@@ -70,23 +125,58 @@ type runRow struct {
 	outcome        *string
 }
 
+// leftRow is a row still in skiplock.jobs when the checker runs.
+type leftRow struct {
+	id       int64
+	state    string
+	attempts int
+}
+
+// history is everything the checker reads: the audit trail (ordered by
+// job, then time), the runs and the rows left in the hot table.
+type history struct {
+	events []auditEvent
+	runs   []runRow
+	left   []leftRow
+}
+
+type violation struct {
+	kind, msg string
+}
+
+func (v violation) String() string { return v.kind + ": " + v.msg }
+
 // report is the checker's summary, for logs and for the tests' own
 // assertions on what the faults did.
 type report struct {
 	Jobs, Completed, Dead, Claims, Runs, Reaped, Reruns int
 	DeadReasons                                         map[string]int
-	Attempts                                            map[int64]int // final attempt count per job (claims)
-	RunsPerJob                                          map[int64]int
-	violations                                          []string
+	// Attempts is, per job, the claims that spent an attempt, counted from
+	// the audit's ready→running transitions (not the library's column).
+	Attempts   map[int64]int
+	RunsPerJob map[int64]int
+	// TokenWrites counts the holder writes whose presented token the audit
+	// recorded: the per-token fencing check saw that many writes.
+	TokenWrites int
+	violations  []violation
 }
 
 func (r *report) String() string {
-	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d; violations %d",
-		r.Jobs, r.Completed, r.Dead, r.DeadReasons, r.Claims, r.Runs, r.Reruns, r.Reaped, len(r.violations))
+	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d; holder writes with a recorded token %d; violations %d %v",
+		r.Jobs, r.Completed, r.Dead, r.DeadReasons, r.Claims, r.Runs, r.Reruns, r.Reaped, r.TokenWrites, len(r.violations), r.kinds())
 }
 
-func (r *report) violate(format string, args ...any) {
-	r.violations = append(r.violations, fmt.Sprintf(format, args...))
+func (r *report) violate(kind, format string, args ...any) {
+	r.violations = append(r.violations, violation{kind, fmt.Sprintf(format, args...)})
+}
+
+// kinds counts the violations by kind.
+func (r *report) kinds() map[string]int {
+	m := map[string]int{}
+	for _, v := range r.violations {
+		m[v.kind]++
+	}
+	return m
 }
 
 // checkOpts says what the test committed (and rolled back).
@@ -112,130 +202,202 @@ func checkInvariants(t *testing.T, e *env, o checkOpts) *report {
 	return r
 }
 
+// analyze loads the histories of e's database and checks them.
 func analyze(t *testing.T, e *env, o checkOpts) *report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r := &report{DeadReasons: map[string]int{}, Attempts: map[int64]int{}, RunsPerJob: map[int64]int{}}
-
-	// Nothing left in the hot table: drained, nothing running.
-	var left []string
+	var h history
 	rows, err := e.pool.Query(ctx, "SELECT id, state, attempts FROM skiplock.jobs ORDER BY id")
 	require.NoError(t, err)
 	for rows.Next() {
-		var id int64
-		var state string
-		var attempts int
-		require.NoError(t, rows.Scan(&id, &state, &attempts))
-		left = append(left, fmt.Sprintf("%d(%s, attempt %d)", id, state, attempts))
+		var l leftRow
+		require.NoError(t, rows.Scan(&l.id, &l.state, &l.attempts))
+		h.left = append(h.left, l)
 	}
 	require.NoError(t, rows.Err())
+	h.events = loadAudit(t, ctx, e)
+	h.runs = loadRuns(t, ctx, e)
+	return checkHistory(h, o, e.owns)
+}
+
+// interval is a stretch of time a job held something (a unique key, an
+// entity's running slot).
+type interval struct {
+	job      int64
+	from, to time.Time
+}
+
+// checker is the state of one checkHistory call.
+type checker struct {
+	r                     *report
+	o                     checkOpts
+	owns                  func(app, lockedBy string) bool
+	committed, rolledBack map[int64]bool
+	left                  map[int64]bool
+	okRuns                map[[2]int64]bool
+	runTokens             map[[2]int64]bool
+	live                  map[string][]interval // queue + unique key -> when a job with it was in skiplock.jobs
+	running               map[string][]interval // entity -> when a job of it was running
+}
+
+var far = time.Unix(math.MaxInt32, 0)
+
+// checkHistory checks every invariant over h. It reads no database: the
+// seeded histories of checker_seed_test.go go through exactly this code.
+// owns reports whether the connection named app belongs to the process
+// whose lease is lockedBy.
+func checkHistory(h history, o checkOpts, owns func(app, lockedBy string) bool) *report {
+	r := &report{DeadReasons: map[string]int{}, Attempts: map[int64]int{}, RunsPerJob: map[int64]int{}}
+	c := &checker{r: r, o: o, owns: owns, committed: map[int64]bool{}, rolledBack: map[int64]bool{},
+		left: map[int64]bool{}, okRuns: map[[2]int64]bool{}, runTokens: map[[2]int64]bool{},
+		live: map[string][]interval{}, running: map[string][]interval{}}
+
+	// Nothing left in the hot table: drained, nothing running.
+	var left []string
+	for _, l := range h.left {
+		c.left[l.id] = true
+		left = append(left, fmt.Sprintf("%d(%s, attempt %d)", l.id, l.state, l.attempts))
+	}
 	if len(left) > 0 {
-		r.violate("jobs left in the hot table after the drain: %s", strings.Join(left, ", "))
+		r.violate(vLeftBehind, "jobs left in the hot table after the drain: %s", strings.Join(left, ", "))
 	}
-
-	events := loadAudit(t, ctx, e)
-	runs := loadRuns(t, ctx, e)
-
-	committed := map[int64]bool{}
 	for _, id := range o.committed {
-		committed[id] = true
+		c.committed[id] = true
 	}
-	rolledBack := map[int64]bool{}
 	for _, id := range o.rolledBack {
-		rolledBack[id] = true
+		c.rolledBack[id] = true
 	}
-	r.Jobs = len(committed)
+	r.Jobs = len(c.committed)
 
 	byJob := map[int64][]auditEvent{}
 	var jobIDs []int64
-	for _, ev := range events {
+	for _, ev := range h.events {
 		if _, ok := byJob[ev.job]; !ok {
 			jobIDs = append(jobIDs, ev.job)
 		}
 		byJob[ev.job] = append(byJob[ev.job], ev)
 	}
-	okRuns := map[[2]int64]bool{}
-	for _, run := range runs {
+	for _, run := range h.runs {
+		c.runTokens[[2]int64{run.job, run.token}] = true
 		if run.outcome != nil && *run.outcome == "ok" {
-			okRuns[[2]int64{run.job, run.token}] = true
+			c.okRuns[[2]int64{run.job, run.token}] = true
 		}
 	}
 	leases := map[int64][]*leaseSpan{}
 	for _, id := range jobIDs {
-		leases[id] = checkJobHistory(e, r, id, byJob[id], committed, rolledBack, okRuns, o)
+		leases[id] = c.jobHistory(id, byJob[id])
 	}
-	for id := range committed {
+	for id := range c.committed {
 		if _, ok := byJob[id]; !ok {
-			r.violate("job %d was committed but never inserted (audit has no trace)", id)
+			r.violate(vNeverInserted, "job %d was committed but never inserted (audit has no trace)", id)
 		}
 	}
+	checkExclusive(r, vUniqueKeyTwice, "unique key", c.live)
+	checkExclusive(r, vEntityOverlap, "entity", c.running)
 
-	// Runs: only of committed jobs, one per claim, within max_attempts, and
-	// a completed job's final claim ran to success.
+	// Runs: only of committed jobs, one per claim, and executions under
+	// different leases never overlap.
 	runsByJob := map[int64][]runRow{}
-	for _, run := range runs {
+	for _, run := range h.runs {
 		runsByJob[run.job] = append(runsByJob[run.job], run)
 	}
-	r.Runs = len(runs)
+	r.Runs = len(h.runs)
 	for id, rs := range runsByJob {
 		r.RunsPerJob[id] = len(rs)
 		if len(rs) > 1 {
 			r.Reruns++
 		}
-		if rolledBack[id] {
-			r.violate("job %d from a rolled-back transaction ran %d times", id, len(rs))
+		if c.rolledBack[id] {
+			r.violate(vRolledBackRan, "job %d from a rolled-back transaction ran %d times", id, len(rs))
 			continue
 		}
-		if !committed[id] {
-			r.violate("job %d ran but the test never committed it", id)
+		if !c.committed[id] {
+			r.violate(vUncommittedRan, "job %d ran but the test never committed it", id)
 			continue
 		}
 		spans := map[int64]*leaseSpan{}
-		maxAttempts := 0
 		for _, l := range leases[id] {
 			spans[l.token] = l
-			maxAttempts = max(maxAttempts, l.maxAttempts)
-		}
-		if len(rs) > maxAttempts {
-			r.violate("job %d ran %d times, max_attempts is %d", id, len(rs), maxAttempts)
 		}
 		perToken := map[int64]int{}
 		for _, run := range rs {
 			perToken[run.token]++
 			if spans[run.token] == nil {
-				r.violate("job %d: run %d carries lease token %d, which no claim granted", id, run.id, run.token)
+				r.violate(vRunWithoutClaim, "job %d: run %d carries lease token %d, which no claim granted", id, run.id, run.token)
 			}
 		}
 		for tok, n := range perToken {
 			if n > 1 {
-				r.violate("job %d: lease token %d ran %d times (one claim, several executions)", id, tok, n)
+				r.violate(vTokenRanTwice, "job %d: lease token %d ran %d times (one claim, several executions)", id, tok, n)
 			}
 		}
 		checkRunOverlap(r, id, rs, spans)
 	}
+
+	// Attempts, from the audit's claims: every claim spends one, except a
+	// claim its holder handed back before any run of its lease started.
+	for _, id := range jobIDs {
+		if !c.committed[id] {
+			continue
+		}
+		spent, maxAttempts := 0, 0
+		for _, l := range leases[id] {
+			maxAttempts = max(maxAttempts, l.maxAttempts)
+			if l.handedBack && !c.runTokens[[2]int64{id, l.token}] {
+				continue
+			}
+			spent++
+		}
+		if len(leases[id]) == 0 {
+			continue
+		}
+		r.Attempts[id] = spent
+		if spent > maxAttempts {
+			r.violate(vClaimBeyondMax, "job %d: %d claims spent an attempt (%d claims in the audit), max_attempts is %d",
+				id, spent, len(leases[id]), maxAttempts)
+		}
+	}
 	return r
 }
 
-// checkJobHistory replays one job's audit events and returns its leases.
-func checkJobHistory(e *env, r *report, id int64, evs []auditEvent, committed, rolledBack map[int64]bool,
-	okRuns map[[2]int64]bool, o checkOpts) []*leaseSpan {
+// jobHistory replays one job's audit events and returns its leases.
+func (c *checker) jobHistory(id int64, evs []auditEvent) []*leaseSpan {
+	r, o := c.r, c.o
 	var spans []*leaseSpan
 	var cur *leaseSpan
 	dead, done := 0, 0
 	var lastDelete *leaseSpan
-	if !committed[id] {
-		r.violate("job %d exists in the audit trail but the test did not commit it (rolled back: %v)", id, rolledBack[id])
+	var liveFrom, runFrom time.Time
+	var liveKey, runKey string
+	if !c.committed[id] {
+		r.violate(vUncommittedInAudit, "job %d exists in the audit trail but the test did not commit it (rolled back: %v)", id, c.rolledBack[id])
+	}
+	endRunning := func(at time.Time) {
+		if runKey != "" {
+			c.running[runKey] = append(c.running[runKey], interval{id, runFrom, at})
+			runKey = ""
+		}
 	}
 	for _, ev := range evs {
+		if ev.tbl == "jobs" {
+			switch {
+			case ev.op == "insert" && ev.uniqueKey != nil:
+				liveFrom, liveKey = ev.at, ev.queue+"\x00"+*ev.uniqueKey
+			case ev.op == "delete" && liveKey != "":
+				c.live[liveKey] = append(c.live[liveKey], interval{id, liveFrom, ev.at})
+				liveKey = ""
+			}
+			if ev.presented != nil && str(ev.oldState) != "running" && ev.op != "insert" {
+				r.violate(vTokenOnIdleRow, "job %d: a %s carrying lease token %d by %q changed the row while it was %s",
+					id, ev.op, *ev.presented, ev.app, str(ev.oldState))
+			}
+		}
 		switch {
 		case ev.tbl == "jobs_dead":
 			dead++
 			if ev.reason != nil {
 				r.DeadReasons[*ev.reason]++
-			}
-			if ev.attempts != nil && ev.maxAttempts != nil && *ev.attempts > *ev.maxAttempts {
-				r.violate("job %d dead-lettered with attempts %d > max_attempts %d", id, *ev.attempts, *ev.maxAttempts)
 			}
 		case strings.HasPrefix(ev.tbl, "jobs_done"): // a partition
 			done++
@@ -243,41 +405,49 @@ func checkJobHistory(e *env, r *report, id int64, evs []auditEvent, committed, r
 		case ev.op == "update" && str(ev.oldState) == "ready" && str(ev.newState) == "running":
 			r.Claims++
 			if cur != nil && !cur.ended {
-				r.violate("job %d claimed while lease %d was still held", id, cur.token)
+				r.violate(vClaimWhileHeld, "job %d claimed while lease %d was still held", id, cur.token)
 			}
 			if len(spans) > 0 {
 				prev := spans[len(spans)-1]
-				if ev.at.Before(prev.end) {
-					r.violate("job %d: claim at %s overlaps the previous lease (valid until %s)", id, ts(ev.at), ts(prev.end))
+				if prev.ended && ev.at.Before(prev.end) {
+					r.violate(vClaimOverlapsLease, "job %d: claim at %s overlaps the previous lease %d (valid until %s)", id, ts(ev.at), prev.token, ts(prev.end))
 				}
 			}
 			if ev.newToken == nil || ev.newExpires == nil || ev.newBy == nil {
-				r.violate("job %d claimed without a full lease", id)
-				continue
-			}
-			a, m := deref(ev.attempts), deref(ev.maxAttempts)
-			if a > m {
-				r.violate("job %d claimed for attempt %d > max_attempts %d", id, a, m)
+				r.violate(vClaimWithoutLease, "job %d claimed without a full lease (token %v, holder %v, expiry %v)", id, ev.newToken, ev.newBy, ev.newExpires)
 			}
 			if ev.oldRunAt != nil && ev.txNow.Before(*ev.oldRunAt) {
-				r.violate("job %d claimed at %s before its run_at %s", id, ts(ev.txNow), ts(*ev.oldRunAt))
+				r.violate(vClaimBeforeRunAt, "job %d claimed at %s before its run_at %s", id, ts(ev.txNow), ts(*ev.oldRunAt))
 			}
-			r.Attempts[id] = a
-			cur = &leaseSpan{token: *ev.newToken, holder: *ev.newBy, claimAt: ev.at, maxExpires: *ev.newExpires,
-				attempt: a, maxAttempts: m}
+			cur = &leaseSpan{token: deref64(ev.newToken), holder: str(ev.newBy), claimAt: ev.at,
+				maxAttempts: deref(ev.maxAttempts)}
+			if ev.newExpires != nil {
+				cur.maxExpires = *ev.newExpires
+			}
 			spans = append(spans, cur)
+			if ev.entity != nil {
+				runFrom, runKey = ev.at, *ev.entity
+			}
 		case str(ev.oldState) == "running":
 			if cur == nil || ev.oldToken == nil || *ev.oldToken != cur.token {
-				r.violate("job %d: write to a running row whose lease the checker never saw claimed", id)
+				r.violate(vUnknownLease, "job %d: %s of a running row under lease %v, which the checker never saw claimed", id, ev.op, ev.oldToken)
 				continue
+			}
+			if ev.presented != nil {
+				r.TokenWrites++
+				if *ev.presented != cur.token {
+					r.violate(vStaleToken, "job %d: %s by %q carrying lease token %d accepted while the row held lease %d (a stale write under an older lease)",
+						id, ev.op, ev.app, *ev.presented, cur.token)
+				}
 			}
 			if ev.op == "update" && str(ev.newState) == "running" {
 				if ev.newToken == nil || *ev.newToken != cur.token || str(ev.newBy) != cur.holder {
-					r.violate("job %d: lease changed hands without a release (token %d -> %v)", id, cur.token, ev.newToken)
+					r.violate(vLeaseChangedHands, "job %d: lease changed hands without a release (token %d -> %v, holder %q -> %q)",
+						id, cur.token, ev.newToken, cur.holder, str(ev.newBy))
 				}
 				if ev.newExpires != nil && ev.oldExpires != nil && !ev.newExpires.Equal(*ev.oldExpires) {
-					if !e.owns(ev.app, cur.holder) {
-						r.violate("job %d: heartbeat by %q accepted for a lease held by %q", id, ev.app, cur.holder)
+					if !c.owns(ev.app, cur.holder) {
+						r.violate(vStaleHeartbeat, "job %d: heartbeat by %q accepted for a lease held by %q", id, ev.app, cur.holder)
 					}
 					if ev.newExpires.After(cur.maxExpires) {
 						cur.maxExpires = *ev.newExpires
@@ -288,17 +458,20 @@ func checkJobHistory(e *env, r *report, id int64, evs []auditEvent, committed, r
 			// The lease ends: completion, retry, snooze, release or dead
 			// letter by the holder, or the reaper.
 			cur.ended = true
+			endRunning(ev.at)
 			if ev.reaper {
 				r.Reaped++
+				cur.reaped = true
 				if ev.oldExpires == nil || !ev.oldExpires.Before(ev.txNow) {
-					r.violate("job %d: the reaper took lease %d at %s, valid until %s", id, cur.token, ts(ev.txNow), tsp(ev.oldExpires))
+					r.violate(vReapedValidLease, "job %d: the reaper took lease %d at %s, valid until %s", id, cur.token, ts(ev.txNow), tsp(ev.oldExpires))
 				}
 				cur.end = cur.maxExpires
 			} else {
-				if !e.owns(ev.app, cur.holder) {
-					r.violate("job %d: %s by %q accepted for a lease held by %q (stale holder not fenced)", id, ev.op, ev.app, cur.holder)
+				if !c.owns(ev.app, cur.holder) {
+					r.violate(vStaleWrite, "job %d: %s by %q accepted for a lease held by %q (stale holder not fenced)", id, ev.op, ev.app, cur.holder)
 				}
 				cur.byHolder = true
+				cur.handedBack = ev.op == "update" && str(ev.newState) == "ready"
 				cur.end = ev.at
 			}
 			if ev.op == "delete" {
@@ -309,47 +482,80 @@ func checkJobHistory(e *env, r *report, id int64, evs []auditEvent, committed, r
 			lastDelete = nil
 		}
 	}
-	if !committed[id] {
+	if liveKey != "" {
+		c.live[liveKey] = append(c.live[liveKey], interval{id, liveFrom, far})
+	}
+	endRunning(far)
+	if !c.committed[id] {
 		return spans
 	}
 	if dead > 1 {
-		r.violate("job %d is in jobs_dead %d times", id, dead)
+		r.violate(vDeadTwice, "job %d is in jobs_dead %d times", id, dead)
 	}
 	if done > 1 {
-		r.violate("job %d archived %d times", id, done)
+		r.violate(vArchivedTwice, "job %d archived %d times", id, done)
 	}
 	switch {
 	case dead > 0 && done > 0:
-		r.violate("job %d both completed and dead-lettered", id)
-	case dead == 1:
+		r.violate(vCompletedAndDead, "job %d both completed and dead-lettered", id)
+	case dead > 0:
 		r.Dead++
-	case o.archive && done == 1:
+	case o.archive && done > 0:
 		r.Completed++
+	case c.left[id]:
+		// Reported as left behind.
 	case o.archive:
-		r.violate("job %d lost: neither archived in jobs_done nor in jobs_dead", id)
+		r.violate(vLost, "job %d lost: neither archived in jobs_done nor in jobs_dead", id)
 	case lastDelete != nil && lastDelete.byHolder:
 		r.Completed++
 	default:
-		r.violate("job %d lost: not completed by a lease holder and not in jobs_dead", id)
+		r.violate(vLost, "job %d lost: not completed by a lease holder and not in jobs_dead", id)
 	}
 	if dead == 0 && lastDelete != nil {
 		// Completed: the run of the completing lease must have succeeded.
-		if !okRuns[[2]int64{id, lastDelete.token}] {
-			r.violate("job %d completed under lease %d without a successful run of that lease", id, lastDelete.token)
+		if !c.okRuns[[2]int64{id, lastDelete.token}] {
+			r.violate(vCompletedNoOKRun, "job %d completed under lease %d without a successful run of that lease", id, lastDelete.token)
 		}
 	}
 	return spans
 }
 
+// checkExclusive reports, per key, two jobs whose intervals overlap.
+func checkExclusive(r *report, kind, what string, byKey map[string][]interval) {
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ivs := byKey[k]
+		sort.Slice(ivs, func(i, j int) bool { return ivs[i].from.Before(ivs[j].from) })
+		for i := 1; i < len(ivs); i++ {
+			for j := 0; j < i; j++ {
+				a, b := ivs[j], ivs[i]
+				if a.job != b.job && b.from.Before(a.to) {
+					r.violate(kind, "%s %q: jobs %d (%s–%s) and %d (%s–%s) at once",
+						what, strings.ReplaceAll(k, "\x00", "/"), a.job, ts(a.from), ts(a.to), b.job, ts(b.from), ts(b.to))
+				}
+			}
+		}
+	}
+}
+
 // checkRunOverlap: two executions of one job under different leases must
-// not overlap while both leases were valid.
+// not overlap while the earlier one was still entitled to run. An
+// execution is entitled to run until it ends, but never past its lease's
+// validity when the reaper took that lease (a stale holder the fence cuts
+// off; its writes are checked above) or when its end was never recorded.
+// So a holder that gives its lease up (a retry, a hand-back) while its
+// execution goes on, and a new claim's execution starts meanwhile, is
+// reported: two executions at once with no expired lease to excuse it.
 func checkRunOverlap(r *report, id int64, rs []runRow, spans map[int64]*leaseSpan) {
 	type iv struct {
 		from, to time.Time
 		token    int64
 		run      int64
 	}
-	far := time.Unix(math.MaxInt32, 0)
 	var ivs []iv
 	for _, run := range rs {
 		l := spans[run.token]
@@ -358,18 +564,14 @@ func checkRunOverlap(r *report, id int64, rs []runRow, spans map[int64]*leaseSpa
 		}
 		from := run.start
 		if from.Before(l.claimAt) {
-			r.violate("job %d: run %d started at %s, before its claim at %s", id, run.id, ts(from), ts(l.claimAt))
+			r.violate(vRunBeforeClaim, "job %d: run %d started at %s, before its claim at %s", id, run.id, ts(from), ts(l.claimAt))
 		}
 		to := far
 		if run.end != nil {
 			to = *run.end
 		}
-		validTo := far
-		if l.ended {
-			validTo = l.end
-		}
-		if validTo.Before(to) {
-			to = validTo
+		if l.ended && (l.reaped || run.end == nil) && l.end.Before(to) {
+			to = l.end
 		}
 		if to.After(from) {
 			ivs = append(ivs, iv{from, to, run.token, run.id})
@@ -380,7 +582,7 @@ func checkRunOverlap(r *report, id int64, rs []runRow, spans map[int64]*leaseSpa
 		for j := 0; j < i; j++ {
 			a, b := ivs[j], ivs[i]
 			if a.token != b.token && b.from.Before(a.to) {
-				r.violate("job %d: runs %d and %d overlap under two valid leases (%s–%s and %s–%s)",
+				r.violate(vRunOverlap, "job %d: runs %d and %d overlap under two leases (%s–%s and %s–%s)",
 					id, a.run, b.run, ts(a.from), ts(a.to), ts(b.from), ts(b.to))
 			}
 		}
@@ -391,7 +593,8 @@ func loadAudit(t *testing.T, ctx context.Context, e *env) []auditEvent {
 	t.Helper()
 	rows, err := e.pool.Query(ctx, `SELECT tbl, op, job_id, old_state, new_state, old_token, new_token,
 		old_locked_by, new_locked_by, old_expires, new_expires, old_run_at, attempts, max_attempts,
-		reason, app, reaper, tx_now, at FROM public.audit ORDER BY job_id, at, seq`)
+		reason, queue, unique_key, entity, presented_token, app, reaper, tx_now, at
+		FROM public.audit ORDER BY job_id, at, seq`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []auditEvent
@@ -399,7 +602,7 @@ func loadAudit(t *testing.T, ctx context.Context, e *env) []auditEvent {
 		var ev auditEvent
 		require.NoError(t, rows.Scan(&ev.tbl, &ev.op, &ev.job, &ev.oldState, &ev.newState, &ev.oldToken, &ev.newToken,
 			&ev.oldBy, &ev.newBy, &ev.oldExpires, &ev.newExpires, &ev.oldRunAt, &ev.attempts, &ev.maxAttempts,
-			&ev.reason, &ev.app, &ev.reaper, &ev.txNow, &ev.at))
+			&ev.reason, &ev.queue, &ev.uniqueKey, &ev.entity, &ev.presented, &ev.app, &ev.reaper, &ev.txNow, &ev.at))
 		out = append(out, ev)
 	}
 	require.NoError(t, rows.Err())
@@ -430,6 +633,13 @@ func str(s *string) string {
 }
 
 func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func deref64(p *int64) int64 {
 	if p == nil {
 		return 0
 	}

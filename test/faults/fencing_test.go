@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // TestSIGSTOPPastLeaseIsFenced freezes a worker (SIGSTOP, standing in for a
@@ -76,6 +78,7 @@ func TestSIGSTOPPastLeaseIsFenced(t *testing.T) {
 	r := checkInvariants(t, e, checkOpts{committed: ids, archive: true})
 	require.Equal(t, 2, r.Completed)
 	require.Equal(t, 2, r.Reaped)
+	require.Positive(t, r.TokenWrites, "no holder write recorded its lease token: the per-token fence check saw nothing")
 }
 
 // TestSeededBugIsCaught runs the frozen-worker case above with workers
@@ -106,12 +109,60 @@ func TestSeededBugIsCaught(t *testing.T) {
 		require.True(t, p.wait(20*time.Second))
 	}
 
-	r := analyze(t, e, checkOpts{committed: []int64{id}})
-	t.Logf("checker on the seeded bug: %s", r)
-	for _, v := range r.violations {
-		t.Logf("  %s", v)
-	}
-	require.NotEmpty(t, r.violations, "the checker found nothing wrong with a build that has no lease fence")
 	require.Equal(t, 1, e.count("SELECT count(*) FROM public.audit WHERE tbl = 'jobs' AND op = 'delete' AND job_id = $1 AND app = $2", id, a.app),
 		"the stale worker's completion did not land: the seeded bug was not exercised")
+
+	// a's stale completion carried its reaped lease's token and came from
+	// another process than the holder's: both fencing checks fire, and b's
+	// run, cancelled when its lease vanished, never succeeded. a's stale
+	// heartbeat may land too, before its completion, or not.
+	r := analyze(t, e, checkOpts{committed: []int64{id}})
+	t.Logf("checker on the seeded bug: %s", r)
+	requireKindsAmong(t, r, []string{vStaleToken, vStaleWrite, vCompletedNoOKRun}, vStaleHeartbeat)
+	require.Equal(t, 1, r.Reaped, "a's lease was not reaped: the freeze cost nothing")
+}
+
+// TestSeededBugSameProcessIsCaught is the case a per-process fence check
+// cannot see: a worker built without the lease fence is frozen past its
+// lease, the reaper takes the job, and the same worker, resumed, claims it
+// again under a new lease; then its first execution ends and completes
+// with the old lease's token, deleting the row its own new lease holds.
+// Every write comes from the holder's process, so only the per-token check
+// (the audit's presented token against the row's) reports it.
+func TestSeededBugSameProcessIsCaught(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.workerProgram = "faultworker-seedbug"
+	ctx := context.Background()
+	// Attempt 1 outlives the freeze and the re-claim; attempt 2 is still
+	// running when attempt 1 completes.
+	id := e.enqueue(1, job{Sleep: []int{12000, 30000}}, 5)[0]
+	st := store.New("skiplock")
+
+	a := e.worker("a", "-reaper", "-1s")
+	waitFor(t, 10*time.Second, "a to start the job", func() bool { return e.inFlight(a.app) == 1 })
+	a.signal(syscall.SIGSTOP)
+	waitFor(t, 10*time.Second, "the reaper to take a's expired lease", func() bool {
+		back, _, err := st.Reap(ctx, e.pool, 10)
+		require.NoError(t, err)
+		return back == 1
+	})
+	a.signal(syscall.SIGCONT)
+	waitFor(t, 8*time.Second, "a to claim the job again and start attempt 2", func() bool {
+		return e.count("SELECT count(*) FROM public.runs WHERE job_id = $1 AND worker = $2 AND attempt = 2", id, a.app) == 1
+	})
+	waitFor(t, 20*time.Second, "the job to leave the hot table", func() bool {
+		return e.count("SELECT count(*) FROM skiplock.jobs WHERE id = $1", id) == 0
+	})
+	time.Sleep(2 * heartbeat)
+	a.signal(syscall.SIGTERM)
+	require.True(t, a.wait(20*time.Second))
+
+	r := analyze(t, e, checkOpts{committed: []int64{id}})
+	t.Logf("checker on the seeded bug, one process: %s", r)
+	// a's stale heartbeat may have touched the ready row before a claimed
+	// it again (token-write-to-idle-row); the process check sees nothing.
+	requireKindsAmong(t, r, []string{vStaleToken, vCompletedNoOKRun}, vTokenOnIdleRow)
+	require.Equal(t, 2, e.count("SELECT count(DISTINCT lease_token) FROM public.runs WHERE job_id = $1 AND worker = $2", id, a.app),
+		"a did not run the job under two leases")
 }

@@ -38,8 +38,13 @@ const (
 // per execution, written by the workers) and an audit trail of every change
 // to skiplock's job tables, written by triggers in the changing transaction
 // (so rolled-back work leaves no trace). The audit keeps DB times, the
-// application_name of the writer (each worker process sets its own) and
-// whether the statement was the reaper's.
+// application_name of the writer (each worker process sets its own),
+// whether the statement was the reaper's, and the lease token the write
+// presented for the row when the writer recorded it: the faultworker's
+// tracer (testdata/worker) sets skiplock_test.presented to
+// {md5(statement): {job id: token}} on its connection before each lease
+// write, and the trigger trusts it only for the statement whose text it
+// names (see presentedTokens in the worker).
 const setupSQL = `
 CREATE TABLE public.runs (
     id          bigserial   PRIMARY KEY,
@@ -71,6 +76,10 @@ CREATE TABLE public.audit (
     attempts      int,
     max_attempts  int,
     reason        text,
+    queue         text        NOT NULL,
+    unique_key    text,
+    entity        text,
+    presented_token bigint,
     app           text        NOT NULL,
     reaper        boolean     NOT NULL,
     tx_now        timestamptz NOT NULL,
@@ -81,14 +90,18 @@ DECLARE
     o jsonb := CASE WHEN TG_OP IN ('UPDATE', 'DELETE') THEN to_jsonb(OLD) END;
     n jsonb := CASE WHEN TG_OP IN ('UPDATE', 'INSERT') THEN to_jsonb(NEW) END;
     r jsonb := coalesce(n, o);
+    p jsonb := CASE WHEN TG_TABLE_NAME = 'jobs'
+                    THEN nullif(current_setting('skiplock_test.presented', true), '')::jsonb END;
 BEGIN
     INSERT INTO public.audit (tbl, op, job_id, old_state, new_state, old_token, new_token,
         old_locked_by, new_locked_by, old_expires, new_expires, old_run_at, attempts, max_attempts,
-        reason, app, reaper, tx_now)
+        reason, queue, unique_key, entity, presented_token, app, reaper, tx_now)
     VALUES (TG_TABLE_NAME, lower(TG_OP), (r->>'id')::bigint, o->>'state', n->>'state',
         (o->>'lease_token')::bigint, (n->>'lease_token')::bigint, o->>'locked_by', n->>'locked_by',
         (o->>'lease_expires_at')::timestamptz, (n->>'lease_expires_at')::timestamptz,
         (o->>'run_at')::timestamptz, (r->>'attempts')::int, (r->>'max_attempts')::int, r->>'reason',
+        coalesce(r->>'queue', ''), r->>'unique_key', r->>'entity',
+        (p -> md5(coalesce(current_query(), '')) ->> (r->>'id'))::bigint,
         coalesce(current_setting('application_name', true), ''),
         position('stopped heartbeating' in coalesce(current_query(), '')) > 0, now());
     RETURN NULL;
@@ -277,6 +290,14 @@ func (e *env) execWorker(name, command string, extra ...string) *proc {
 	e.owners[app] = func(lockedBy string) bool { return strings.Contains(lockedBy, pid) }
 	e.mu.Unlock()
 	return p
+}
+
+// own registers app as a process whose leases carry locked_by app (for
+// tests that claim through the store under a made-up worker id).
+func (e *env) own(app string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.owners[app] = func(lockedBy string) bool { return lockedBy == app }
 }
 
 // owns reports whether the connection named app belongs to the process

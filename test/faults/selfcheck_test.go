@@ -2,8 +2,11 @@ package faults
 
 import (
 	"context"
-	"strings"
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -11,10 +14,11 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// TestCheckerCatchesViolations proves the checker can fail: it seeds the
-// histories with a stale holder's completion, a run without a claim, a job
-// left behind and a run of a job nobody committed, and expects each to be
-// reported. A checker that never fails would make every other test vacuous.
+// TestCheckerCatchesViolations proves the checker can fail on histories
+// written by the real triggers of a real database (checker_seed_test.go
+// does it for every kind on synthetic histories): it seeds a stale
+// holder's completion, a run without a claim, jobs left behind and a run
+// of a job nobody committed, and expects exactly those kinds.
 func TestCheckerCatchesViolations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -27,6 +31,7 @@ func TestCheckerCatchesViolations(t *testing.T) {
 	jobs, err := st.Claim(ctx, e.pool, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: "fw-holder.1", Lease: lease})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
+	e.own("fw-holder.1")
 	stale, err := pgx.Connect(ctx, e.appURL("fw-stale.1"))
 	require.NoError(t, err)
 	defer stale.Close(ctx)
@@ -36,17 +41,100 @@ func TestCheckerCatchesViolations(t *testing.T) {
 	_, err = e.pool.Exec(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, outcome)
 		VALUES ($1, 1, 'x', 42, 1, 'ok'), (999999, 1, 'x', 43, 1, 'ok')`, ids[1])
 	require.NoError(t, err)
-	// ids[2] is never run: lost.
+	// ids[1] and ids[2] are never claimed: left behind.
 
 	r := analyze(t, e, checkOpts{committed: ids})
-	all := strings.Join(r.violations, "\n")
-	for _, want := range []string{
-		"stale holder not fenced",
-		"which no claim granted",
-		"jobs left in the hot table",
-		"ran but the test never committed it",
-		"without a successful run of that lease",
-	} {
-		require.Contains(t, all, want)
+	requireKinds(t, r, vStaleWrite, vCompletedNoOKRun, vRunWithoutClaim, vLeftBehind, vUncommittedRan)
+}
+
+// TestCheckerFencesPerLeaseToken seeds, through the real triggers, what a
+// build without the lease fence lets one process do: it holds a job under
+// lease 1, the reaper takes that lease, the same process claims the job
+// again under lease 2, and then its stale completion for lease 1 lands.
+// The writer is the lease holder by process (same application_name and
+// worker id), so only the per-token check can see it.
+func TestCheckerFencesPerLeaseToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	id := e.enqueue(1, job{}, 3)[0]
+	st := store.New("skiplock")
+	const holder = "fw-same.1"
+	e.own(holder)
+	conn, err := pgx.Connect(ctx, e.appURL(holder))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+
+	first, err := st.Claim(ctx, conn, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: holder, Lease: time.Millisecond})
+	require.NoError(t, err)
+	require.Len(t, first, 1)
+	waitFor(t, 5*time.Second, "the first lease to be reaped", func() bool {
+		back, _, err := st.Reap(ctx, e.pool, 10)
+		require.NoError(t, err)
+		return back == 1
+	})
+	second, err := st.Claim(ctx, conn, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: holder, Lease: lease})
+	require.NoError(t, err)
+	require.Len(t, second, 1)
+	require.NotEqual(t, first[0].LeaseToken, second[0].LeaseToken)
+	// The second lease's run succeeds, so only the token betrays the write.
+	_, err = e.pool.Exec(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, outcome, finished_at)
+		VALUES ($1, 2, $2, $3, 1, 'ok', clock_timestamp())`, id, holder, second[0].LeaseToken)
+	require.NoError(t, err)
+
+	// The stale completion: it presents the first token, as the
+	// faultworker's tracer would record it, and no fence stops it.
+	const del = "DELETE FROM skiplock.jobs AS j WHERE j.id = $1"
+	sum := md5.Sum([]byte(del))
+	presented := fmt.Sprintf(`{"%s": {"%d": %d}}`, hex.EncodeToString(sum[:]), id, first[0].LeaseToken)
+	_, err = conn.Exec(ctx, "SELECT set_config('skiplock_test.presented', $1, false)", presented)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, del, id)
+	require.NoError(t, err)
+
+	r := analyze(t, e, checkOpts{committed: []int64{id}})
+	requireKinds(t, r, vStaleToken)
+	require.Equal(t, 1, r.TokenWrites)
+	require.Equal(t, 1, r.Completed)
+}
+
+// requireKinds requires the report's violations to be exactly of the
+// given kinds (each at least once, no other kind).
+func requireKinds(t *testing.T, r *report, kinds ...string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, k := range kinds {
+		want[k] = true
+	}
+	got := r.kinds()
+	for _, v := range r.violations {
+		t.Logf("  %s", v)
+	}
+	for k := range want {
+		require.Contains(t, got, k, "the checker did not report %s", k)
+	}
+	for k := range got {
+		require.True(t, want[k], "the checker reported %s, which the seeded history does not contain", k)
+	}
+}
+
+// requireKindsAmong requires every kind of must to be reported, and any
+// other kind reported to be one of may (for seeded faults whose side
+// effects depend on timing).
+func requireKindsAmong(t *testing.T, r *report, must []string, may ...string) {
+	t.Helper()
+	allowed := map[string]bool{}
+	for _, k := range append(append([]string(nil), must...), may...) {
+		allowed[k] = true
+	}
+	got := r.kinds()
+	for _, v := range r.violations {
+		t.Logf("  %s", v)
+	}
+	for _, k := range must {
+		require.Contains(t, got, k, "the checker did not report %s", k)
+	}
+	for k := range got {
+		require.True(t, allowed[k], "the checker reported %s, which the seeded fault does not explain", k)
 	}
 }

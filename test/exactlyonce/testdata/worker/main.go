@@ -57,7 +57,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	err = skiplock.Handle(c, "eo.write", func(ctx context.Context, j *skiplock.Job[args]) error {
+	err = skiplock.Handle(c, "eo.write", func(ctx context.Context, j *skiplock.Job[args]) (err error) {
+		committing := false
+		defer func() {
+			// Evidence for the test that a lease was lost and its stale
+			// completion refused: CompleteTx said so, or the heartbeat
+			// found the lease gone first and cancelled the handler before
+			// the commit. (A commit cut off by that cancellation may have
+			// committed: the heartbeat then saw the completed job as gone.)
+			if err != nil && !committing &&
+				(errors.Is(err, skiplock.ErrLeaseLost) || errors.Is(context.Cause(ctx), skiplock.ErrLeaseLost)) {
+				_, _ = pool.Exec(context.WithoutCancel(ctx), "INSERT INTO lease_lost (n, worker, token) VALUES ($1, $2, $3)",
+					j.Args.N, j.WorkerID, j.LeaseToken)
+			}
+		}()
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			return err
@@ -68,15 +81,10 @@ func run() error {
 			return err
 		}
 		time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond) // the window for SIGKILL and SIGSTOP
-		err = skiplock.CompleteTx(ctx, c, tx, j)
-		if errors.Is(err, skiplock.ErrLeaseLost) {
-			// Evidence for the test that stale completions were refused.
-			_, _ = pool.Exec(context.WithoutCancel(ctx), "INSERT INTO lease_lost (n, worker, token) VALUES ($1, $2, $3)",
-				j.Args.N, j.WorkerID, j.LeaseToken)
-		}
-		if err != nil {
+		if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
 			return err // the deferred Rollback undoes the business row
 		}
+		committing = true
 		return tx.Commit(ctx)
 	})
 	if err != nil {

@@ -138,6 +138,7 @@ func work(args []string) error {
 	cfg.MaxConns = int32(*concurrency + 6)
 	cfg.ConnConfig.RuntimeParams["application_name"] = *id
 	cfg.ConnConfig.ConnectTimeout = 3 * time.Second
+	cfg.ConnConfig.Tracer = tokenTracer{} // the audit learns each lease write's token (trace.go)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
