@@ -16,7 +16,7 @@ func (c *Client) retentionServices() []service.Service {
 		DB:                  c.pool,
 		Schema:              c.cfg.Schema,
 		Logger:              c.cfg.Logger,
-		Archive:             c.cfg.ArchiveCompleted,
+		Archive:             c.cfg.keepCompleted(),
 		CompletedRetention:  c.cfg.CompletedRetention,
 		DeadLetterRetention: c.cfg.DeadLetterRetention,
 	}).Services()
