@@ -88,6 +88,7 @@ func (c *Client) Start(ctx context.Context) error {
 		c.cfg.Logger.Warn("skiplock: the pool may be too small: each worker pool claims on its own connection, plus the completer, heartbeat and reaper",
 			"max_conns", c.pool.Config().MaxConns, "recommended_min", need)
 	}
+	c.ensureHistoryPartitions(ctx)
 	connCfg := c.pool.Config().ConnConfig
 	c.runner = worker.New(worker.Config{
 		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,

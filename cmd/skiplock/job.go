@@ -176,6 +176,9 @@ completed in the last 24 hours. --before ID continues a listing below that id.`,
 				}
 				p.State = st
 			}
+			if p.Limit <= 0 {
+				return usageError("--limit: must be between 1 and %d, got %d", skiplock.MaxJobListLimit, p.Limit)
+			}
 			p.BeforeID = before
 			c, closePool, err := clientForCLI(cmd)
 			if err != nil {
