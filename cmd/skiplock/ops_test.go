@@ -145,8 +145,10 @@ func TestDoctorCLI(t *testing.T) {
 	db := dbtest.New(t)
 	opsReady(t, db, "default", 5, 0)
 	_, d, by := doctorJSON(t, db)
-	require.Len(t, d.Checks, 10)
+	require.Len(t, d.Checks, 11)
 	require.Equal(t, health.StatusOK, by["schema"].Status)
+	require.Equal(t, health.StatusWarn, by["unhandled_kinds"].Status)
+	require.Contains(t, by["unhandled_kinds"].Figure, `no live worker handles kind "k" in queue default: 5 ready`)
 	require.Equal(t, health.StatusOK, by["claim_index"].Status, by["claim_index"].Figure)
 	require.NotContains(t, d.Failed, "claim_index")
 
