@@ -137,3 +137,12 @@ func TestJobCLI(t *testing.T) {
 	}
 	require.Equal(t, before, opsCount(t, db, "SELECT count(*) FROM skiplock.jobs_done"))
 }
+
+// work's history flags reach the Config; a bad retention is a usage error
+// naming the flag.
+func TestWorkHistoryFlags(t *testing.T) {
+	db := dbtest.New(t)
+	code, _, stderr := runCLI(t, "work", "--database-url", db.URL, "--exec", "true", "--completed-retention", "10m")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "--completed-retention: must be at least 1h")
+}
