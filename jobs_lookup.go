@@ -253,8 +253,9 @@ func (c *Client) JobRetry(ctx context.Context, id int64) (int64, error) {
 	return 0, &JobStateError{ID: id, State: JobState(state), Action: "retry", Allow: "dead or completed"}
 }
 
-// JobCancel cancels a job in flight and returns the state it was in: a
-// ready (or scheduled) job goes to the dead-letter table with reason
+// JobCancel cancels a job in flight and returns the state it was in
+// (JobStateReady for a scheduled job too): a ready or scheduled job goes to
+// the dead-letter table with reason
 // "cancelled"; a running job's handler context is cancelled (its worker
 // hears of it by NOTIFY, or at the latest with its next heartbeat) and the
 // job is dead-lettered when the handler returns. A dead or completed job is
