@@ -125,6 +125,20 @@ func recordOf(r store.JobRow) JobRecord {
 	return rec
 }
 
+// notFoundError names the action and the id; it matches ErrJobNotFound.
+type notFoundError struct {
+	action string
+	id     int64
+}
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("skiplock: job %s: job %d not found (not in flight, dead or in the finished-job history)", e.action, e.id)
+}
+
+func (e *notFoundError) Unwrap() error { return ErrJobNotFound }
+
+func jobNotFound(action string, id int64) error { return &notFoundError{action: action, id: id} }
+
 func validateJobID(id int64) error {
 	if id <= 0 {
 		return invalidJob("id", "must be a positive job id, got %d", id)
@@ -146,7 +160,7 @@ func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
 		return nil, fmt.Errorf("skiplock: job get: %w", err)
 	}
 	if !found {
-		return nil, fmt.Errorf("skiplock: job get: job %d: %w", id, ErrJobNotFound)
+		return nil, jobNotFound("get", id)
 	}
 	rec := recordOf(row)
 	return &rec, nil
@@ -164,7 +178,7 @@ func (c *Client) JobPayload(ctx context.Context, id int64) (json.RawMessage, err
 		return nil, fmt.Errorf("skiplock: job payload: %w", err)
 	}
 	if !found {
-		return nil, fmt.Errorf("skiplock: job payload: job %d: %w", id, ErrJobNotFound)
+		return nil, jobNotFound("payload", id)
 	}
 	return json.RawMessage(p), nil
 }
@@ -248,7 +262,7 @@ func (c *Client) JobRetry(ctx context.Context, id int64) (int64, error) {
 	case newID != 0:
 		return newID, nil
 	case state == "":
-		return 0, fmt.Errorf("skiplock: job retry: job %d: %w", id, ErrJobNotFound)
+		return 0, jobNotFound("retry", id)
 	}
 	return 0, &JobStateError{ID: id, State: JobState(state), Action: "retry", Allow: "dead or completed"}
 }
@@ -300,7 +314,7 @@ func (c *Client) refusal(ctx context.Context, id int64, action, allow string) er
 	case err != nil:
 		return fmt.Errorf("skiplock: job %s: %w", action, err)
 	case !found:
-		return fmt.Errorf("skiplock: job %s: job %d: %w", action, id, ErrJobNotFound)
+		return jobNotFound(action, id)
 	}
 	return &JobStateError{ID: id, State: JobState(row.State), Action: action, Allow: allow}
 }
