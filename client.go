@@ -88,11 +88,12 @@ func (c *Client) Start(ctx context.Context) error {
 		c.cfg.Logger.Warn("skiplock: the pool may be too small: each worker pool claims on its own connection, plus the completer, heartbeat and reaper",
 			"max_conns", c.pool.Config().MaxConns, "recommended_min", need)
 	}
+	c.ensureHistoryPartitions(ctx)
 	connCfg := c.pool.Config().ConnConfig
 	c.runner = worker.New(worker.Config{
 		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,
 		Handler: c.runJob, Lease: c.cfg.LeaseDuration, HeartbeatInterval: c.cfg.HeartbeatInterval,
-		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.ArchiveCompleted,
+		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.keepCompleted(),
 		PollOnly: c.cfg.PollOnly,
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			cc := connCfg.Copy()
@@ -193,7 +194,8 @@ func (c *Client) Reap(ctx context.Context) (backToReady, deadLettered int, err e
 // Cancel cancels a job: a ready job goes to the dead-letter table with
 // reason "cancelled"; a running job's handler context is cancelled and the
 // job dead-lettered when it returns. It returns the state the job was in, or
-// ErrJobNotFound when no such job is in flight.
+// ErrJobNotFound when no such job is in flight. JobCancel does the same and
+// says why a job that is not in flight cannot be cancelled.
 func (c *Client) Cancel(ctx context.Context, id int64) (string, error) {
 	state, err := c.store.Cancel(ctx, c.pool, id)
 	if err != nil {
@@ -205,7 +207,9 @@ func (c *Client) Cancel(ctx context.Context, id int64) (string, error) {
 	return state, nil
 }
 
-// ErrJobNotFound is returned for an id that names no job in flight.
+// ErrJobNotFound is returned for an id that names no job: by Cancel, none
+// in flight; by JobGet and the other Job* methods, none in flight, dead or
+// in the finished-job history.
 var ErrJobNotFound = errors.New("skiplock: job not found")
 
 // PauseQueue stops every process from claiming from queue (within one
@@ -264,7 +268,7 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx any, job *Job[T]) erro
 		return fmt.Errorf("skiplock: CompleteTx: job %d: its handler already returned: %w", run.id, ErrLeaseLost)
 	}
 	q := c.store.SQL("complete_one_delete")
-	if c.cfg.ArchiveCompleted {
+	if c.cfg.keepCompleted() {
 		q = c.store.SQL("complete_one_archive")
 	}
 	var id int64

@@ -44,14 +44,22 @@ type Config struct {
 	// Backoff returns the delay before retry number attempt (1-based). Default
 	// capped exponential with jitter: 1s·2^(attempt-1)·[0.5,1), at most 1h.
 	Backoff func(attempt int) time.Duration
-	// ArchiveCompleted keeps finished jobs in the partitioned jobs_done table
-	// instead of deleting them. Started clients keep its daily partitions
-	// created a week ahead and drop them after CompletedRetention.
+	// DeleteCompleted deletes a job the moment it succeeds instead of keeping
+	// it in the partitioned jobs_done history for CompletedRetention. It
+	// saves the history's write (see docs/operations.md for the measured
+	// cost), but a finished job can then no longer be looked up (JobGet,
+	// JobList, `skiplock job get`) or retried. Default false: history kept.
+	DeleteCompleted bool
+	// ArchiveCompleted keeps finished jobs in the partitioned jobs_done
+	// table. That is the default now; the field stays for configurations
+	// that set it and must not be combined with DeleteCompleted.
 	ArchiveCompleted bool
-	// CompletedRetention is how long archived jobs stay in jobs_done: a
-	// started client drops each daily partition (a catalog operation, never
-	// a row-by-row DELETE) once its UTC day ended longer ago than this.
-	// Default 7 days; at least 1 hour; negative keeps the history forever.
+	// CompletedRetention is how long finished jobs stay in jobs_done, where
+	// JobGet and JobList find them: a started client drops each daily
+	// partition (a catalog operation, never a row-by-row DELETE) once its
+	// UTC day ended longer ago than this, so a job is kept between this and
+	// this plus one day. Default 24 hours; at least 1 hour; negative keeps
+	// the history forever.
 	CompletedRetention time.Duration
 	// DeadLetterRetention is how long dead letters are kept: a started
 	// client purges older ones in small batches. Default 30 days; at least
@@ -163,9 +171,13 @@ func (c Config) withDefaults() Config {
 
 // Retention defaults (Config.CompletedRetention, Config.DeadLetterRetention).
 const (
-	DefaultCompletedRetention  = 7 * 24 * time.Hour
+	DefaultCompletedRetention  = 24 * time.Hour
 	DefaultDeadLetterRetention = 30 * 24 * time.Hour
 )
+
+// keepCompleted reports whether finished jobs move to the jobs_done history
+// (the default) rather than being deleted.
+func (c Config) keepCompleted() bool { return !c.DeleteCompleted }
 
 func (c Config) validate() error {
 	if err := migrations.ValidateSchema(c.Schema); err != nil {
@@ -194,6 +206,9 @@ func (c Config) validate() error {
 	}
 	if c.DeadLetterRetention > 0 && c.DeadLetterRetention < time.Hour {
 		return invalidConfig("DeadLetterRetention", "must be at least 1h (or negative to keep dead letters forever), got %s", c.DeadLetterRetention)
+	}
+	if c.DeleteCompleted && c.ArchiveCompleted {
+		return invalidConfig("DeleteCompleted", "cannot be combined with ArchiveCompleted (history is kept unless DeleteCompleted is set)")
 	}
 	if len(c.WorkerID) > 200 {
 		return invalidConfig("WorkerID", "longer than 200 bytes")

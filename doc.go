@@ -33,6 +33,23 @@
 // and jitter (then the dead-letter table), or Snooze, Discard or Cancel.
 // Panics are failures, not crashes.
 //
+// An args type can name its kind (JobArgs: a Kind() string method), so the
+// producer and the handler share it at compile time instead of typing the
+// string twice:
+//
+//	func (Confirm) Kind() string { return "order.confirm" }
+//	skiplock.HandleArgs(client, func(ctx context.Context, j *skiplock.Job[Confirm]) error { ... })
+//	client.Enqueue(ctx, skiplock.EnqueueParams{Payload: Confirm{OrderID: 7}})
+//
+// # Looking jobs up
+//
+// A completed job stays in the partitioned history for
+// Config.CompletedRetention (24 hours by default), so JobGet answers
+// whether a job ran, when, after how many attempts and with what last
+// error, wherever it is: ready, scheduled, running, dead or completed.
+// JobList filters by queue, kind and state; JobRetry, JobCancel and
+// JobDelete act by id. Payloads are read only by JobPayload.
+//
 // # Leases
 //
 // Every claim sets locked_by and a fresh lease token and counts the attempt.

@@ -21,7 +21,8 @@ const DefaultQueue = "default"
 type EnqueueParams struct {
 	// Queue routes the job to the worker pools that claim it. Default "default".
 	Queue string
-	// Kind selects the handler.
+	// Kind selects the handler. It may be left empty when Payload is a
+	// JobArgs, whose Kind() names it; when both are set they must agree.
 	Kind string
 	// Payload is the job's arguments: a value marshalled to a JSON object, or
 	// raw JSON as json.RawMessage or []byte. nil means {}.
@@ -66,6 +67,11 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	if err := validateName("queue", p.Queue); err != nil {
 		return a, err
 	}
+	kind, err := kindOfPayload(p.Kind, p.Payload)
+	if err != nil {
+		return a, err
+	}
+	p.Kind = kind
 	if err := validateName("kind", p.Kind); err != nil {
 		return a, err
 	}

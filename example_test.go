@@ -354,3 +354,52 @@ func ExampleClient_Drain() {
 	// user.signup completed
 	// email.welcome retried smtp: connection refused
 }
+
+// WelcomeArgs names its kind, so the producer and the handler cannot
+// disagree about it: both refer to the type.
+type WelcomeArgs struct {
+	UserID int64 `json:"user_id"`
+}
+
+// Kind is the job kind of every WelcomeArgs.
+func (WelcomeArgs) Kind() string { return "welcome" }
+
+// Typed kinds: HandleArgs registers the handler under the kind its args
+// type names, and a payload of that type needs no Kind when enqueued.
+// JobGet then answers what happened to the job.
+func ExampleHandleArgs() {
+	c, done := exampleClient(skiplock.Config{PollInterval: 20 * time.Millisecond})
+	defer done()
+	ctx := context.Background()
+
+	sent := make(chan int64, 1)
+	if err := skiplock.HandleArgs(c, func(ctx context.Context, j *skiplock.Job[WelcomeArgs]) error {
+		sent <- j.Args.UserID
+		return nil
+	}); err != nil {
+		panic(err)
+	}
+	res, err := c.Enqueue(ctx, skiplock.EnqueueParams{Payload: WelcomeArgs{UserID: 4711}})
+	if err != nil {
+		panic(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("welcomed user", <-sent)
+
+	for {
+		job, err := c.JobGet(ctx, res.ID)
+		if err != nil {
+			panic(err)
+		}
+		if job.State == skiplock.JobStateCompleted {
+			fmt.Println(job.Kind, job.State, "after", job.Attempts, "attempt(s)")
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Output:
+	// welcomed user 4711
+	// welcome completed after 1 attempt(s)
+}

@@ -1,6 +1,8 @@
 package skiplock
 
 import (
+	"context"
+
 	"github.com/skiplock/skiplock/internal/maintenance"
 	"github.com/skiplock/skiplock/internal/service"
 )
@@ -12,14 +14,34 @@ import (
 // small batches. Every process runs them; an advisory lock per pass (keyed
 // on the schema) lets one process at a time do each pass.
 func (c *Client) retentionServices() []service.Service {
+	return c.retention().Services()
+}
+
+func (c *Client) retention() *maintenance.Retention {
 	return maintenance.NewRetention(maintenance.RetentionConfig{
 		DB:                  c.pool,
 		Schema:              c.cfg.Schema,
 		Logger:              c.cfg.Logger,
-		Archive:             c.cfg.ArchiveCompleted,
+		Archive:             c.cfg.keepCompleted(),
 		CompletedRetention:  c.cfg.CompletedRetention,
 		DeadLetterRetention: c.cfg.DeadLetterRetention,
-	}).Services()
+	})
+}
+
+// ensureHistoryPartitions runs one partition pass before the workers start,
+// so the first completions find today's jobs_done partition instead of the
+// default one (a completion routed there while the partition pass attaches
+// today's partition fails with SQLSTATE 23514). A failure is logged and
+// not fatal: the default partition still catches completions, and the
+// periodic pass retries.
+func (c *Client) ensureHistoryPartitions(ctx context.Context) {
+	if !c.cfg.keepCompleted() {
+		return
+	}
+	if _, err := c.retention().MaintainPartitions(ctx); err != nil {
+		c.cfg.Logger.Warn("skiplock: creating the jobs_done partitions failed; the periodic pass will retry",
+			"error", err.Error())
+	}
 }
 
 // vacuumServices returns the vacuum guard of the jobs table, unless

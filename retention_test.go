@@ -16,7 +16,7 @@ func TestRetentionConfig(t *testing.T) {
 	t.Parallel()
 	c := offlineClient(t)
 	require.Equal(t, skiplock.DefaultCompletedRetention, c.Config().CompletedRetention)
-	require.Equal(t, 7*24*time.Hour, c.Config().CompletedRetention)
+	require.Equal(t, 24*time.Hour, c.Config().CompletedRetention)
 	require.Equal(t, 30*24*time.Hour, c.Config().DeadLetterRetention)
 
 	pool := c.Pool()

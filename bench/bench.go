@@ -144,7 +144,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	res := Result{Queue: queue, Jobs: o.Jobs, Workers: o.Workers, Batch: o.Batch, Handler: h.String()}
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: quietLogger(progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
-		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+		DeleteCompleted: o.DeleteCompleted,
+		Pools:           []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
 	})
 	if err != nil {
 		return res, err
@@ -433,13 +434,14 @@ func waitBackendsGone(ctx context.Context, pool *pgxpool.Pool, queue string) {
 	time.Sleep(50 * time.Millisecond)
 }
 
-// cleanup deletes everything the run left: its queue's jobs and dead
-// letters and its worker row. It runs whatever happened to the run's ctx.
+// cleanup deletes everything the run left: its queue's jobs, finished-job
+// history and dead letters and its worker row. It runs whatever happened to the run's ctx.
 func cleanup(pool *pgxpool.Pool, st *store.Store, queue, workerID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("jobs")+" WHERE queue = $1", queue)
 	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("jobs_dead")+" WHERE queue = $1", queue)
+	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("jobs_done")+" WHERE queue = $1", queue)
 	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("workers")+" WHERE id = $1", workerID)
 	_, _ = pool.Exec(ctx, "DELETE FROM "+st.Table("queues")+" WHERE name = $1", queue)
 }

@@ -117,6 +117,10 @@ type Options struct {
 	Schema string
 	// Progress receives a progress line every second; nil discards them.
 	Progress io.Writer
+	// DeleteCompleted runs the drain with Config.DeleteCompleted: finished
+	// jobs are deleted instead of kept in the jobs_done history (the
+	// default), to measure what the history costs.
+	DeleteCompleted bool
 	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
 	// (seeding excluded).
 	CPUProfile io.Writer

@@ -820,3 +820,26 @@ func TestFlashOnlyFromTheServer(t *testing.T) {
 		assert.NotContains(t, body, "<script>alert(1)")
 	}
 }
+
+// The overview warns about due jobs whose kind no live worker handles,
+// naming the kind and linking to the jobs; it shows nothing when every
+// kind is handled.
+func TestOverviewNamesUnhandledKinds(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	_, body := f.get("/")
+	assert.NotContains(t, body, `id="unhandled-kinds"`, "the legacy worker row serves every kind of mail")
+
+	ctx := context.Background()
+	_, err := f.db.Pool.Exec(ctx, `UPDATE skiplock.workers SET handles = '[{"queues": ["mail"], "kinds": ["email.send"]}]'`)
+	require.NoError(t, err)
+	_, err = f.client.Enqueue(ctx, skiplock.EnqueueParams{Queue: "mail", Kind: "email.sned", Payload: map[string]string{"email": marker}})
+	require.NoError(t, err)
+	for _, path := range []string{"/", "/overview/panels"} {
+		code, body := f.get(path)
+		require.Equal(t, http.StatusOK, code, body)
+		assert.Contains(t, body, `id="unhandled-kinds"`, path)
+		assert.Contains(t, body, `kind=email.sned&amp;state=ready">email.sned</a> in mail: 1 ready`, path)
+		assert.NotContains(t, body, marker, path)
+	}
+}

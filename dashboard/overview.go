@@ -100,6 +100,10 @@ type overviewData struct {
 	QueueErr, ClaimErr, RunErr, DeadErr string
 	VacuumErr                           string
 	ReadyTotal, ScheduledTotal          int64
+	// Unhandled are due jobs whose kind no live worker handles (a warning
+	// under the queue-lag panel); UnhandledErr says why it is missing.
+	Unhandled    []health.UnhandledKind
+	UnhandledErr string
 }
 
 func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
@@ -130,6 +134,16 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 		}
 		if o.LagStatus == "" {
 			o.LagStatus = statusOK
+		}
+	}
+
+	// Kinds no live worker handles wait forever: name them under the lag.
+	if u, err := health.UnhandledKinds(ctx, d.pool, d.opts.Schema); err != nil {
+		o.UnhandledErr = broken("unhandled kinds", err)
+	} else {
+		o.Unhandled = u
+		if len(u) > 0 {
+			o.LagStatus = worst(o.LagStatus, statusWarn)
 		}
 	}
 

@@ -7,12 +7,13 @@
 // Prometheus replicas, a dashboard) cost one round of queries.
 //
 // Metrics (every name starts with skiplock_; labels carry queue names,
-// states and worker ids only, never job ids or payload values):
+// kinds, states and worker ids only, never job ids or payload values):
 //
 //	skiplock_up                                    1 when the last read of the health views succeeded, else 0
 //	skiplock_queue_jobs{queue,state}               jobs per queue and state: ready, scheduled, running, dead
 //	skiplock_queue_oldest_ready_age_seconds{queue} queue lag: how long the oldest due job has waited (SLO < 120)
 //	skiplock_queue_paused{queue}                   1 for a paused queue
+//	skiplock_unhandled_ready_jobs{queue,kind}      due jobs whose kind no live worker of the queue handles (absent when none)
 //	skiplock_dead_letters                          dead letters kept (the dead-letter table's size)
 //	skiplock_dead_letters_last_24h                 jobs that died in the last 24 hours
 //	skiplock_dead_letters_previous_24h             jobs that died in the 24 hours before that
@@ -94,7 +95,7 @@ const (
 )
 
 type descs struct {
-	up, queueJobs, queueLag, queuePaused                            *prometheus.Desc
+	up, queueJobs, queueLag, queuePaused, unhandled                 *prometheus.Desc
 	dead, dead24h, deadPrev24h                                      *prometheus.Desc
 	liveTuples, deadTuples, avThreshold, lastAutovacuum, xmin       *prometheus.Desc
 	workers, workerClaimP99, claimed, completed, failed, collectErr *prometheus.Desc
@@ -109,6 +110,7 @@ func newDescs() descs {
 		queueJobs:      d("queue_jobs", "Jobs per queue and state: ready (due now), scheduled (due later), running, dead (dead letters).", "queue", "state"),
 		queueLag:       d("queue_oldest_ready_age_seconds", "Queue lag: how long the queue's oldest due job has waited (0 when none is due).", "queue"),
 		queuePaused:    d("queue_paused", "1 when the queue is paused.", "queue"),
+		unhandled:      d("unhandled_ready_jobs", "Due ready jobs whose kind no live worker of the queue handles: they wait forever (a mistyped kind, or a handler not deployed). Sampled up to 10,000 per queue.", "queue", "kind"),
 		dead:           d("dead_letters", "Dead letters kept (the dead-letter table's size)."),
 		dead24h:        d("dead_letters_last_24h", "Jobs that moved to the dead-letter table in the last 24 hours."),
 		deadPrev24h:    d("dead_letters_previous_24h", "Jobs that moved to the dead-letter table in the 24 hours before the last 24."),
@@ -148,7 +150,7 @@ func newCollector(pool *pgxpool.Pool, schema string, timeout, cacheFor time.Dura
 // Describe sends every metric's descriptor.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		c.d.up, c.d.queueJobs, c.d.queueLag, c.d.queuePaused, c.d.dead, c.d.dead24h, c.d.deadPrev24h,
+		c.d.up, c.d.queueJobs, c.d.queueLag, c.d.queuePaused, c.d.unhandled, c.d.dead, c.d.dead24h, c.d.deadPrev24h,
 		c.d.liveTuples, c.d.deadTuples, c.d.avThreshold, c.d.lastAutovacuum, c.d.xmin,
 		c.d.workers, c.d.workerClaimP99, c.d.claimed, c.d.completed, c.d.failed, c.d.collectErr,
 	} {
@@ -200,6 +202,13 @@ func (c *collector) read() []prometheus.Metric {
 			gauge(c.d.queueJobs, float64(s.Dead), s.Queue, stateDead)
 			gauge(c.d.queueLag, s.OldestReadyAgeSeconds, s.Queue)
 			gauge(c.d.queuePaused, boolFloat(s.Paused), s.Queue)
+		}
+	}
+	if us, err := health.UnhandledKinds(ctx, c.pool, c.schema); err != nil {
+		fail(err)
+	} else {
+		for _, u := range us {
+			gauge(c.d.unhandled, float64(u.Ready), u.Queue, u.Kind)
 		}
 	}
 	if size, err := health.DeadLetterSizeOf(ctx, c.pool, c.schema); err != nil {

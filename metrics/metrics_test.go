@@ -238,3 +238,21 @@ func label(m *dto.Metric, name string) string {
 	}
 	return ""
 }
+
+// Due jobs whose kind no live worker of their queue handles are exported
+// per queue and kind; handled kinds are absent.
+func TestCollectorUnhandledKinds(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	exec(t, db, `INSERT INTO skiplock.workers (id, hostname, pid, queues, heartbeat_at, handles)
+		VALUES ('w1', 'h', 1, '{mail}', now(), '[{"queues": ["mail"], "kinds": ["send"]}]')`)
+	exec(t, db, `INSERT INTO skiplock.jobs (queue, kind, payload)
+		SELECT 'mail', k, jsonb_build_object('secret', $1::text) FROM unnest(array['send', 'sned', 'sned']) AS k`, secret)
+	c := NewCollector(db.Pool, db.Schema)
+	want := `
+# HELP skiplock_unhandled_ready_jobs Due ready jobs whose kind no live worker of the queue handles: they wait forever (a mistyped kind, or a handler not deployed). Sampled up to 10,000 per queue.
+# TYPE skiplock_unhandled_ready_jobs gauge
+skiplock_unhandled_ready_jobs{kind="sned",queue="mail"} 2
+`
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "skiplock_unhandled_ready_jobs"))
+}

@@ -19,6 +19,7 @@ type benchFlags struct {
 	latency              bool
 	samples              int
 	cpuProfile           string
+	deleteCompleted      bool
 }
 
 func newBenchCmd() *cobra.Command {
@@ -51,6 +52,7 @@ dead letters and worker row when it ends. The schema must be migrated.`,
 	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
 	fl.BoolVar(&f.latency, "latency", false, "measure enqueue → handler start on an idle queue instead")
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")
+	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
 	addJSON(cmd)
 	return cmd
@@ -59,7 +61,7 @@ dead letters and worker row when it ends. The schema must be migrated.`,
 func runBench(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
 	if f.latency {
-		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile"} {
+		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed"} {
 			if fl.Changed(name) {
 				return usageError("--%s: not used with --latency", name)
 			}
@@ -87,7 +89,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		return usageError("--samples: only used with --latency")
 	}
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
-		Progress: cmd.ErrOrStderr()}
+		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr()}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}

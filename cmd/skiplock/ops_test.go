@@ -73,7 +73,7 @@ func TestStatsCLI(t *testing.T) {
 	db := dbtest.New(t)
 	code, out, stderr := runCLI(t, "stats", "--database-url", db.URL, "--json")
 	require.Equal(t, 0, code, stderr)
-	require.JSONEq(t, `{"queues":[]}`, out, "an empty installation prints an empty list, not null")
+	require.JSONEq(t, `{"queues":[],"unhandled_kinds":[]}`, out, "an empty installation prints empty lists, not null")
 
 	opsReady(t, db, "mail", 3, -90*time.Second)
 	opsReady(t, db, "mail", 2, time.Hour)
@@ -98,9 +98,13 @@ func TestStatsCLI(t *testing.T) {
 	require.InDelta(t, 90, mail.OldestReadyAgeSeconds, 10)
 	require.Equal(t, "reports", reports.Queue)
 	require.Equal(t, [4]int64{1, 0, 0, 2}, [4]int64{reports.Ready, reports.Scheduled, reports.Running, reports.Dead})
+	// No worker is live, so no due kind is handled: stats names them.
+	require.Equal(t, []health.UnhandledKind{{Queue: "mail", Kind: "k", Ready: 3}, {Queue: "reports", Kind: "k", Ready: 1}},
+		zeroAges(got.UnhandledKinds))
 
 	code, out, stderr = runCLI(t, "stats", "--database-url", db.URL)
 	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, `warning: no live worker handles kind "k" in queue mail: 3 job(s) ready`)
 	require.Contains(t, out, "QUEUE")
 	require.Contains(t, out, "mail")
 	require.Contains(t, out, "1m3") // 90s of lag, printed for people
@@ -110,6 +114,13 @@ func TestStatsCLI(t *testing.T) {
 	require.Contains(t, stderr, "--nope")
 	code, _, stderr = runCLI(t, "stats", "--database-url", db.URL, "extra")
 	require.Equal(t, 2, code, stderr)
+}
+
+func zeroAges(us []health.UnhandledKind) []health.UnhandledKind {
+	for i := range us {
+		us[i].OldestReadyAgeSeconds = 0
+	}
+	return us
 }
 
 func doctorJSON(t *testing.T, db *dbtest.DB) (int, doctorOut, map[string]health.Check) {
@@ -134,8 +145,10 @@ func TestDoctorCLI(t *testing.T) {
 	db := dbtest.New(t)
 	opsReady(t, db, "default", 5, 0)
 	_, d, by := doctorJSON(t, db)
-	require.Len(t, d.Checks, 10)
+	require.Len(t, d.Checks, 11)
 	require.Equal(t, health.StatusOK, by["schema"].Status)
+	require.Equal(t, health.StatusWarn, by["unhandled_kinds"].Status)
+	require.Contains(t, by["unhandled_kinds"].Figure, `no live worker handles kind "k" in queue default: 5 ready`)
 	require.Equal(t, health.StatusOK, by["claim_index"].Status, by["claim_index"].Figure)
 	require.NotContains(t, d.Failed, "claim_index")
 

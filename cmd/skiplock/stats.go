@@ -25,6 +25,9 @@ const opsStatementTimeout = 10 * time.Second
 // statsOut is `skiplock stats --json` (PRODUCT §2).
 type statsOut struct {
 	Queues []health.QueueStat `json:"queues"`
+	// UnhandledKinds are due ready jobs per queue and kind that no live
+	// worker handles (they wait forever); empty when there are none.
+	UnhandledKinds []health.UnhandledKind `json:"unhandled_kinds"`
 }
 
 func newStatsCmd() *cobra.Command {
@@ -33,7 +36,9 @@ func newStatsCmd() *cobra.Command {
 		Short: "Per queue: ready, scheduled, running and dead jobs and the queue lag (oldest ready job)",
 		Long: `Per queue: ready jobs (due now), scheduled jobs (due later), running jobs, dead letters
 and the age of the oldest ready job in seconds (the queue lag; the SLO is under two minutes).
-Read from the queue_stats view through the partial indexes; payloads are never read.`,
+Read from the queue_stats view through the partial indexes; payloads are never read.
+Below the table, a warning names every kind with due jobs that no live worker handles
+(unhandled_kinds in --json).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pool, err := connect(cmd.Context(), 2)
@@ -45,14 +50,25 @@ Read from the queue_stats view through the partial indexes; payloads are never r
 			if err != nil {
 				return err
 			}
+			unhandled, err := readUnhandledKinds(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
 			if g.jsonOut {
-				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats})
+				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled})
 			}
 			if len(stats) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), "no queue has jobs, dead letters or a pause flag")
 				return nil
 			}
-			return printQueueTable(cmd.OutOrStdout(), stats)
+			if err := printQueueTable(cmd.OutOrStdout(), stats); err != nil {
+				return err
+			}
+			for _, u := range unhandled {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: no live worker handles kind %q in queue %s: %d job(s) ready, oldest %s\n",
+					u.Kind, u.Queue, u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
+			}
+			return nil
 		},
 	}
 	addJSON(cmd)
@@ -71,6 +87,20 @@ func readQueueStats(ctx context.Context, pool *pgxpool.Pool) ([]health.QueueStat
 		stats = []health.QueueStat{}
 	}
 	return stats, nil
+}
+
+// readUnhandledKinds reads the kinds no live worker handles; never nil.
+func readUnhandledKinds(ctx context.Context, pool *pgxpool.Pool) ([]health.UnhandledKind, error) {
+	qctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
+	defer cancel()
+	u, err := health.UnhandledKinds(qctx, pool, g.schema)
+	if err != nil {
+		return nil, err
+	}
+	if u == nil {
+		u = []health.UnhandledKind{}
+	}
+	return u, nil
 }
 
 // printQueueTable prints queue stats as an aligned table.

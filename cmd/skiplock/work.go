@@ -42,6 +42,9 @@ type workFlags struct {
 	pollInterval time.Duration
 	execCmd      string
 	metricsAddr  string
+	// history of finished jobs (Config.DeleteCompleted, CompletedRetention)
+	deleteCompleted    bool
+	completedRetention time.Duration
 }
 
 func newWorkCmd() *cobra.Command {
@@ -73,6 +76,8 @@ The worker also runs the reaper and the recurring-job scheduler.`,
 	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN (behind a transaction-mode pooler)")
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "backstop poll interval")
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
+	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
+	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by `job get` (default 24h; at least 1h; negative: forever)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464")
 	return cmd
 }
@@ -83,6 +88,7 @@ var workConfigFlags = map[string]string{
 	"Pools[0].Queues": "--queue", "Pools[0].Kinds": "--kinds", "Pools[0].Concurrency": "--concurrency",
 	"Pools[0].BatchSize": "--batch", "Pools[0].TenantCap": "--tenant-cap", "LeaseDuration": "--lease",
 	"HeartbeatInterval": "--lease", "PollInterval": "--poll-interval", "Schema": "--schema",
+	"CompletedRetention": "--completed-retention", "DeleteCompleted": "--delete-completed",
 }
 
 func runWork(cmd *cobra.Command, f workFlags) error {
@@ -130,7 +136,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	defer pool.Close()
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
-		ShutdownTimeout: f.drainTimeout,
+		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
 		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
 	})

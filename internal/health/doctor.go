@@ -30,7 +30,7 @@ const (
 type Check struct {
 	// Name identifies the check: schema, queue_lag, dead_tuples,
 	// table_settings, claim_index, xmin_horizon, notify_queue, stuck_jobs,
-	// workers, dead_letters.
+	// workers, unhandled_kinds, dead_letters.
 	Name string `json:"name"`
 	// Status is StatusOK, StatusWarn or StatusFail.
 	Status string `json:"status"`
@@ -101,7 +101,8 @@ var wantReloptions = []struct{ name, value, why string }{
 // schema version, queue lag, dead tuples and autovacuum lag on the hot table,
 // its per-table settings, the claim's partial index (present and used by the
 // real claim plan), transactions pinning the xmin horizon, NOTIFY queue
-// usage, stuck running jobs, live workers and dead-letter growth. It only
+// usage, stuck running jobs, live workers, due jobs whose kind no live
+// worker handles, and dead-letter growth. It only
 // reads (the claim is EXPLAINed, not run, in a transaction it rolls back).
 // A check that cannot run reports StatusFail with the error as its figure;
 // the error return is for a database that cannot be queried at all.
@@ -127,7 +128,7 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 	}
 	for _, f := range []func(context.Context) Check{
 		d.checkQueueLag, d.checkDeadTuples, d.checkTableSettings, d.checkClaimIndex, d.checkXmin,
-		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkDeadLetters,
+		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkDeadLetters,
 	} {
 		if err := ctx.Err(); err != nil {
 			return checks, err
@@ -235,7 +236,8 @@ func (d *doctor) checkQueueLag(ctx context.Context) Check {
 		c.Status = StatusWarn
 	}
 	if c.Status != StatusOK {
-		c.Fix = "if claim p99 is climbing too, this is vacuum debt: see dead_tuples and xmin_horizon, and do not scale the box or add an index. " +
+		c.Fix = "if unhandled_kinds names kinds, those jobs wait for a handler no worker has. " +
+			"If claim p99 is climbing too, this is vacuum debt: see dead_tuples and xmin_horizon, and do not scale the box or add an index. " +
 			"Otherwise workers are too few for the load or one kind crowds the others out: run more workers, or give that kind its own pool " +
 			"(skiplock work --queue Q --kinds a,b) or a --tenant-cap. Watch it with `skiplock top`."
 	}

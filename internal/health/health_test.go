@@ -494,7 +494,7 @@ func TestDoctorHealthy(t *testing.T) {
 		require.NotEqual(t, health.StatusFail, c.Status, "%s: %s", c.Name, c.Figure)
 	}
 	require.Equal(t, []string{"schema", "queue_lag", "dead_tuples", "table_settings", "claim_index", "xmin_horizon",
-		"notify_queue", "stuck_jobs", "workers", "dead_letters"}, names)
+		"notify_queue", "stuck_jobs", "workers", "unhandled_kinds", "dead_letters"}, names)
 	require.Equal(t, autovacuum == "off", health.Failed(checks))
 	for _, c := range checks {
 		if c.Name == "claim_index" {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -244,12 +245,25 @@ type WorkerBeat struct {
 	Failed      int64
 	ClaimP99MS  *float64
 	Stopped     bool
+	// Handles is what each pool claims, for the unhandled-kinds check.
+	Handles []PoolHandles
+}
+
+// PoolHandles is one pool's queues and kinds (nil Kinds: any kind), as
+// stored in workers.handles.
+type PoolHandles struct {
+	Queues []string `json:"queues"`
+	Kinds  []string `json:"kinds"`
 }
 
 // BeatWorker upserts the process row.
 func (s *Store) BeatWorker(ctx context.Context, db DBTX, w WorkerBeat) error {
-	_, err := db.Exec(ctx, s.SQL("worker_beat"), w.ID, w.Hostname, w.PID, w.Queues, w.Concurrency, w.Running,
-		w.Claimed, w.Completed, w.Failed, w.ClaimP99MS, w.Stopped)
+	handles, err := json.Marshal(w.Handles)
+	if err != nil {
+		return err
+	}
+	_, err = db.Exec(ctx, s.SQL("worker_beat"), w.ID, w.Hostname, w.PID, w.Queues, w.Concurrency, w.Running,
+		w.Claimed, w.Completed, w.Failed, w.ClaimP99MS, w.Stopped, string(handles))
 	return err
 }
 

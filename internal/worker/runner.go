@@ -484,9 +484,11 @@ func (r *Runner) beat(ctx context.Context, stopped bool) {
 	st := r.Stats()
 	queues := []string{}
 	conc := 0
+	var handles []store.PoolHandles
 	for _, p := range r.pools {
 		queues = append(queues, p.cfg.Queues...)
 		conc += p.cfg.Concurrency
+		handles = append(handles, store.PoolHandles{Queues: p.cfg.Queues, Kinds: p.cfg.Kinds})
 	}
 	var p99 *float64
 	if st.ClaimP99 > 0 {
@@ -499,7 +501,7 @@ func (r *Runner) beat(ctx context.Context, stopped bool) {
 	err := r.cfg.Store.BeatWorker(qctx, r.cfg.Pool, store.WorkerBeat{
 		ID: r.cfg.WorkerID, Hostname: host, PID: os.Getpid(), Queues: queues, Concurrency: conc,
 		Running: st.Running, Claimed: st.Claimed, Completed: st.Completed, Failed: st.Failed,
-		ClaimP99MS: p99, Stopped: stopped,
+		ClaimP99MS: p99, Stopped: stopped, Handles: handles,
 	})
 	if err != nil && ctx.Err() == nil {
 		r.log.Debug("skiplock: worker row update failed", slog.String("error", err.Error()))

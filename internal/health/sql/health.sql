@@ -232,3 +232,10 @@ WHERE j.state = 'running' AND j.lease_expires_at < now();
 SELECT count(*)
 FROM {{schema}}.workers AS w
 WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond';
+
+-- name: unhandled_kinds
+-- Due ready jobs per queue and kind that no live worker serves (migration
+-- 005's unhandled_kinds function), most first.
+--   $1 live window (microseconds)
+SELECT u.queue, u.kind, u.ready, u.oldest_ready_age_seconds
+FROM {{schema}}.unhandled_kinds($1::bigint * interval '1 microsecond') AS u;

@@ -1,8 +1,9 @@
 -- Job inspection for the dashboard: search and detail. Nothing here selects
 -- a payload except job_payload, which runs only when an authorised user
--- reveals one. Finished jobs (archive mode) are searched over the last 24
--- hours only: jobs_done is partitioned by completion time and has no index on
--- id, so a wider search would read the whole history.
+-- reveals one. Finished jobs (the jobs_done history) are searched over the
+-- last 24 hours only: jobs_done is partitioned by completion time and its
+-- only index is a BRIN on id (migration 005), so a search in id order would
+-- read the whole history. lookup.sql holds the Client's JobGet/JobList.
 
 -- name: search_jobs
 -- Keyset-paginated search, newest id first. Every filter is optional (NULL).

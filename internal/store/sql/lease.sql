@@ -13,7 +13,8 @@ WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $4 AND j.state =
 RETURNING j.id, j.cancel_requested;
 
 -- name: complete_delete
--- Success, default mode: the row is deleted (least write amplification).
+-- Success without history (Config.DeleteCompleted): the row is deleted
+-- (least write amplification).
 --   $1 ids  $2 tokens  $3 worker id
 DELETE FROM {{schema}}.jobs AS j
 USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
@@ -21,17 +22,19 @@ WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $3 AND j.state =
 RETURNING j.id;
 
 -- name: complete_archive
--- Success, archive mode: the row moves to the partitioned history table.
+-- Success, keeping history (the default): the row moves to the partitioned
+-- history table, with its attempts and the last failed attempt's error, so
+-- the job can be looked up until its day's partition is dropped.
 WITH done AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
     WHERE j.id = l.id AND j.lease_token = l.token AND j.locked_by = $3 AND j.state = 'running'
     RETURNING j.*
 )
-INSERT INTO {{schema}}.jobs_done (id, priority, attempts, run_at, created_at, attempted_at, finished_at,
-                                  queue, kind, locked_by, tenant, entity, payload)
-SELECT d.id, d.priority, d.attempts, d.run_at, d.created_at, d.attempted_at, now(),
-       d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.payload
+INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload)
+SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload
 FROM done AS d
 RETURNING id;
 
@@ -143,12 +146,14 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM buried) THEN 'ready'
 -- One row per worker process, refreshed with every heartbeat.
 --   $1 id $2 hostname $3 pid $4 queues $5 concurrency $6 running
 --   $7 claimed $8 completed $9 failed $10 claim p99 ms $11 stopped
+--   $12 handles (JSON: [{"queues": [...], "kinds": [...] | null}], one per pool)
 INSERT INTO {{schema}}.workers AS w (id, hostname, pid, queues, concurrency, running,
-                                     claimed_total, completed_total, failed_total, claim_p99_ms, stopped_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, CASE WHEN $11::boolean THEN now() END)
+                                     claimed_total, completed_total, failed_total, claim_p99_ms, stopped_at,
+                                     handles)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, CASE WHEN $11::boolean THEN now() END, $12::jsonb)
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = now(), running = EXCLUDED.running, concurrency = EXCLUDED.concurrency,
-    queues = EXCLUDED.queues, claimed_total = EXCLUDED.claimed_total,
+    queues = EXCLUDED.queues, handles = EXCLUDED.handles, claimed_total = EXCLUDED.claimed_total,
     completed_total = EXCLUDED.completed_total, failed_total = EXCLUDED.failed_total,
     claim_p99_ms = EXCLUDED.claim_p99_ms, stopped_at = EXCLUDED.stopped_at;
 
@@ -166,10 +171,10 @@ WITH done AS (
     WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3 AND j.state = 'running'
     RETURNING j.*
 )
-INSERT INTO {{schema}}.jobs_done (id, priority, attempts, run_at, created_at, attempted_at, finished_at,
-                                  queue, kind, locked_by, tenant, entity, payload)
-SELECT d.id, d.priority, d.attempts, d.run_at, d.created_at, d.attempted_at, now(),
-       d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.payload
+INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload)
+SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload
 FROM done AS d
 RETURNING id;
 

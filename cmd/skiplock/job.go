@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skiplock/skiplock"
+)
+
+func init() { register(newJobCmd) }
+
+func newJobCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "job get|list|retry|cancel|delete",
+		Short: "Look up, retry, cancel or delete jobs by id or filter",
+		Long: `Jobs by id or filter, wherever they are: ready, scheduled, running, dead, or completed.
+Completed jobs are kept for Config.CompletedRetention (24 hours by default) unless the workers
+run with Config.DeleteCompleted. Payloads are shown only by 'job get --payload'.`,
+	}
+	cmd.AddCommand(newJobGetCmd(), newJobListCmd(), newJobActionCmd("retry"), newJobActionCmd("cancel"),
+		newJobActionCmd("delete"))
+	return cmd
+}
+
+// jobID parses the ID argument, a usage error naming it otherwise.
+func jobID(args []string) (int64, error) {
+	if len(args) != 1 {
+		return 0, usageError("ID: exactly one job id expected, got %d arguments", len(args))
+	}
+	id, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usageError("ID: must be a positive job id, got %q", args[0])
+	}
+	return id, nil
+}
+
+// jobUsage turns a *skiplock.FieldError of a job call into exit 2 naming
+// the flag or argument.
+func jobUsage(err error) error {
+	var fe *skiplock.FieldError
+	if errors.As(err, &fe) {
+		name := map[string]string{"id": "ID", "state": "--state", "queue": "--queue", "kind": "--kind",
+			"limit": "--limit", "before_id": "--before"}[fe.Field]
+		if name == "" {
+			name = fe.Field
+		}
+		return usageError("%s: %s", name, fe.Message)
+	}
+	return err
+}
+
+func newJobGetCmd() *cobra.Command {
+	var payload bool
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one job: its state, attempts, times, outcome and last error",
+		Long: `Shows the job with this id wherever it is: ready, scheduled, running, dead (with its reason)
+or completed (kept for 24 hours by default). The payload is shown only with --payload: it may
+hold personal data. Exit 1 when no such job exists.`,
+		Example: `  skiplock job get 4711
+  skiplock job get 4711 --json
+  skiplock job get 4711 --payload`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobID(args)
+			if err != nil {
+				return err
+			}
+			c, closePool, err := clientForCLI(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			rec, err := c.JobGet(cmd.Context(), id)
+			if err != nil {
+				return jobUsage(err)
+			}
+			var raw json.RawMessage
+			if payload {
+				if raw, err = c.JobPayload(cmd.Context(), id); err != nil {
+					return jobUsage(err)
+				}
+			}
+			if g.jsonOut {
+				if payload {
+					return printJSON(cmd.OutOrStdout(), struct {
+						*skiplock.JobRecord
+						Payload json.RawMessage `json:"payload"`
+					}{rec, raw})
+				}
+				return printJSON(cmd.OutOrStdout(), rec)
+			}
+			return printJob(cmd.OutOrStdout(), rec, raw)
+		},
+	}
+	cmd.Flags().BoolVar(&payload, "payload", false, "also show the payload (may hold personal data)")
+	addJSON(cmd)
+	return cmd
+}
+
+func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	line := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	ts := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	line("id", strconv.FormatInt(j.ID, 10))
+	line("state", string(j.State))
+	line("queue", j.Queue)
+	line("kind", j.Kind)
+	line("priority", strconv.Itoa(j.Priority))
+	attempts := strconv.Itoa(j.Attempts)
+	if j.MaxAttempts > 0 {
+		attempts += " of " + strconv.Itoa(j.MaxAttempts)
+	}
+	line("attempts", attempts)
+	line("created_at", ts(&j.CreatedAt))
+	line("run_at", ts(&j.RunAt))
+	line("attempted_at", ts(j.AttemptedAt))
+	line("finished_at", ts(j.FinishedAt))
+	line("outcome", j.Outcome)
+	line("lease_expires_at", ts(j.LeaseExpiresAt))
+	if j.CancelRequested {
+		line("cancel", "requested")
+	}
+	line("locked_by", j.LockedBy)
+	line("unique_key", j.UniqueKey)
+	line("tenant", j.Tenant)
+	line("entity", j.Entity)
+	line("last_error", oneLine(j.LastError))
+	if payload != nil {
+		line("payload", string(payload))
+	}
+	return tw.Flush()
+}
+
+// oneLine keeps a multi-line error on one table row.
+func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ") }
+
+func newJobListCmd() *cobra.Command {
+	var (
+		p      skiplock.JobListParams
+		state  string
+		before int64
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--queue Q] [--kind K] [--state S] [--limit N] [--before ID]",
+		Short: "List jobs by queue, kind and state, newest first",
+		Long: `Lists jobs newest id first, without payloads. Without --state: every job in flight
+(ready, scheduled, running) and every dead letter. --state completed lists the jobs
+completed in the last 24 hours. --before ID continues a listing below that id.`,
+		Example: `  skiplock job list --state dead --kind welcome
+  skiplock job list --queue emails --state completed --limit 20 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if state != "" {
+				st, err := skiplock.ParseJobState(state)
+				if err != nil {
+					return jobUsage(err)
+				}
+				p.State = st
+			}
+			if p.Limit <= 0 {
+				return usageError("--limit: must be between 1 and %d, got %d", skiplock.MaxJobListLimit, p.Limit)
+			}
+			p.BeforeID = before
+			c, closePool, err := clientForCLI(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			jobs, err := c.JobList(cmd.Context(), p)
+			if err != nil {
+				return jobUsage(err)
+			}
+			if g.jsonOut {
+				if jobs == nil {
+					jobs = []skiplock.JobRecord{}
+				}
+				return printJSON(cmd.OutOrStdout(), jobs)
+			}
+			return printJobs(cmd.OutOrStdout(), jobs)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&p.Queue, "queue", "", "only this queue")
+	fl.StringVar(&p.Kind, "kind", "", "only this kind")
+	fl.StringVar(&state, "state", "", "only this state: ready, scheduled, running, dead or completed")
+	fl.IntVar(&p.Limit, "limit", skiplock.DefaultJobListLimit, fmt.Sprintf("most jobs listed (1 to %d)", skiplock.MaxJobListLimit))
+	fl.Int64Var(&before, "before", 0, "only ids below this one (the next page)")
+	addJSON(cmd)
+	return cmd
+}
+
+func printJobs(w io.Writer, jobs []skiplock.JobRecord) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tQUEUE\tKIND\tATTEMPTS\tFINISHED\tOUTCOME\tLAST ERROR")
+	for _, j := range jobs {
+		finished := ""
+		if j.FinishedAt != nil {
+			finished = j.FinishedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.State, j.Queue, j.Kind, j.Attempts, finished,
+			j.Outcome, oneLine(j.LastError))
+	}
+	return tw.Flush()
+}
+
+func newJobActionCmd(action string) *cobra.Command {
+	short := map[string]string{
+		"retry":  "Give a dead or completed job a new attempt (one new ready job)",
+		"cancel": "Cancel a ready or running job (a running handler's context is cancelled)",
+		"delete": "Delete a ready or scheduled job or a dead letter",
+	}[action]
+	long := map[string]string{
+		"retry": `Creates exactly one new ready job, due now, from a dead or completed job (same queue, kind,
+payload, priority and attempt budget) and prints its id. A dead job leaves the dead-letter
+table; a completed job's history stays. Jobs in flight are refused.`,
+		"cancel": `A ready (or scheduled) job goes to the dead-letter table with reason cancelled. A running
+job's worker is told at once (NOTIFY, and again by its next heartbeat), cancels the handler's
+context and dead-letters the job when the handler returns.`,
+		"delete": `Removes a ready or scheduled job, or a dead letter, for good. A running job must be
+cancelled instead; completed jobs leave the history only when their day's partition is dropped.`,
+	}[action]
+	cmd := &cobra.Command{
+		Use:   action + " ID",
+		Short: short,
+		Long:  short + ".\n" + long,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := jobID(args)
+			if err != nil {
+				return err
+			}
+			c, closePool, err := clientForCLI(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			out, err := jobAction(cmd.Context(), c, action, id)
+			if err != nil {
+				return jobUsage(err)
+			}
+			if g.jsonOut {
+				return printJSON(cmd.OutOrStdout(), out)
+			}
+			switch action {
+			case "retry":
+				fmt.Fprintf(cmd.OutOrStdout(), "job %d retried as job %d\n", id, out["new_id"])
+			case "cancel":
+				fmt.Fprintf(cmd.OutOrStdout(), "job %d cancelled (was %s)\n", id, out["was"])
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "job %d deleted (was %s)\n", id, out["was"])
+			}
+			return nil
+		},
+	}
+	addJSON(cmd)
+	return cmd
+}
+
+func jobAction(ctx context.Context, c *skiplock.Client, action string, id int64) (map[string]any, error) {
+	switch action {
+	case "retry":
+		newID, err := c.JobRetry(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": id, "action": action, "new_id": newID}, nil
+	case "cancel":
+		was, err := c.JobCancel(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": id, "action": action, "was": was}, nil
+	default:
+		was, err := c.JobDelete(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"id": id, "action": action, "was": was}, nil
+	}
+}

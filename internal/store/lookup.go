@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// JobRow is one job as job_get and job_list return it: never its payload.
+type JobRow struct {
+	ID              int64
+	State           string
+	Queue           string
+	Kind            string
+	Priority        int
+	Attempts        int
+	MaxAttempts     *int
+	RunAt           time.Time
+	CreatedAt       time.Time
+	AttemptedAt     *time.Time
+	FinishedAt      *time.Time
+	Outcome         *string
+	LeaseExpiresAt  *time.Time
+	LockedBy        *string
+	UniqueKey       *string
+	Tenant          *string
+	Entity          *string
+	LastError       *string
+	CancelRequested bool
+}
+
+// JobGet returns one job by id; found is false when no table has it.
+func (s *Store) JobGet(ctx context.Context, db DBTX, id int64) (row JobRow, found bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("job_get"), id).Scan(&row.ID, &row.State, &row.Queue, &row.Kind, &row.Priority,
+		&row.Attempts, &row.MaxAttempts, &row.RunAt, &row.CreatedAt, &row.AttemptedAt, &row.FinishedAt, &row.Outcome,
+		&row.LeaseExpiresAt, &row.LockedBy, &row.UniqueKey, &row.Tenant, &row.Entity, &row.LastError,
+		&row.CancelRequested)
+	if isNoRows(err) {
+		return row, false, nil
+	}
+	return row, err == nil, err
+}
+
+// JobFilter selects jobs for JobList; empty strings and zero match all.
+type JobFilter struct {
+	Queue, Kind, State string
+	BeforeID           int64
+	Limit              int
+}
+
+// JobList returns jobs newest id first, the error cut to its first line.
+func (s *Store) JobList(ctx context.Context, db DBTX, f JobFilter) ([]JobRow, error) {
+	var before any
+	if f.BeforeID > 0 {
+		before = f.BeforeID
+	}
+	rows, err := db.Query(ctx, s.SQL("job_list"), nullable(f.Queue), nullable(f.Kind), nullable(f.State), before, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []JobRow
+	for rows.Next() {
+		var r JobRow
+		if err := rows.Scan(&r.ID, &r.State, &r.Queue, &r.Kind, &r.Priority, &r.Attempts, &r.MaxAttempts, &r.RunAt,
+			&r.CreatedAt, &r.AttemptedAt, &r.FinishedAt, &r.Outcome, &r.Tenant, &r.LockedBy, &r.LastError); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// JobPayload returns one job's payload wherever it is; found is false when
+// no table has it.
+func (s *Store) JobPayload(ctx context.Context, db DBTX, id int64) (payload []byte, found bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("job_payload_any"), id).Scan(&payload)
+	if isNoRows(err) {
+		return nil, false, nil
+	}
+	return payload, err == nil, err
+}
+
+// JobRetry retries a dead or completed job as one new ready job. newID is
+// 0 when the job was not retried; state is then where it is ("" when no
+// table has it).
+func (s *Store) JobRetry(ctx context.Context, db DBTX, id int64) (newID int64, state string, err error) {
+	var nid *int64
+	var st *string
+	if err := db.QueryRow(ctx, s.SQL("job_retry"), id).Scan(&nid, &st); err != nil {
+		return 0, "", err
+	}
+	if nid != nil {
+		newID = *nid
+	}
+	return newID, deref(st), nil
+}
+
+// JobDelete deletes a ready (or scheduled) job or a dead letter and returns
+// the state it was in, or "" when neither held it.
+func (s *Store) JobDelete(ctx context.Context, db DBTX, id int64) (string, error) {
+	var state string
+	err := db.QueryRow(ctx, s.SQL("job_delete"), id).Scan(&state)
+	return state, err
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,0 +1,114 @@
+-- Looking jobs up by id or filter, wherever they are: in flight (jobs), dead
+-- (jobs_dead) or finished (jobs_done, kept for Config.CompletedRetention).
+-- Nothing here selects a payload except job_payload_any, which runs only
+-- when a caller asks for it explicitly. jobs_done is found by id through its
+-- BRIN index (migration 005); a list of finished jobs reads the last 24
+-- hours only, since jobs_done has no index in id order.
+
+-- name: job_get
+-- One job. The states: ready (due), scheduled (ready, run_at in the future),
+-- running, dead (outcome = its reason) and completed (outcome 'completed').
+-- finished_at is the dead_at of a dead job and the finished_at of a
+-- completed one. The first branch that finds the id ends the scan.
+--   $1 id
+(SELECT j.id, CASE WHEN j.state = 'ready' AND j.run_at > now() THEN 'scheduled' ELSE j.state END,
+        j.queue, j.kind, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.attempted_at,
+        NULL::timestamptz, NULL::text, j.lease_expires_at, j.locked_by, j.unique_key, j.tenant, j.entity,
+        j.last_error, j.cancel_requested
+ FROM {{schema}}.jobs AS j WHERE j.id = $1)
+UNION ALL
+(SELECT d.id, 'dead', d.queue, d.kind, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, NULL,
+        d.dead_at, d.reason, NULL, d.locked_by, d.unique_key, d.tenant, d.entity,
+        d.last_error, false
+ FROM {{schema}}.jobs_dead AS d WHERE d.id = $1)
+UNION ALL
+(SELECT f.id, 'completed', f.queue, f.kind, f.priority, f.attempts, f.max_attempts, f.run_at, f.created_at,
+        f.attempted_at, f.finished_at, 'completed', NULL, f.locked_by, NULL, f.tenant, f.entity,
+        f.last_error, false
+ FROM {{schema}}.jobs_done AS f WHERE f.id = $1
+ ORDER BY f.finished_at DESC LIMIT 1)
+LIMIT 1;
+
+-- name: job_list
+-- Keyset-paginated list, newest id first; every filter is optional (NULL).
+-- Without a state every job in flight and every dead letter is listed;
+-- completed jobs only when asked for (state 'completed'), over the last 24
+-- hours. The error is the first line of last_error, at most 200 characters.
+--   $1 queue  $2 kind  $3 state (ready, scheduled, running, dead, completed)
+--   $4 ids below this one  $5 limit
+SELECT r.id, r.state, r.queue, r.kind, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at,
+       r.attempted_at, r.finished_at, r.outcome, r.tenant, r.locked_by, r.error
+FROM (
+    (SELECT j.id,
+            CASE WHEN j.state = 'ready' AND j.run_at > now() THEN 'scheduled' ELSE j.state END AS state,
+            j.queue, j.kind, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.attempted_at,
+            NULL::timestamptz AS finished_at, NULL::text AS outcome, j.tenant, j.locked_by,
+            left(split_part(coalesce(j.last_error, ''), E'\n', 1), 200) AS error
+     FROM {{schema}}.jobs AS j
+     WHERE ($3::text IS NULL OR $3::text IN ('ready', 'scheduled', 'running'))
+       AND ($1::text IS NULL OR j.queue = $1::text)
+       AND ($2::text IS NULL OR j.kind = $2::text)
+       AND ($4::bigint IS NULL OR j.id < $4::bigint)
+       AND ($3::text IS NULL
+            OR ($3::text = 'running' AND j.state = 'running')
+            OR ($3::text = 'ready' AND j.state = 'ready' AND j.run_at <= now())
+            OR ($3::text = 'scheduled' AND j.state = 'ready' AND j.run_at > now()))
+     ORDER BY j.id DESC
+     LIMIT $5)
+    UNION ALL
+    (SELECT d.id, 'dead', d.queue, d.kind, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at,
+            NULL, d.dead_at, d.reason, d.tenant, d.locked_by,
+            left(split_part(coalesce(d.last_error, ''), E'\n', 1), 200)
+     FROM {{schema}}.jobs_dead AS d
+     WHERE ($3::text IS NULL OR $3::text = 'dead')
+       AND ($1::text IS NULL OR d.queue = $1::text)
+       AND ($2::text IS NULL OR d.kind = $2::text)
+       AND ($4::bigint IS NULL OR d.id < $4::bigint)
+     ORDER BY d.id DESC
+     LIMIT $5)
+    UNION ALL
+    (SELECT f.id, 'completed', f.queue, f.kind, f.priority, f.attempts, f.max_attempts, f.run_at, f.created_at,
+            f.attempted_at, f.finished_at, 'completed', f.tenant, f.locked_by,
+            left(split_part(coalesce(f.last_error, ''), E'\n', 1), 200)
+     FROM {{schema}}.jobs_done AS f
+     WHERE $3::text = 'completed'
+       AND f.finished_at > now() - interval '24 hours'
+       AND ($1::text IS NULL OR f.queue = $1::text)
+       AND ($2::text IS NULL OR f.kind = $2::text)
+       AND ($4::bigint IS NULL OR f.id < $4::bigint)
+     ORDER BY f.id DESC
+     LIMIT $5)
+) AS r
+ORDER BY r.id DESC
+LIMIT $5;
+
+-- name: job_payload_any
+-- The payload of one job wherever it is, for an explicit request only.
+--   $1 id
+(SELECT j.payload FROM {{schema}}.jobs AS j WHERE j.id = $1)
+UNION ALL
+(SELECT d.payload FROM {{schema}}.jobs_dead AS d WHERE d.id = $1)
+UNION ALL
+(SELECT f.payload FROM {{schema}}.jobs_done AS f WHERE f.id = $1 ORDER BY f.finished_at DESC LIMIT 1)
+LIMIT 1;
+
+-- name: job_retry
+-- See retry_job (migration 005): a new id, and the state the job was in.
+--   $1 id
+SELECT r.new_id, r.state FROM {{schema}}.retry_job($1) AS r;
+
+-- name: job_delete
+-- Deletes a ready (or scheduled) job or a dead letter. Running jobs are
+-- cancelled, not deleted; finished jobs leave only when their partition is
+-- dropped. Returns the state the job was in ('' when neither table had it
+-- in a deletable state).
+--   $1 id
+WITH r AS (
+    DELETE FROM {{schema}}.jobs AS j WHERE j.id = $1 AND j.state = 'ready'
+    RETURNING CASE WHEN j.run_at > now() THEN 'scheduled' ELSE 'ready' END AS state
+),
+d AS (
+    DELETE FROM {{schema}}.jobs_dead AS d WHERE d.id = $1
+    RETURNING 'dead'::text AS state
+)
+SELECT coalesce((SELECT r.state FROM r), (SELECT d.state FROM d), '');

@@ -1,0 +1,396 @@
+package skiplock_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/dbtest"
+)
+
+// requireField asserts err is a *FieldError for field (and ErrInvalidJob).
+func requireField(t *testing.T, err error, field string) {
+	t.Helper()
+	require.ErrorIs(t, err, skiplock.ErrInvalidJob)
+	var fe *skiplock.FieldError
+	require.True(t, errors.As(err, &fe), "%v", err)
+	require.Equal(t, field, fe.Field)
+}
+
+// requireStateError asserts err refuses action because the job is in state.
+func requireStateError(t *testing.T, err error, state skiplock.JobState, action string) {
+	t.Helper()
+	require.ErrorIs(t, err, skiplock.ErrJobState)
+	var se *skiplock.JobStateError
+	require.True(t, errors.As(err, &se), "%v", err)
+	require.Equal(t, state, se.State)
+	require.Equal(t, action, se.Action)
+}
+
+// getEventually waits for the job's state (outcomes are written in batches,
+// after the handler returns) and returns the record.
+func getEventually(t *testing.T, c *skiplock.Client, id int64, state skiplock.JobState) *skiplock.JobRecord {
+	t.Helper()
+	var rec *skiplock.JobRecord
+	require.Eventually(t, func() bool {
+		r, err := c.JobGet(context.Background(), id)
+		if err != nil {
+			return false
+		}
+		rec = r
+		return r.State == state
+	}, 15*time.Second, 10*time.Millisecond, "job %d never reached %s", id, state)
+	return rec
+}
+
+// "Did job 4711 run, when, after how many attempts, with what last error?"
+// By default a finished job stays in the history and JobGet answers; JobList
+// lists it, JobPayload shows its payload on request, JobRetry runs it again
+// once; and the retention service retires it by dropping its day's
+// partition.
+func TestFinishedJobIsAnswerableThenRetired(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 20 * time.Millisecond,
+		Backoff: func(int) time.Duration { return 0 }})
+	require.Equal(t, 24*time.Hour, c.Config().CompletedRetention)
+	ran := make(chan int, 4)
+	require.NoError(t, skiplock.Handle(c, "welcome", func(ctx context.Context, j *skiplock.Job[map[string]any]) error {
+		ran <- j.Attempt
+		if j.Attempt == 1 {
+			return errors.New("smtp: 550 mailbox unavailable")
+		}
+		return nil
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "welcome", Payload: map[string]any{"user": 4711}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(ctx)) }()
+	require.Equal(t, 1, <-ran)
+	require.Equal(t, 2, <-ran)
+
+	rec := getEventually(t, c, r.ID, skiplock.JobStateCompleted)
+	require.Equal(t, "welcome", rec.Kind)
+	require.Equal(t, skiplock.DefaultQueue, rec.Queue)
+	require.Equal(t, 2, rec.Attempts)
+	require.Equal(t, 20, rec.MaxAttempts)
+	require.Equal(t, "completed", rec.Outcome)
+	require.Contains(t, rec.LastError, "smtp: 550 mailbox unavailable")
+	require.NotNil(t, rec.FinishedAt)
+	require.NotNil(t, rec.AttemptedAt)
+	require.False(t, rec.FinishedAt.Before(*rec.AttemptedAt))
+
+	// The record carries no payload; JobPayload does, on request.
+	b, err := json.Marshal(rec)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "4711")
+	p, err := c.JobPayload(ctx, r.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"user": 4711}`, string(p))
+
+	listed, err := c.JobList(ctx, skiplock.JobListParams{State: skiplock.JobStateCompleted, Kind: "welcome"})
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, r.ID, listed[0].ID)
+	require.Equal(t, 2, listed[0].Attempts)
+	// Without a state, completed jobs are not listed.
+	listed, err = c.JobList(ctx, skiplock.JobListParams{Kind: "welcome"})
+	require.NoError(t, err)
+	require.Empty(t, listed)
+
+	// Retry: exactly one new job, which runs; the history row stays.
+	newID, err := c.JobRetry(ctx, r.ID)
+	require.NoError(t, err)
+	require.NotEqual(t, r.ID, newID)
+	require.Equal(t, 1, <-ran)
+	require.Equal(t, 2, <-ran)
+	again := getEventually(t, c, newID, skiplock.JobStateCompleted)
+	require.Equal(t, 2, again.Attempts)
+	rec, err = c.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateCompleted, rec.State)
+
+	// A completed job is neither cancelled nor deleted: the history is
+	// retired whole.
+	_, err = c.JobCancel(ctx, r.ID)
+	requireStateError(t, err, skiplock.JobStateCompleted, "cancel")
+	_, err = c.JobDelete(ctx, r.ID)
+	requireStateError(t, err, skiplock.JobStateCompleted, "delete")
+
+	// Retention: the job finished three days ago (its row moves to the
+	// default partition); a client's start-up partition pass files it
+	// under its day and drops that day, being older than 24 hours.
+	_, err = db.Pool.Exec(ctx, `UPDATE skiplock.jobs_done SET finished_at = now() - interval '3 days' WHERE id = $1`, r.ID)
+	require.NoError(t, err)
+	old := "jobs_done_" + time.Now().UTC().AddDate(0, 0, -3).Format("20060102")
+	_, err = c.JobGet(ctx, r.ID)
+	require.NoError(t, err, "still answerable until retention runs")
+
+	c2 := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), WorkerID: "retention-pass"})
+	require.NoError(t, skiplock.Handle(c2, "other", func(context.Context, *skiplock.Job[map[string]any]) error { return nil }))
+	require.NoError(t, c2.Start(ctx))
+	defer func() { require.NoError(t, c2.Stop(ctx)) }()
+	require.Eventually(t, func() bool {
+		_, err := c.JobGet(ctx, r.ID)
+		return errors.Is(err, skiplock.ErrJobNotFound)
+	}, 15*time.Second, 20*time.Millisecond)
+	var exists bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT to_regclass('skiplock.'||$1) IS NOT NULL`, old).Scan(&exists))
+	require.False(t, exists, "partition %s must be dropped, not emptied row by row", old)
+	// Today's history (the retried job) is untouched.
+	_, err = c.JobGet(ctx, newID)
+	require.NoError(t, err)
+}
+
+func TestDeleteCompletedKeepsNoHistory(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := skiplock.NewClient(db.Pool, skiplock.Config{DeleteCompleted: true, ArchiveCompleted: true})
+	require.ErrorIs(t, err, skiplock.ErrInvalidConfig)
+	var fe *skiplock.FieldError
+	require.True(t, errors.As(err, &fe))
+	require.Equal(t, "Config.DeleteCompleted", fe.Field)
+
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), DeleteCompleted: true, PollInterval: 20 * time.Millisecond})
+	done := make(chan struct{}, 1)
+	require.NoError(t, skiplock.Handle(c, "k", func(context.Context, *skiplock.Job[map[string]any]) error {
+		done <- struct{}{}
+		return nil
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(ctx)) }()
+	<-done
+	waitNoJobs(t, db.Pool)
+	_, err = c.JobGet(ctx, r.ID)
+	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs_done`).Scan(&n))
+	require.Zero(t, n)
+}
+
+// Dead jobs: found with their reason, retried exactly once (racing
+// retries create one job), deleted.
+func TestDeadJobLookupRetryDelete(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	for _, kind := range []string{"a", "b"} {
+		_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: kind, Payload: map[string]any{"n": 1}})
+		require.NoError(t, err)
+	}
+	var ids []int64
+	rows, err := db.Pool.Query(ctx, `SELECT id FROM skiplock.jobs ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, ids, 2)
+	for _, id := range ids {
+		st, err := c.JobCancel(ctx, id) // ready → dead (cancelled)
+		require.NoError(t, err)
+		require.Equal(t, skiplock.JobStateReady, st)
+	}
+	rec, err := c.JobGet(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateDead, rec.State)
+	require.Equal(t, "cancelled", rec.Outcome)
+	require.NotNil(t, rec.FinishedAt)
+	_, err = c.JobCancel(ctx, ids[0])
+	requireStateError(t, err, skiplock.JobStateDead, "cancel")
+
+	dead, err := c.JobList(ctx, skiplock.JobListParams{State: skiplock.JobStateDead})
+	require.NoError(t, err)
+	require.Len(t, dead, 2)
+	require.Equal(t, ids[1], dead[0].ID, "newest first")
+	page, err := c.JobList(ctx, skiplock.JobListParams{State: skiplock.JobStateDead, BeforeID: dead[0].ID, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, page, 1)
+	require.Equal(t, ids[0], page[0].ID)
+
+	// Eight racing retries of one dead job create exactly one job.
+	results := make(chan error, 8)
+	newIDs := make(chan int64, 8)
+	for range 8 {
+		go func() {
+			id, err := c.JobRetry(ctx, ids[0])
+			if err == nil {
+				newIDs <- id
+			}
+			results <- err
+		}()
+	}
+	var ok, notFound int
+	for range 8 {
+		err := <-results
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, skiplock.ErrJobNotFound):
+			notFound++
+		default:
+			t.Fatalf("retry: %v", err)
+		}
+	}
+	require.Equal(t, 1, ok)
+	require.Equal(t, 7, notFound)
+	retried := <-newIDs
+	rec, err = c.JobGet(ctx, retried)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateReady, rec.State)
+	require.Equal(t, "a", rec.Kind)
+	require.Zero(t, rec.Attempts)
+	p, err := c.JobPayload(ctx, retried)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"n": 1}`, string(p))
+	require.Equal(t, 1, countJobs(t, db.Pool, "kind = 'a'"))
+
+	// A job in flight is not retried.
+	_, err = c.JobRetry(ctx, retried)
+	requireStateError(t, err, skiplock.JobStateReady, "retry")
+
+	// Delete: the dead letter and the ready job; then they are gone.
+	st, err := c.JobDelete(ctx, ids[1])
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateDead, st)
+	st, err = c.JobDelete(ctx, retried)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateReady, st)
+	for _, id := range []int64{ids[1], retried} {
+		_, err = c.JobGet(ctx, id)
+		require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+		_, err = c.JobDelete(ctx, id)
+		require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+	}
+}
+
+// A retried dead job whose unique key is in flight again stays dead.
+func TestRetryDeadJobUniqueKeyInFlight(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "u", UniqueKey: "order-1"})
+	require.NoError(t, err)
+	_, err = c.JobCancel(ctx, r.ID)
+	require.NoError(t, err)
+	again, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "u", UniqueKey: "order-1"})
+	require.NoError(t, err)
+	require.True(t, again.Inserted)
+	_, err = c.JobRetry(ctx, r.ID)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "order-1")
+	rec, err := c.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateDead, rec.State, "a refused retry leaves the dead letter in place")
+}
+
+// Scheduled and running jobs: found in their state; a running job's
+// handler context is cancelled by JobCancel and it ends dead (cancelled);
+// a running job cannot be deleted or retried.
+func TestRunningJobCancelAndScheduled(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 20 * time.Millisecond})
+	started := make(chan int64, 1)
+	cancelled := make(chan error, 1)
+	require.NoError(t, skiplock.Handle(c, "long", func(ctx context.Context, j *skiplock.Job[map[string]any]) error {
+		started <- j.ID
+		<-ctx.Done()
+		cancelled <- context.Cause(ctx)
+		return ctx.Err()
+	}))
+	later, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "long", Delay: time.Hour})
+	require.NoError(t, err)
+	rec, err := c.JobGet(ctx, later.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateScheduled, rec.State)
+	listed, err := c.JobList(ctx, skiplock.JobListParams{State: skiplock.JobStateScheduled})
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "long"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(ctx)) }()
+	require.Equal(t, r.ID, <-started)
+	rec = getEventually(t, c, r.ID, skiplock.JobStateRunning)
+	require.Equal(t, 1, rec.Attempts)
+	require.NotEmpty(t, rec.LockedBy)
+	require.NotNil(t, rec.LeaseExpiresAt)
+	_, err = c.JobDelete(ctx, r.ID)
+	requireStateError(t, err, skiplock.JobStateRunning, "delete")
+	_, err = c.JobRetry(ctx, r.ID)
+	requireStateError(t, err, skiplock.JobStateRunning, "retry")
+
+	st, err := c.JobCancel(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateRunning, st)
+	require.Error(t, <-cancelled)
+	rec = getEventually(t, c, r.ID, skiplock.JobStateDead)
+	require.Equal(t, "cancelled", rec.Outcome)
+
+	st, err = c.JobDelete(ctx, later.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateScheduled, st)
+}
+
+// Bad input is an error naming the field, and changes nothing.
+func TestJobLookupBadInput(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k"})
+	require.NoError(t, err)
+
+	_, err = c.JobGet(ctx, 0)
+	requireField(t, err, "id")
+	_, err = c.JobPayload(ctx, -1)
+	requireField(t, err, "id")
+	_, err = c.JobRetry(ctx, 0)
+	requireField(t, err, "id")
+	_, err = c.JobCancel(ctx, -5)
+	requireField(t, err, "id")
+	_, err = c.JobDelete(ctx, 0)
+	requireField(t, err, "id")
+	for _, tc := range []struct {
+		p     skiplock.JobListParams
+		field string
+	}{
+		{skiplock.JobListParams{State: "finished"}, "state"},
+		{skiplock.JobListParams{Queue: "bad queue"}, "queue"},
+		{skiplock.JobListParams{Kind: "bad kind!"}, "kind"},
+		{skiplock.JobListParams{Limit: -1}, "limit"},
+		{skiplock.JobListParams{Limit: skiplock.MaxJobListLimit + 1}, "limit"},
+		{skiplock.JobListParams{BeforeID: -1}, "before_id"},
+	} {
+		_, err := c.JobList(ctx, tc.p)
+		requireField(t, err, tc.field)
+	}
+	_, err = skiplock.ParseJobState("bogus")
+	requireField(t, err, "state")
+	for _, st := range skiplock.JobStates {
+		got, err := skiplock.ParseJobState(string(st))
+		require.NoError(t, err)
+		require.Equal(t, st, got)
+	}
+	_, err = c.JobGet(ctx, r.ID+1000)
+	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+	rec, err := c.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateReady, rec.State)
+}
