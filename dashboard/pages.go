@@ -248,6 +248,7 @@ type jobDetail struct {
 	DeadAt                              *time.Time
 	Reason                              *string
 	FinishedAt                          *time.Time
+	Metadata                            *string // indented JSON; shown, unlike the payload
 }
 
 // pathID reads the job id of the path, or answers 400 naming it.
@@ -270,7 +271,8 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 	var j jobDetail
 	err := d.pool.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
 		&j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseExpiresAt, &j.LockedBy,
-		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt)
+		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt,
+		&j.Metadata)
 	if errors.Is(err, pgx.ErrNoRows) {
 		d.fail(w, r, http.StatusNotFound, "no job "+strconv.FormatInt(id, 10)+
 			" in flight, in the dead-letter table or finished in the last 24 hours")
