@@ -83,6 +83,14 @@ type Config struct {
 	// off, throttled or too slow for the queue's churn; with autovacuum
 	// keeping up it never fires. Default 100,000; negative disables it.
 	VacuumDeadTuples int64
+	// EnqueueMiddleware wraps every enqueue of this client (Enqueue,
+	// EnqueueTx, EnqueueMany, EnqueueManyTx), the first outermost. See
+	// EnqueueMiddleware.
+	EnqueueMiddleware []EnqueueMiddleware
+	// WorkMiddleware wraps every handler run of this client, the first
+	// outermost, outside each handler's own (WithMiddleware). See
+	// WorkMiddleware.
+	WorkMiddleware []WorkMiddleware
 }
 
 // Pool is one worker pool: the queues (and optionally kinds) it claims and

@@ -50,6 +50,10 @@ type EnqueueParams struct {
 	Tenant string
 	// Entity serializes jobs: at most one job per entity key runs at a time.
 	Entity string
+	// Metadata is a small JSON object (at most MaxMetadataBytes) that travels
+	// with the job: trace context, request ids, tags. Handlers see it as
+	// Job.Metadata; the dashboard shows it. nil or empty stores nothing.
+	Metadata Metadata
 }
 
 // EnqueueResult is the outcome of one enqueue.
@@ -128,6 +132,9 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 		v := k.v
 		*k.dst = &v
 	}
+	if a.Metadata, err = encodeMetadata(p.Metadata); err != nil {
+		return a, err
+	}
 	if p.BumpSchedule && p.UniqueKey == "" {
 		return a, invalidJob("bump_schedule", "needs a unique_key")
 	}
@@ -183,6 +190,13 @@ type SQLQueryer interface {
 // still ready or running, the retry returns its id instead of inserting
 // another.
 func (c *Client) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
+	if len(c.cfg.EnqueueMiddleware) > 0 {
+		return c.enqueueTxWrapped(ctx, tx, p)
+	}
+	return c.enqueueTx(ctx, tx, p)
+}
+
+func (c *Client) enqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
 	a, err := c.prepare(p)
 	if err != nil {
 		return EnqueueResult{}, err
@@ -272,7 +286,7 @@ func trimSpace(s string) string {
 }
 
 // copyColumns are the columns EnqueueMany's COPY fills.
-var copyColumns = []string{"queue", "kind", "payload", "priority", "run_at", "max_attempts", "tenant", "entity"}
+var copyColumns = []string{"queue", "kind", "payload", "priority", "run_at", "max_attempts", "tenant", "entity", "metadata"}
 
 // EnqueueMany inserts many jobs in one transaction through COPY (tens of
 // thousands per second) and returns how many it inserted. Every job is
@@ -292,6 +306,13 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []EnqueueParams) (int64, er
 
 // EnqueueManyTx is EnqueueMany inside the caller's pgx transaction.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) (int64, error) {
+	if len(c.cfg.EnqueueMiddleware) > 0 {
+		return c.enqueueManyTxWrapped(ctx, tx, ps)
+	}
+	return c.enqueueManyTx(ctx, tx, ps)
+}
+
+func (c *Client) enqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) (int64, error) {
 	rows := make([][]any, 0, len(ps))
 	var uniques []store.EnqueueArgs
 	queues := map[string]bool{}
@@ -318,7 +339,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParam
 		if a.MaxAttempts != nil {
 			maxAttempts = int32(*a.MaxAttempts)
 		}
-		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity})
+		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata})
 	}
 	var inserted int64
 	if len(rows) > 0 {

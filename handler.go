@@ -40,6 +40,9 @@ type Job[T any] struct {
 	LeaseToken int64
 	// WorkerID is the process that holds the lease.
 	WorkerID string
+	// Metadata is the job's metadata set at enqueue (trace context, request
+	// ids, tags), nil when it has none. See Metadata.
+	Metadata Metadata
 
 	run *jobRun // nil for a Job not handed to a handler by a Client
 }
@@ -55,6 +58,8 @@ type jobRun struct {
 	completedTx atomic.Bool // a CompleteTx succeeded (its transaction may still roll back)
 	leaseLost   atomic.Bool // a CompleteTx found the lease gone
 	returned    atomic.Bool // the handler returned: CompleteTx is refused from now on
+
+	meta Metadata // the job's metadata, decoded once per run (metadata.go)
 }
 
 // LogValue keeps accidental logging of a job safe: id, queue, kind and
@@ -91,6 +96,7 @@ type handlerEntry struct {
 	timeout     time.Duration
 	backoff     func(attempt int) time.Duration
 	maxAttempts int
+	middleware  []WorkMiddleware // Config.WorkMiddleware, then WithMiddleware's; empty: none
 }
 
 // Handle registers fn for kind on c. Call it before Start.
@@ -129,7 +135,7 @@ func newEntry[T any](c *Client, fn HandlerFunc[T], opts []HandlerOption) *handle
 			ID: wj.ID, Queue: wj.Queue, Kind: wj.Kind, Priority: wj.Priority, Attempt: wj.Attempt,
 			MaxAttempts: wj.MaxAttempts, Payload: wj.Payload, RunAt: wj.RunAt, CreatedAt: wj.CreatedAt,
 			AttemptedAt: wj.AttemptedAt, Tenant: wj.Tenant, Entity: wj.Entity, UniqueKey: wj.UniqueKey,
-			LeaseToken: wj.LeaseToken, WorkerID: run.worker, run: run,
+			LeaseToken: wj.LeaseToken, WorkerID: run.worker, Metadata: run.metadata(wj.Metadata), run: run,
 		}
 		if err := decodeArgs(wj.Payload, &j.Args); err != nil {
 			return &decodeError{err: err}
@@ -139,6 +145,7 @@ func newEntry[T any](c *Client, fn HandlerFunc[T], opts []HandlerOption) *handle
 	for _, o := range opts {
 		o(h)
 	}
+	h.withMiddleware(c.cfg.WorkMiddleware)
 	return h
 }
 
@@ -237,7 +244,8 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome)
 				err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
 			}
 		}()
-		return h.run(ctx, j, run), false
+		panicked, err = c.callHandler(ctx, h, j, run)
+		return err, panicked
 	}()
 	run.returned.Store(true)
 	switch {

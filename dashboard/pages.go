@@ -273,16 +273,19 @@ type jobDetail struct {
 	DeadAt                              *time.Time
 	Reason                              *string
 	FinishedAt                          *time.Time
-	Hidden                              bool // error text, unique key and entity withheld (read-only)
+	Metadata                            *string // indented JSON; shown, unlike the payload, except read-only
+	Hidden                              bool    // error text, unique key, entity and metadata withheld (read-only)
 }
 
 // hideForViewers drops what a read-only viewer is not shown: error text
 // (an --exec worker stores the tail of the program's stderr, which may
-// quote anything the job handled) and the unique key and entity (often
-// built from a customer's id or address). Like payloads, they are never
-// revealed on a read-only dashboard; the tenant stays, as a routing name.
+// quote anything the job handled), the unique key and entity (often built
+// from a customer's id or address) and metadata (trace ids, but also
+// whatever a middleware carries, such as a user id). Like payloads, they
+// are never revealed on a read-only dashboard; the tenant stays, as a
+// routing name.
 func (j *jobDetail) hideForViewers() {
-	j.LastError, j.UniqueKey, j.Entity = nil, nil, nil
+	j.LastError, j.UniqueKey, j.Entity, j.Metadata = nil, nil, nil, nil
 	j.Hidden = true
 }
 
@@ -306,7 +309,8 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 	var j jobDetail
 	err := d.pool.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
 		&j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseExpiresAt, &j.LockedBy,
-		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt)
+		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt,
+		&j.Metadata)
 	if errors.Is(err, pgx.ErrNoRows) {
 		d.fail(w, r, http.StatusNotFound, "no job "+strconv.FormatInt(id, 10)+
 			" in flight, in the dead-letter table or finished in the last 24 hours")

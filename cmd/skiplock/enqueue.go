@@ -25,12 +25,13 @@ func init() { register(newEnqueueCmd) }
 // jobFlags are enqueue's flags that describe one job: with --file each line
 // carries these fields itself, so setting one is refused rather than ignored.
 var jobFlags = []string{"queue", "kind", "payload", "priority", "run-at", "delay", "max-attempts",
-	"unique-key", "bump-schedule", "tenant", "entity"}
+	"unique-key", "bump-schedule", "tenant", "entity", "metadata"}
 
 func newEnqueueCmd() *cobra.Command {
 	var (
 		p                    skiplock.EnqueueParams
 		payload, runAt, file string
+		metadata             string
 		delay                time.Duration
 		batchSize            int
 		payloadSet           bool
@@ -61,6 +62,13 @@ func newEnqueueCmd() *cobra.Command {
 			}
 			if payloadSet {
 				p.Payload = json.RawMessage(payload)
+			}
+			if cmd.Flags().Changed("metadata") {
+				m, err := skiplock.ParseMetadata([]byte(metadata))
+				if err != nil {
+					return usageError("--%v", err)
+				}
+				p.Metadata = m
 			}
 			if runAt != "" {
 				if cmd.Flags().Changed("delay") {
@@ -112,6 +120,7 @@ func newEnqueueCmd() *cobra.Command {
 	f.BoolVar(&p.BumpSchedule, "bump-schedule", false, "with --unique-key: push the in-flight job's run_at to the later time")
 	f.StringVar(&p.Tenant, "tenant", "", "tenant key (fairness)")
 	f.StringVar(&p.Entity, "entity", "", "entity key (at most one running job per entity)")
+	f.StringVar(&metadata, "metadata", "", "metadata: a JSON object shown with the job and given to its handler (trace ids, tags; not secrets)")
 	f.StringVar(&file, "file", "", "bulk-load jobs from an NDJSON file (one job object per line; - for stdin)")
 	f.IntVar(&batchSize, "batch", 5000, "jobs per COPY transaction with --file")
 	addJSON(cmd)
@@ -121,7 +130,7 @@ func newEnqueueCmd() *cobra.Command {
 // ndjsonKeys are the keys a line of an NDJSON bulk file may carry: the SQL
 // function's argument names.
 var ndjsonKeys = map[string]bool{"queue": true, "kind": true, "payload": true, "priority": true, "run_at": true,
-	"max_attempts": true, "unique_key": true, "tenant": true, "entity": true}
+	"max_attempts": true, "unique_key": true, "tenant": true, "entity": true, "metadata": true}
 
 // parseNDJSONLine decodes one line strictly: one JSON object whose keys are
 // the SQL function's argument names, each at most once. Every error names
@@ -181,6 +190,13 @@ func parseNDJSONLine(line []byte) (skiplock.EnqueueParams, error) {
 	}
 	if raw, ok := fields["payload"]; ok {
 		p.Payload = raw
+	}
+	if raw, ok := fields["metadata"]; ok {
+		m, err := skiplock.ParseMetadata(raw)
+		if err != nil {
+			return p, err
+		}
+		p.Metadata = m
 	}
 	var runAt string
 	if err := str("run_at", &runAt); err != nil {

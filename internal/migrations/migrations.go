@@ -83,6 +83,10 @@ func mustLoad() []Migration {
 			mig = &Migration{Version: v, Name: m[2]}
 			byVersion[v] = mig
 		}
+		if mig.Name != m[2] {
+			// Two branches that each added a migration with one number.
+			panic(fmt.Sprintf("migrations: version %d has two names, %s and %s", v, mig.Name, m[2]))
+		}
 		if m[3] == "up" {
 			mig.Up = string(body)
 		} else {

@@ -26,6 +26,7 @@ type ClaimedJob struct {
 	Tenant      string
 	Entity      string
 	UniqueKey   string
+	Metadata    []byte // the job's metadata object as stored; nil when it has none
 }
 
 // ClaimParams selects what a pool claims.
@@ -60,7 +61,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 		var j ClaimedJob
 		var tenant, entity, unique *string
 		if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Priority, &j.Attempt, &j.MaxAttempts,
-			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique); err != nil {
+			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata); err != nil {
 			return nil, err
 		}
 		j.Tenant, j.Entity, j.UniqueKey = deref(tenant), deref(entity), deref(unique)
@@ -280,10 +281,11 @@ type EnqueueArgs struct {
 	Tenant      *string
 	Entity      *string
 	Bump        bool
+	Metadata    *string // JSON object text; nil: none
 }
 
 // Args returns the positional arguments of the "enqueue" statement.
 func (a EnqueueArgs) Args() []any {
 	return []any{a.Queue, a.Kind, a.Payload, a.Priority, a.RunAt, a.MaxAttempts, a.UniqueKey,
-		a.Tenant, a.Entity, a.Bump, Micros(a.Delay)}
+		a.Tenant, a.Entity, a.Bump, Micros(a.Delay), a.Metadata}
 }

@@ -143,8 +143,8 @@ d AS (
     RETURNING d.*
 ),
 ins AS (
-    INSERT INTO {{schema}}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity)
-    SELECT d.queue, d.kind, d.payload, d.priority, now(), d.max_attempts, d.unique_key, d.tenant, d.entity
+    INSERT INTO {{schema}}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity, metadata)
+    SELECT d.queue, d.kind, d.payload, d.priority, now(), d.max_attempts, d.unique_key, d.tenant, d.entity, d.metadata
     FROM d
     ORDER BY d.dead_at, d.id
     RETURNING id, queue

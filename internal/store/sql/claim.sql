@@ -52,7 +52,7 @@ SET state            = 'running',
 FROM one_per_entity AS o
 WHERE j.id = o.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key;
+          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata;
 
 -- name: claim_capped
 -- Tenant-capped claim: no tenant takes more than $6 jobs of one batch while
@@ -165,7 +165,7 @@ SET state            = 'running',
 FROM locked AS l
 WHERE j.id = l.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key;
+          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata;
 
 -- name: ready_queues
 -- The queues that hold ready jobs (due or scheduled). Client.Drain only: a

@@ -1,6 +1,7 @@
 -- Job inspection for the dashboard: search and detail. Nothing here selects
 -- a payload except job_payload, which runs only when an authorised user
--- reveals one. Finished jobs (the jobs_done history) are searched over the
+-- reveals one (metadata is not a payload: it is shown, except on a read-only
+-- dashboard). Finished jobs (the jobs_done history) are searched over the
 -- last 24 hours only: jobs_done is partitioned by completion time and its
 -- only index is a BRIN on id (migration 005), so a search in id order would
 -- read the whole history. lookup.sql holds the Client's JobGet/JobList.
@@ -65,17 +66,17 @@ LIMIT $7;
 (SELECT j.id, CASE WHEN j.state = 'ready' AND j.run_at > now() THEN 'scheduled' ELSE j.state END,
         j.queue, j.kind, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.attempted_at,
         j.lease_expires_at, j.locked_by, j.unique_key, j.tenant, j.entity, j.last_error, j.cancel_requested,
-        NULL::timestamptz, NULL::text, NULL::timestamptz
+        NULL::timestamptz, NULL::text, NULL::timestamptz, jsonb_pretty(j.metadata)
  FROM {{schema}}.jobs AS j WHERE j.id = $1)
 UNION ALL
 (SELECT d.id, 'dead', d.queue, d.kind, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, NULL,
         NULL, d.locked_by, d.unique_key, d.tenant, d.entity, d.last_error, false,
-        d.dead_at, d.reason, NULL
+        d.dead_at, d.reason, NULL, jsonb_pretty(d.metadata)
  FROM {{schema}}.jobs_dead AS d WHERE d.id = $1)
 UNION ALL
 (SELECT f.id, 'done', f.queue, f.kind, f.priority, f.attempts, NULL, f.run_at, f.created_at, f.attempted_at,
         NULL, f.locked_by, NULL, f.tenant, f.entity, NULL, false,
-        NULL, NULL, f.finished_at
+        NULL, NULL, f.finished_at, jsonb_pretty(f.metadata)
  FROM {{schema}}.jobs_done AS f WHERE f.id = $1 AND f.finished_at > now() - interval '24 hours')
 LIMIT 1;
 
