@@ -105,6 +105,9 @@ type JobRecord struct {
 	Entity    string `json:"entity,omitempty"`
 	// CancelRequested is set on a running job whose cancellation is under way.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Metadata is the job's metadata (trace context, tags; never the
+	// payload), set by JobGet; nil when the job has none and in JobList.
+	Metadata Metadata `json:"metadata,omitempty"`
 }
 
 func recordOf(r store.JobRow) JobRecord {
@@ -121,6 +124,10 @@ func recordOf(r store.JobRow) JobRecord {
 		Tenant: str(r.Tenant), Entity: str(r.Entity), CancelRequested: r.CancelRequested}
 	if r.MaxAttempts != nil {
 		rec.MaxAttempts = *r.MaxAttempts
+	}
+	if len(r.Metadata) > 0 {
+		// Stored by enqueue_job after validate_metadata: always an object.
+		_ = json.Unmarshal(r.Metadata, &rec.Metadata)
 	}
 	return rec
 }

@@ -394,3 +394,32 @@ func TestJobLookupBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, skiplock.JobStateReady, rec.State)
 }
+
+// Metadata (trace context, tags) is part of a job's record wherever the job
+// is, and a retry carries it to the new job.
+func TestJobGetShowsMetadataAndRetryKeepsIt(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	res, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "m", Payload: map[string]any{"n": 1},
+		Metadata: skiplock.Metadata{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}})
+	require.NoError(t, err)
+	rec, err := c.JobGet(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", rec.Metadata.Get("traceparent"))
+
+	_, err = c.JobCancel(ctx, res.ID) // ready → dead, metadata kept
+	require.NoError(t, err)
+	rec, err = c.JobGet(ctx, res.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateDead, rec.State)
+	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", rec.Metadata.Get("traceparent"))
+
+	newID, err := c.JobRetry(ctx, res.ID)
+	require.NoError(t, err)
+	again, err := c.JobGet(ctx, newID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateReady, again.State)
+	require.Equal(t, rec.Metadata, again.Metadata)
+}

@@ -144,6 +144,11 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 	line("tenant", j.Tenant)
 	line("entity", j.Entity)
 	line("last_error", oneLine(j.LastError))
+	if len(j.Metadata) > 0 {
+		if b, err := json.Marshal(j.Metadata); err == nil {
+			line("metadata", string(b))
+		}
+	}
 	if payload != nil {
 		line("payload", string(payload))
 	}

@@ -29,6 +29,7 @@ type JobRow struct {
 	Entity          *string
 	LastError       *string
 	CancelRequested bool
+	Metadata        []byte // the job's metadata JSON object (nil: none)
 }
 
 // JobGet returns one job by id; found is false when no table has it.
@@ -36,7 +37,7 @@ func (s *Store) JobGet(ctx context.Context, db DBTX, id int64) (row JobRow, foun
 	err = db.QueryRow(ctx, s.SQL("job_get"), id).Scan(&row.ID, &row.State, &row.Queue, &row.Kind, &row.Priority,
 		&row.Attempts, &row.MaxAttempts, &row.RunAt, &row.CreatedAt, &row.AttemptedAt, &row.FinishedAt, &row.Outcome,
 		&row.LeaseExpiresAt, &row.LockedBy, &row.UniqueKey, &row.Tenant, &row.Entity, &row.LastError,
-		&row.CancelRequested)
+		&row.CancelRequested, &row.Metadata)
 	if isNoRows(err) {
 		return row, false, nil
 	}

@@ -14,17 +14,17 @@
 (SELECT j.id, CASE WHEN j.state = 'ready' AND j.run_at > now() THEN 'scheduled' ELSE j.state END,
         j.queue, j.kind, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.attempted_at,
         NULL::timestamptz, NULL::text, j.lease_expires_at, j.locked_by, j.unique_key, j.tenant, j.entity,
-        j.last_error, j.cancel_requested
+        j.last_error, j.cancel_requested, j.metadata
  FROM {{schema}}.jobs AS j WHERE j.id = $1)
 UNION ALL
 (SELECT d.id, 'dead', d.queue, d.kind, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, NULL,
         d.dead_at, d.reason, NULL, d.locked_by, d.unique_key, d.tenant, d.entity,
-        d.last_error, false
+        d.last_error, false, d.metadata
  FROM {{schema}}.jobs_dead AS d WHERE d.id = $1)
 UNION ALL
 (SELECT f.id, 'completed', f.queue, f.kind, f.priority, f.attempts, f.max_attempts, f.run_at, f.created_at,
         f.attempted_at, f.finished_at, 'completed', NULL, f.locked_by, NULL, f.tenant, f.entity,
-        f.last_error, false
+        f.last_error, false, f.metadata
  FROM {{schema}}.jobs_done AS f WHERE f.id = $1
  ORDER BY f.finished_at DESC LIMIT 1)
 LIMIT 1;
