@@ -257,3 +257,15 @@ func TestMigrateSQLAppliedByPsql(t *testing.T) {
 		`SELECT ecosql.enqueue(queue => 'q', kind => 'k')`).Scan(&id))
 	require.Positive(t, id)
 }
+
+// A schema built by an export that did not record its versions: up fails
+// (the tables exist) and says how to get out.
+func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
+	db := dbtest.New(t)
+	opsExec(t, db, `DELETE FROM skiplock.schema_migrations`)
+	code, _, stderr := runCLI(t, "migrate", "up", "--database-url", db.URL)
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "without their recorded versions")
+	require.Contains(t, stderr, "docs/migrations.md")
+	requireOnePrefix(t, stderr)
+}

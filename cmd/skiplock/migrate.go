@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock/internal/migrations"
@@ -32,7 +34,7 @@ func newMigrateCmd() *cobra.Command {
 				return err
 			})
 			if err != nil {
-				return err
+				return explainUp(err)
 			}
 			if g.jsonOut {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"schema": g.schema, "applied": nonNil(ran)})
@@ -157,6 +159,19 @@ func newMigrateCmd() *cobra.Command {
 
 	cmd.AddCommand(up, down, status, sqlCmd)
 	return cmd
+}
+
+// explainUp adds the way out to the error of an up that found skiplock's
+// tables already there but not their versions: the schema was applied by
+// another tool from an export that did not record them.
+func explainUp(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P07" {
+		return fmt.Errorf("%w: the schema holds skiplock's tables without their recorded versions "+
+			"(applied by your own tool from an older `skiplock migrate sql`?): record the versions it holds, "+
+			"see docs/migrations.md", err)
+	}
+	return err
 }
 
 func nonNil(v []int) []int {
