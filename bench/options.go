@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -117,6 +118,9 @@ type Options struct {
 	Schema string
 	// Progress receives a progress line every second; nil discards them.
 	Progress io.Writer
+	// Logger receives the client's logs; default warnings and errors as
+	// text on Progress.
+	Logger *slog.Logger
 	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
 	// (seeding excluded).
 	CPUProfile io.Writer
@@ -179,6 +183,9 @@ type LatencyOptions struct {
 	Schema string
 	// Progress receives a progress line every second; nil discards them.
 	Progress io.Writer
+	// Logger receives the client's logs; default warnings and errors as
+	// text on Progress.
+	Logger *slog.Logger
 }
 
 func (o LatencyOptions) withDefaults() LatencyOptions {
