@@ -7,10 +7,12 @@ import (
 	"strings"
 )
 
-// version describes this binary from its build info: the module version
-// ("(devel)" when built from a checkout with go build), the VCS commit, its
-// time and whether the tree was dirty, and the Go version. `go install
-// github.com/skiplock/skiplock/cmd/skiplock@v1.2.3` reports v1.2.3.
+// version describes this binary from its build info: the module version,
+// the VCS commit, its time and whether the tree was dirty, and the Go
+// version. `go install github.com/skiplock/skiplock/cmd/skiplock@v1.2.3`
+// reports v1.2.3; go build in a git checkout reports a pseudo-version and
+// the commit; a build without VCS information (-buildvcs=false) reports
+// "(devel)".
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
