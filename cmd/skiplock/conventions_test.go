@@ -269,3 +269,18 @@ func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
 	require.Contains(t, stderr, "docs/migrations.md")
 	requireOnePrefix(t, stderr)
 }
+
+// skiplock work keeps retrying on a schema that is not migrated yet (a deploy
+// may migrate while workers start) but says so once, with the fix.
+func TestWarnNotMigrated(t *testing.T) {
+	t.Cleanup(func() { g = globals{} })
+	g = globals{schema: "skiplock", logLevel: "info", logFormat: "text"}
+	var buf bytes.Buffer
+	warnNotMigrated(context.Background(), dbtest.NewEmpty(t).Pool, logger(&buf))
+	require.Contains(t, buf.String(), "schema is not fully migrated")
+	require.Contains(t, buf.String(), `fix="skiplock migrate up"`)
+
+	buf.Reset()
+	warnNotMigrated(context.Background(), dbtest.New(t).Pool, logger(&buf))
+	require.Empty(t, buf.String())
+}

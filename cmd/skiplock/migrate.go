@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -159,6 +161,26 @@ func newMigrateCmd() *cobra.Command {
 
 	cmd.AddCommand(up, down, status, sqlCmd)
 	return cmd
+}
+
+// warnNotMigrated logs once that the schema lacks migrations, for the
+// long-running commands: they keep retrying (a deploy may migrate while
+// workers start), and their retries would only say "relation does not exist".
+func warnNotMigrated(ctx context.Context, db migrations.Executor, log *slog.Logger) {
+	st, err := migrations.StatusOf(ctx, db, g.schema)
+	if err != nil {
+		return // the command's own errors say what is wrong with the connection
+	}
+	pending := 0
+	for _, s := range st {
+		if s.AppliedAt == nil {
+			pending++
+		}
+	}
+	if pending > 0 {
+		log.Warn("skiplock: schema is not fully migrated; retrying until it is", "schema", g.schema,
+			"pending", pending, "fix", "skiplock migrate up")
+	}
 }
 
 // explainUp adds the way out to the error of an up that found skiplock's
