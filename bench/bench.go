@@ -143,7 +143,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 
 	res := Result{Queue: queue, Jobs: o.Jobs, Workers: o.Workers, Batch: o.Batch, Handler: h.String()}
 	c, err := skiplock.NewClient(bp, skiplock.Config{
-		Schema: o.Schema, Logger: quietLogger(progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
+		Schema: o.Schema, Logger: orQuiet(o.Logger, progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
 		DeleteCompleted: o.DeleteCompleted,
 		Pools:           []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
 	})
@@ -323,7 +323,11 @@ func names() (queue, workerID string) {
 	return "bench_" + id, fmt.Sprintf("bench:%s:%d:%s", host, os.Getpid(), id)
 }
 
-func quietLogger(w io.Writer) *slog.Logger {
+// orQuiet is l, or warnings and errors as text on w when l is nil.
+func orQuiet(l *slog.Logger, w io.Writer) *slog.Logger {
+	if l != nil {
+		return l
+	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -121,6 +122,9 @@ type Options struct {
 	// jobs are deleted instead of kept in the jobs_done history (the
 	// default), to measure what the history costs.
 	DeleteCompleted bool
+	// Logger receives the client's logs; default warnings and errors as
+	// text on Progress.
+	Logger *slog.Logger
 	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
 	// (seeding excluded).
 	CPUProfile io.Writer
@@ -183,6 +187,9 @@ type LatencyOptions struct {
 	Schema string
 	// Progress receives a progress line every second; nil discards them.
 	Progress io.Writer
+	// Logger receives the client's logs; default warnings and errors as
+	// text on Progress.
+	Logger *slog.Logger
 }
 
 func (o LatencyOptions) withDefaults() LatencyOptions {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -66,7 +67,8 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 				return usageError("--%s: not used with --latency", name)
 			}
 		}
-		o := bench.LatencyOptions{Samples: f.samples, Schema: g.schema, Progress: cmd.ErrOrStderr()}
+		o := bench.LatencyOptions{Samples: f.samples, Schema: g.schema, Progress: cmd.ErrOrStderr(),
+			Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn)}
 		if err := o.Validate(); err != nil {
 			return benchUsage(err)
 		}
@@ -89,7 +91,8 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		return usageError("--samples: only used with --latency")
 	}
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
-		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr()}
+		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(),
+		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn)}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}

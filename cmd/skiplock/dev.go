@@ -126,7 +126,7 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 
 // quietLogger keeps the demo's expected failures (retries) out of the way.
 func quietLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelError}))
+	return loggerAt(w, slog.LevelError)
 }
 
 type demoArgs struct {

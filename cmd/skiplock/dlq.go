@@ -124,7 +124,7 @@ func (f *dlqFilterFlags) add(cmd *cobra.Command, purge bool) {
 	if purge {
 		fl.Var(ageValue{&f.olderThan}, "older-than", "only dead letters that died longer ago than this (e.g. 30d, 12h)")
 	}
-	fl.BoolVar(&f.yes, "yes", false, "do it (without --yes: print what would be done and exit 2)")
+	fl.BoolVar(&f.yes, "yes", false, "do it (without --yes: a dry run that prints what would be done, changes nothing and exits 0)")
 }
 
 func (f *dlqFilterFlags) filter(purge bool) (health.ReplayFilter, error) {
@@ -208,8 +208,9 @@ type dlqPreviewOut struct {
 	Groups []health.DeadGroup `json:"groups,omitempty"`
 }
 
-// preview prints what replay or purge would do and returns the usage error
-// (exit 2) that asks for --yes.
+// preview is the dry run: it prints what replay or purge would do (data on
+// stdout), says on stderr that nothing was done and how to do it, and exits
+// 0, so a script can tell a preview from a mistake (exit 2).
 func preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf health.ReplayFilter, action string, n int64, extra string) error {
 	groups, err := matchingGroups(cmd.Context(), pool, hf)
 	if err != nil {
@@ -228,7 +229,8 @@ func preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf healt
 			}
 		}
 	}
-	return usageError("dlq %s: nothing done: pass --yes to %s these %d dead letter(s)", action, action, n)
+	fmt.Fprintf(cmd.ErrOrStderr(), "skiplock: dry run, nothing done: pass --yes to %s these %d dead letter(s)\n", action, n)
+	return nil
 }
 
 func newDLQReplayCmd() *cobra.Command {
@@ -240,7 +242,7 @@ func newDLQReplayCmd() *cobra.Command {
 		Long: `Re-enqueue the dead letters the flags select (oldest first) as new jobs, at most --rate per
 second, in small batches: a trickle, not a burst that would crowd out live work. Each dead letter
 becomes exactly one new job, even when two replays race; one whose unique key is in flight again
-stays dead. Without --yes it prints what it would replay and exits 2.`,
+stays dead. Without --yes it is a dry run: it prints what it would replay and exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if math.IsNaN(rate) || math.IsInf(rate, 0) || rate <= 0 || rate > 100000 {
@@ -302,7 +304,7 @@ func newDLQPurgeCmd() *cobra.Command {
 		Short: "Delete dead letters for good, in bounded batches",
 		Long: `Delete the dead letters the flags select, oldest first, in bounded batches. The retention
 service already purges dead letters older than Config.DeadLetterRetention (30 days by default).
-Without --yes it prints what it would delete and exits 2.`,
+Without --yes it is a dry run: it prints what it would delete and exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			hf, err := f.filter(true)

@@ -7,9 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func main() {
@@ -24,20 +29,71 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return 0
 	}
+	code, usage := 1, false
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintln(stderr, "skiplock:", ee.err)
-		}
-		return ee.code
+		code, usage, err = ee.code, ee.usage, ee.err
+	} else if isSyntax(err) {
+		code, usage = 2, true
 	}
-	fmt.Fprintln(stderr, "skiplock:", err)
-	if isUsage(err) {
-		return 2
+	if err != nil {
+		printError(stderr, err)
 	}
-	return 1
+	if usage && cmd != nil {
+		fmt.Fprint(stderr, cmd.UsageString())
+	}
+	return code
+}
+
+// printError writes one error line with exactly one "skiplock:" prefix (the
+// library's errors carry their own), plus the fix when the error says the
+// schema was never migrated.
+func printError(w io.Writer, err error) {
+	msg := strings.TrimSpace(err.Error())
+	for strings.HasPrefix(msg, "skiplock: ") {
+		msg = strings.TrimPrefix(msg, "skiplock: ")
+	}
+	msg = strings.ReplaceAll(msg, ": skiplock: ", ": ")
+	fmt.Fprintln(w, "skiplock:", msg)
+	if hint := migrateHint(err); hint != "" {
+		fmt.Fprintln(w, "skiplock:", hint)
+	}
+}
+
+// sqlstateRe finds the SQLSTATE the library keeps in an error's text when it
+// drops the *pgconn.PgError (to strip row values from its detail).
+var sqlstateRe = regexp.MustCompile(`\(SQLSTATE ([0-9A-Z]{5})\)`)
+
+// migrateHint recognises the errors PostgreSQL returns before skiplock's
+// schema exists (3F000 invalid_schema_name, 42P01 undefined_table, 42883
+// undefined_function, each naming our schema) and says how to fix them.
+func migrateHint(err error) string {
+	msg := err.Error()
+	if strings.Contains(msg, "migrate up") {
+		return "" // the error already says it
+	}
+	code := ""
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		code, msg = pe.Code, pe.Message
+	} else if m := sqlstateRe.FindStringSubmatch(msg); m != nil {
+		code = m[1]
+	}
+	switch code {
+	case "3F000", "42P01", "42883":
+	default:
+		return ""
+	}
+	if !strings.Contains(msg, `"`+g.schema+`"`) && !strings.Contains(msg, g.schema+".") {
+		return ""
+	}
+	cmd := "skiplock migrate up"
+	if g.schema != "skiplock" {
+		cmd += " --schema " + g.schema
+	}
+	return fmt.Sprintf("schema %s is not migrated (or is behind this binary): run `%s`", g.schema, cmd)
 }

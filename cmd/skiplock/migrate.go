@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock/internal/migrations"
@@ -32,7 +36,7 @@ func newMigrateCmd() *cobra.Command {
 				return err
 			})
 			if err != nil {
-				return err
+				return explainUp(err)
 			}
 			if g.jsonOut {
 				return printJSON(cmd.OutOrStdout(), map[string]any{"schema": g.schema, "applied": nonNil(ran)})
@@ -157,6 +161,39 @@ func newMigrateCmd() *cobra.Command {
 
 	cmd.AddCommand(up, down, status, sqlCmd)
 	return cmd
+}
+
+// warnNotMigrated logs once that the schema lacks migrations, for the
+// long-running commands: they keep retrying (a deploy may migrate while
+// workers start), and their retries would only say "relation does not exist".
+func warnNotMigrated(ctx context.Context, db migrations.Executor, log *slog.Logger) {
+	st, err := migrations.StatusOf(ctx, db, g.schema)
+	if err != nil {
+		return // the command's own errors say what is wrong with the connection
+	}
+	pending := 0
+	for _, s := range st {
+		if s.AppliedAt == nil {
+			pending++
+		}
+	}
+	if pending > 0 {
+		log.Warn("skiplock: schema is not fully migrated; retrying until it is", "schema", g.schema,
+			"pending", pending, "fix", "skiplock migrate up")
+	}
+}
+
+// explainUp adds the way out to the error of an up that found skiplock's
+// tables already there but not their versions: the schema was applied by
+// another tool from an export that did not record them.
+func explainUp(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P07" {
+		return fmt.Errorf("%w: the schema holds skiplock's tables without their recorded versions "+
+			"(applied by your own tool from an older `skiplock migrate sql`?): record the versions it holds, "+
+			"see docs/migrations.md", err)
+	}
+	return err
 }
 
 func nonNil(v []int) []int {

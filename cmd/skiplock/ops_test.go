@@ -226,15 +226,15 @@ func TestDLQReplayCLI(t *testing.T) {
 	dead := func() int64 { return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`) }
 	jobs := func() int64 { return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs`) }
 
-	// Without --yes: prints what it would do, exits 2, changes nothing.
+	// Without --yes: a dry run prints what it would do, exits 0, changes nothing.
 	code, out, stderr := runCLI(t, "dlq", "replay", "--database-url", db.URL, "--kind", "sync")
-	require.Equal(t, 2, code)
+	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "would replay 5 dead letter(s)")
 	require.Contains(t, out, "carrier <n> down")
 	require.Contains(t, stderr, "--yes")
 	require.NotContains(t, out+stderr, opsSecret)
 	code, out, _ = runCLI(t, "dlq", "replay", "--database-url", db.URL, "--signature", "carrier 77 down", "--json")
-	require.Equal(t, 2, code)
+	require.Equal(t, 0, code)
 	var pv dlqPreviewOut
 	decodeJSON(t, out, &pv)
 	require.True(t, pv.DryRun)
@@ -287,7 +287,7 @@ func TestDLQPurgeCLI(t *testing.T) {
 	dead := func() int64 { return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`) }
 
 	code, out, stderr := runCLI(t, "dlq", "purge", "--database-url", db.URL, "--older-than", "30d")
-	require.Equal(t, 2, code)
+	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "would purge 3 dead letter(s)")
 	require.Contains(t, stderr, "--yes")
 	require.Equal(t, int64(6), dead())

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/health"
 )
 
 func init() { register(newQueueCmd) }
@@ -30,7 +32,9 @@ func newQueuePauseCmd(pause bool) *cobra.Command {
 		Short: short,
 		Long: short + `.
 The flag is stored in the database: every worker honours it from its next claim, within
-one poll interval. Jobs can still be enqueued into a paused queue.`,
+one poll interval. Jobs can still be enqueued into a paused queue. Pausing a queue nothing
+has seen yet (no job, dead letter, schedule or worker names it) works, so a queue can be
+paused before its first job, but warns on stderr in case the name is a typo.`,
 		Args: oneName("QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queue := args[0]
@@ -49,6 +53,9 @@ one poll interval. Jobs can still be enqueued into a paused queue.`,
 			}
 			defer closePool()
 			if pause {
+				if err := warnUnseen(cmd, c.Pool(), queue); err != nil {
+					return err
+				}
 				err = c.PauseQueue(cmd.Context(), queue)
 			} else {
 				err = c.ResumeQueue(cmd.Context(), queue)
@@ -69,6 +76,22 @@ one poll interval. Jobs can still be enqueued into a paused queue.`,
 	}
 	addJSON(cmd)
 	return cmd
+}
+
+// warnUnseen warns on stderr when nothing has ever named queue. It warns
+// rather than refuses: pausing a queue before the deploy that first feeds
+// it is legitimate, and a refusal would need a --force flag for that case.
+func warnUnseen(cmd *cobra.Command, db health.DBTX, queue string) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), opsStatementTimeout)
+	defer cancel()
+	seen, err := health.QueueSeen(ctx, db, g.schema, queue)
+	if err != nil {
+		return err
+	}
+	if !seen {
+		fmt.Fprintf(cmd.ErrOrStderr(), "skiplock: warning: queue %q has no jobs, dead letters, schedules or workers yet (a typo?); pausing it anyway\n", queue)
+	}
+	return nil
 }
 
 func queueUsage(err error) error {

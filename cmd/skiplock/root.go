@@ -22,6 +22,7 @@ type globals struct {
 	schema      string
 	jsonOut     bool
 	logLevel    string
+	logFormat   string
 }
 
 var g globals
@@ -37,24 +38,52 @@ func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "skiplock",
 		Short:         "A PostgreSQL job queue: CLI, polyglot worker, dashboard and benchmark",
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
 			if err := migrations.ValidateSchema(g.schema); err != nil {
 				return usageError("--schema: %v", err)
 			}
+			if _, err := parseLevel(g.logLevel); err != nil {
+				return usageError("--log-level (or SKIPLOCK_LOG_LEVEL): %v", err)
+			}
+			if g.logFormat != "text" && g.logFormat != "json" {
+				return usageError("--log-format (or SKIPLOCK_LOG_FORMAT): must be text or json, got %q", g.logFormat)
+			}
 			return nil
 		},
 	}
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.databaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables)")
 	pf.StringVar(&g.schema, "schema", envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
 	pf.StringVar(&g.logLevel, "log-level", envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError("%v", err) })
+	pf.StringVar(&g.logFormat, "log-format", envOr("SKIPLOCK_LOG_FORMAT", "text"), "log format on stderr: text or json (one object per line)")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return syntaxError(err) })
 	for _, f := range commands {
 		root.AddCommand(f())
 	}
+	strictGroups(root)
 	return root
+}
+
+// strictGroups makes every command that only groups subcommands (queue,
+// migrate, dlq, ...) reject what it does not know: cobra would print the
+// help and exit 0 for `skiplock queue bogus`. Bare, it prints its help.
+func strictGroups(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		strictGroups(c)
+	}
+	if cmd.HasParent() && cmd.HasSubCommands() && !cmd.Runnable() {
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return syntaxError(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+		}
+	}
 }
 
 func envOr(k, def string) string {
@@ -71,8 +100,9 @@ func addJSON(cmd *cobra.Command) {
 
 // exitError carries an exit code; err (may be nil) is printed to stderr.
 type exitError struct {
-	code int
-	err  error
+	code  int
+	err   error
+	usage bool // print the command's usage after the error
 }
 
 func (e *exitError) Error() string {
@@ -88,21 +118,47 @@ func usageError(format string, args ...any) error {
 	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
 }
 
+// syntaxError is a usage error in the command line's shape (an unknown
+// command, flag or argument): the command's usage is printed after it.
+func syntaxError(err error) error { return &exitError{code: 2, err: err, usage: true} }
+
 // checkFailed is exit code 3: a check (doctor, migrate status --check) failed.
 func checkFailed(err error) error { return &exitError{code: 3, err: err} }
 
-func isUsage(err error) bool {
+// isSyntax reports the argument errors cobra's own validators return
+// (cobra.NoArgs, ExactArgs, required flags).
+func isSyntax(err error) bool {
 	msg := err.Error()
 	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown flag") ||
 		strings.Contains(msg, "accepts ") || strings.Contains(msg, "required flag")
 }
 
-func logger(w io.Writer) *slog.Logger {
+// parseLevel accepts slog's level names (debug, info, warn, error, any case,
+// with an optional offset such as warn+2).
+func parseLevel(s string) (slog.Level, error) {
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
-		lvl = slog.LevelInfo
+	if err := lvl.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("must be debug, info, warn or error, got %q", s)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl}))
+	return lvl, nil
+}
+
+// logger is the process's slog logger on w, at --log-level, in --log-format.
+func logger(w io.Writer) *slog.Logger {
+	lvl, err := parseLevel(g.logLevel)
+	if err != nil {
+		lvl = slog.LevelInfo // unreachable after PersistentPreRunE
+	}
+	return loggerAt(w, lvl)
+}
+
+// loggerAt is a logger in --log-format at a fixed level.
+func loggerAt(w io.Writer, lvl slog.Level) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: lvl}
+	if g.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // databaseURL resolves the connection: --database-url, $DATABASE_URL, or

@@ -33,9 +33,9 @@ func oneName(what string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		switch {
 		case len(args) == 0:
-			return usageError("%s: required", what)
+			return syntaxError(fmt.Errorf("%s: required", what))
 		case len(args) > 1:
-			return usageError("%s: exactly one expected, got %d arguments", what, len(args))
+			return syntaxError(fmt.Errorf("%s: exactly one expected, got %d arguments", what, len(args)))
 		}
 		return nil
 	}

@@ -134,6 +134,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		return err
 	}
 	defer pool.Close()
+	warnNotMigrated(ctx, pool, log)
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,

@@ -55,6 +55,20 @@ func QueueStats(ctx context.Context, db DBTX, schema string) ([]QueueStat, error
 	return out, wrap("queue stats", err)
 }
 
+// QueueSeen reports whether anything ever named queue: a ready or scheduled
+// job, a dead letter, a pause flag, a schedule or a live worker. The CLI
+// warns before pausing a queue nothing has seen (a typo goes unnoticed
+// otherwise).
+func QueueSeen(ctx context.Context, db DBTX, schema, queue string) (bool, error) {
+	q, err := query(schema, "queue_seen")
+	if err != nil {
+		return false, err
+	}
+	var seen bool
+	err = db.QueryRow(ctx, q, queue).Scan(&seen)
+	return seen, wrap("queue seen", err)
+}
+
 // VacuumState is the hot jobs table's vacuum state (the vacuum_state view)
 // and the oldest transaction holding back the xmin horizon (xmin_holders).
 type VacuumState struct {

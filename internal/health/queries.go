@@ -68,7 +68,7 @@ var rendered sync.Map // schema → map[string]string
 
 // ErrNotMigrated is returned (wrapped) when the schema lacks the health pack:
 // it was never migrated, or not to version 2 or later.
-var ErrNotMigrated = errors.New("health: the schema lacks the health views (run `skiplock migrate up`)")
+var ErrNotMigrated = errors.New("the schema lacks the health views (run `skiplock migrate up`)")
 
 // queries returns the statements rendered for schema, validating its name.
 func queries(schema string) (map[string]string, error) {

@@ -139,14 +139,20 @@ func prepare(ctx context.Context, tx Executor, schema string) error {
 	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
 		return fmt.Errorf("migrations: create schema: %w", err)
 	}
-	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+ident+`.schema_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`)
-	if err != nil {
+	if _, err := tx.Exec(ctx, versionTableSQL(ident)); err != nil {
 		return fmt.Errorf("migrations: version table: %w", err)
 	}
 	return nil
+}
+
+// versionTableSQL creates the table that records applied versions. The
+// runner and the exported script (SQL) create it the same way, so a schema
+// applied by either is recognised by both.
+func versionTableSQL(ident string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + ident + `.schema_migrations (
+		version    integer PRIMARY KEY,
+		name       text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`
 }
 
 func applied(ctx context.Context, tx Executor, schema string) (map[int]time.Time, error) {
@@ -287,8 +293,13 @@ func StatusOf(ctx context.Context, db Executor, schema string) ([]Status, error)
 }
 
 // SQL renders the migrations from version `from` to `to` (inclusive) as one
-// script for teams that run their own migration tool. Down scripts come
-// newest first.
+// script for teams that run their own migration tool. The script records
+// each version in schema_migrations exactly as the runner does (idempotently:
+// ON CONFLICT DO NOTHING), so `migrate status`, the doctor and `migrate up`
+// recognise a schema it built as migrated; the down script removes the
+// records again. Down scripts come newest first. Run it in one transaction
+// (psql --single-transaction, or your tool's transaction) so a failure
+// leaves nothing half applied.
 func SQL(schema string, up bool, from, to int) (string, error) {
 	if err := ValidateSchema(schema); err != nil {
 		return "", err
@@ -301,13 +312,19 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 	}
 	var b strings.Builder
 	ident := pgx.Identifier{schema}.Sanitize()
+	lit := "'" + schema + "'" // ValidateSchema allows no quote
 	if up {
-		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n\n", ident)
+		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", ident)
+		fmt.Fprintf(&b, "-- serializes with `skiplock migrate up` while this transaction lasts\n")
+		fmt.Fprintf(&b, "SELECT pg_advisory_xact_lock(hashtextextended('skiplock.migrate.' || %s, 0));\n", lit)
+		fmt.Fprintf(&b, "%s;\n\n", versionTableSQL(ident))
 		for _, m := range all {
 			if m.Version < from || m.Version > to {
 				continue
 			}
-			fmt.Fprintf(&b, "-- skiplock migration %03d_%s (up)\n%s\n", m.Version, m.Name, Render(m.Up, schema))
+			fmt.Fprintf(&b, "-- skiplock migration %03d_%s (up)\n%s\n", m.Version, m.Name, terminated(Render(m.Up, schema)))
+			fmt.Fprintf(&b, "INSERT INTO %s.schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;\n\n",
+				ident, m.Version, m.Name)
 		}
 		return b.String(), nil
 	}
@@ -316,7 +333,17 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 		if m.Version < from || m.Version > to {
 			continue
 		}
-		fmt.Fprintf(&b, "-- skiplock migration %03d_%s (down)\n%s\n", m.Version, m.Name, Render(m.Down, schema))
+		fmt.Fprintf(&b, "-- skiplock migration %03d_%s (down)\n%s\n", m.Version, m.Name, terminated(Render(m.Down, schema)))
+		fmt.Fprintf(&b, "DELETE FROM %s.schema_migrations WHERE version = %d;\n\n", ident, m.Version)
 	}
 	return b.String(), nil
+}
+
+// terminated makes sure a migration's last statement ends with a semicolon,
+// so the version record that follows it in the script is a statement of its own.
+func terminated(sql string) string {
+	if strings.HasSuffix(strings.TrimSpace(sql), ";") {
+		return sql
+	}
+	return sql + "\n;"
 }

@@ -192,16 +192,65 @@ func TestBadSchemaName(t *testing.T) {
 }
 
 // The exported script is the same SQL the runner applies.
+// TestSQLScript applies the exported script the way a team's own migration
+// tool would (one multi-statement exec, no runner) and checks the runner
+// then sees a migrated schema: status all applied, up a no-op, the same
+// catalog as a runner-built schema. The down script undoes it, records
+// included.
 func TestSQLScript(t *testing.T) {
 	t.Parallel()
-	script, err := migrations.SQL("skiplock", true, 1, migrations.Latest())
+	ctx := context.Background()
+	script, err := migrations.SQL("ext", true, 1, migrations.Latest())
 	require.NoError(t, err)
 	for _, m := range migrations.All() {
-		require.Contains(t, script, strings.TrimSpace(migrations.Render(m.Up, "skiplock"))[:40])
+		require.Contains(t, script, strings.TrimSpace(migrations.Render(m.Up, "ext"))[:40])
 	}
 	db := dbtest.NewEmpty(t)
-	_, err = db.Pool.Exec(context.Background(), script)
+	_, err = db.Pool.Exec(ctx, script)
 	require.NoError(t, err)
-	var n int
-	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n))
+
+	st, err := migrations.StatusOf(ctx, db.Pool, "ext")
+	require.NoError(t, err)
+	for _, s := range st {
+		require.NotNil(t, s.AppliedAt, "version %d recorded by the script", s.Version)
+	}
+	ran, err := up(ctx, db.Pool, "ext", 0)
+	require.NoError(t, err)
+	require.Empty(t, ran, "up after the exported script is a no-op")
+
+	ref := dbtest.NewEmpty(t)
+	_, err = up(ctx, ref.Pool, "ext", 0)
+	require.NoError(t, err)
+	require.Equal(t, catalog(t, ref.Pool, "ext"), catalog(t, db.Pool, "ext"), "script and runner build the same schema")
+
+	downScript, err := migrations.SQL("ext", false, 1, 0)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, downScript)
+	require.NoError(t, err)
+	st, err = migrations.StatusOf(ctx, db.Pool, "ext")
+	require.NoError(t, err)
+	for _, s := range st {
+		require.Nil(t, s.AppliedAt, "version %d unrecorded by the down script", s.Version)
+	}
+	ran, err = up(ctx, db.Pool, "ext", 0)
+	require.NoError(t, err)
+	require.Len(t, ran, migrations.Latest(), "up rebuilds what the down script removed")
+}
+
+// TestSQLScriptPartial exports only the versions a runner-migrated schema
+// lacks, the way a team upgrades with its own tool.
+func TestSQLScriptPartial(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := dbtest.NewEmpty(t)
+	_, err := up(ctx, db.Pool, "skiplock", 2)
+	require.NoError(t, err)
+	script, err := migrations.SQL("skiplock", true, 3, 0)
+	require.NoError(t, err)
+	require.NotContains(t, script, "001_core")
+	_, err = db.Pool.Exec(ctx, script)
+	require.NoError(t, err)
+	ran, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Empty(t, ran)
 }

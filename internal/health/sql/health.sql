@@ -6,6 +6,17 @@ SELECT s.queue, s.ready, s.scheduled, s.running, s.dead, s.oldest_ready_age_seco
 FROM {{schema}}.queue_stats AS s
 ORDER BY s.queue;
 
+-- name: queue_seen
+-- Whether anything ever named the queue: a ready or scheduled job (an index
+-- probe on the claim index), a dead letter, a pause flag, a schedule, or a
+-- live worker's queue list. No branch scans the hot table.
+--   $1 queue
+SELECT EXISTS (SELECT 1 FROM {{schema}}.jobs WHERE queue = $1 AND state = 'ready')
+    OR EXISTS (SELECT 1 FROM {{schema}}.jobs_dead WHERE queue = $1)
+    OR EXISTS (SELECT 1 FROM {{schema}}.queues WHERE name = $1)
+    OR EXISTS (SELECT 1 FROM {{schema}}.schedules WHERE queue = $1)
+    OR EXISTS (SELECT 1 FROM {{schema}}.workers WHERE stopped_at IS NULL AND $1 = ANY (queues));
+
 -- name: vacuum_state
 -- The hot table's vacuum state and the oldest transaction holding back the
 -- xmin horizon (sessions and prepared transactions; slots carry no age).
