@@ -80,10 +80,10 @@ func (c *completer) flush(batch []result) {
 	// c.write never fails: it retries transient errors, and a refusal is
 	// isolated to its job.
 	held, unwritten, _ := writeIsolating(batch, c.write, c.r.log)
-	ids := make([]int64, 0, len(batch))
+	jobs := make([]*Job, 0, len(batch))
 	var entityQueues []string
 	for _, res := range batch {
-		ids = append(ids, res.job.ID)
+		jobs = append(jobs, res.job)
 		s := Settle(res.out, held[res.job.ID])
 		if slices.Contains(unwritten, res.job.ID) {
 			s = Unwritten
@@ -94,7 +94,7 @@ func (c *completer) flush(batch []result) {
 		}
 	}
 	c.wakeEntityQueues(entityQueues)
-	c.r.untrack(ids)
+	c.r.untrack(jobs)
 }
 
 // write writes batch in one round trip, retrying while the database is

@@ -143,3 +143,21 @@ func TestWriteIsolatingPassesOtherErrors(t *testing.T) {
 	require.Equal(t, []int64{2}, unwritten)
 	require.Equal(t, []int{3, 1, 2, 1, 1}, sizes)
 }
+
+// A retry written by the completer makes the job claimable at once, so it
+// can be claimed again (by this process) before the completer untracks the
+// attempt it wrote. Untracking that attempt must leave the new claim
+// tracked; dropping it silently made the new attempt's executor skip the
+// job, which then stayed running until its lease expired.
+func TestUntrackKeepsANewerClaim(t *testing.T) {
+	r := New(Config{})
+	first := r.track([]Job{{ID: 7, LeaseToken: 1}})[0]
+	again := r.track([]Job{{ID: 7, LeaseToken: 2}})[0]
+	r.untrack([]*Job{first})
+	require.Equal(t, 1, r.Stats().Running)
+	r.mu.Lock()
+	require.Same(t, again, r.jobs[7].job)
+	r.mu.Unlock()
+	r.untrack([]*Job{again})
+	require.Equal(t, 0, r.Stats().Running)
+}

@@ -361,10 +361,16 @@ func (r *Runner) track(jobs []Job) []*Job {
 	return out
 }
 
-func (r *Runner) untrack(ids []int64) {
+// untrack forgets jobs whose outcome is settled. Only the claim it was
+// given is forgotten: once a retry is written, the job can be claimed again
+// (here too) before the completer gets to untrack the previous attempt, and
+// the new claim must stay tracked.
+func (r *Runner) untrack(jobs []*Job) {
 	r.mu.Lock()
-	for _, id := range ids {
-		delete(r.jobs, id)
+	for _, j := range jobs {
+		if t := r.jobs[j.ID]; t != nil && t.job == j {
+			delete(r.jobs, j.ID)
+		}
 	}
 	r.mu.Unlock()
 }
@@ -402,7 +408,7 @@ func (r *Runner) execute(j *Job, stopping bool) {
 	if out.Kind == Nothing {
 		// Someone else may own the job now (or the handler's own commit
 		// completed it, which the heartbeat then missed): write nothing.
-		r.untrack([]int64{j.ID})
+		r.untrack([]*Job{j})
 		r.count(result{job: j, out: out}, Settle(out, false))
 		return
 	}
