@@ -64,3 +64,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/cron/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNDJSONLine$$' -fuzztime $(FUZZTIME) ./cmd/skiplock/
 	$(GO) test -run '^$$' -fuzz '^FuzzHTTPInputs$$' -fuzztime $(FUZZTIME) ./dashboard/
+	$(GO) test -run '^$$' -fuzz '^FuzzErrorText$$' -fuzztime $(FUZZTIME) ./internal/worker/
+	@# A job through PostgreSQL (and a child process) per input: a fixed short count.
+	$(GO) test -run '^$$' -fuzz '^FuzzHandlerErrorText$$' -fuzztime 500x .
+	$(GO) test -run '^$$' -fuzz '^FuzzExecStderr$$' -fuzztime 300x ./cmd/skiplock/

@@ -89,7 +89,7 @@ func (c *Client) Drain(ctx context.Context, opts DrainOptions) (DrainResult, err
 	}
 	cfg := worker.Config{
 		Pool: c.pool, Store: c.store, WorkerID: c.cfg.WorkerID, Lease: c.cfg.LeaseDuration,
-		Archive: c.cfg.keepCompleted(), Handler: c.runJob,
+		Archive: c.cfg.keepCompleted(), Handler: c.runJob, Logger: c.cfg.Logger,
 	}
 	snoozed := []int64{}
 	for opts.Limit == 0 || len(res.Jobs) < opts.Limit {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -163,9 +165,26 @@ func decodeArgs[T any](raw []byte, dst *T) error {
 
 type decodeError struct{ err error }
 
+// Error says why without quoting the payload: encoding/json's own messages
+// can (a syntax error names the offending character, a type error the
+// number it could not store), so those two are described by position and
+// type only.
 func (e *decodeError) Error() string {
-	// json errors name Go types and offsets, not values.
-	return "payload does not decode into the handler's type: " + e.err.Error()
+	const prefix = "payload does not decode into the handler's type: "
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(e.err, &se):
+		return prefix + "invalid JSON at byte offset " + strconv.FormatInt(se.Offset, 10)
+	case errors.As(e.err, &te):
+		what, _, _ := strings.Cut(te.Value, " ") // "number 1.5" names the number
+		msg := prefix + "cannot store a JSON " + what + " in Go type " + te.Type.String()
+		if te.Field != "" {
+			msg += " (field " + te.Field + ")"
+		}
+		return msg + " at byte offset " + strconv.FormatInt(te.Offset, 10)
+	}
+	return prefix + e.err.Error()
 }
 
 // Snooze reschedules the job after d without spending an attempt.
@@ -212,24 +231,16 @@ func DefaultBackoff(attempt int) time.Duration {
 	return time.Duration(float64(base) * (0.5 + rand.Float64()*0.5))
 }
 
-const maxErrorBytes = 4096
-
-func truncate(s string) string {
-	if len(s) <= maxErrorBytes {
-		return s
-	}
-	return s[:maxErrorBytes] + "…"
-}
-
 // runJob is the worker.Handler: it finds the kind's handler, runs it with its
-// timeout, turns panics into failures and maps the result to an outcome.
-func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome) {
+// timeout, turns panics into failures and reports what the handler returned;
+// worker.Decide makes that the job's outcome.
+func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 	h := c.handlers[j.Kind]
 	if h == nil {
 		h = c.fallback
 	}
 	if h == nil {
-		return worker.Outcome{Kind: worker.DeadLetter, Reason: "unknown_kind", Error: "no handler registered for kind " + j.Kind}
+		return worker.Result{Err: errors.New("no handler registered for kind " + j.Kind), Final: "unknown_kind"}
 	}
 	if h.timeout > 0 {
 		var cancel context.CancelFunc
@@ -248,71 +259,39 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) (out worker.Outcome)
 		return err, panicked
 	}()
 	run.returned.Store(true)
-	switch {
-	case run.leaseLost.Load():
-		// CompleteTx saw, inside the handler's transaction, that another
-		// worker may own the job now: write nothing at all.
-		return worker.Outcome{Kind: worker.Nothing}
-	case err == nil && run.completedTx.Load():
-		// Completed in the handler's transaction, which the handler committed
-		// before returning. Should it not have, the job must not stay running
-		// until its lease expires: the fallback below is a fenced retry that
-		// matches nothing once the completion committed.
-		out := c.failure(h, j, errNotCommitted, "error")
-		out.CompletedTx = true
-		return out
-	case err == nil:
-		return worker.Outcome{Kind: worker.Complete}
+	res := worker.Result{
+		Err: err, Panicked: panicked, CompletedTx: run.completedTx.Load(), LeaseLostInTx: run.leaseLost.Load(),
+		MaxAttempts: h.maxAttempts, Backoff: c.cfg.Backoff,
+	}
+	if h.backoff != nil {
+		res.Backoff = h.backoff
+	}
+	if err == nil {
+		return res
 	}
 	var ce *controlError
-	if errors.As(err, &ce) {
-		if ce.kind == worker.Snooze {
-			return worker.Outcome{Kind: worker.Snooze, Delay: ce.delay}
-		}
-		return worker.Outcome{Kind: worker.DeadLetter, Reason: ce.reason, Error: truncate(ce.Error())}
-	}
-	reason := "error"
+	var de *decodeError
 	switch {
+	case errors.As(err, &ce):
+		if ce.kind == worker.Snooze {
+			res.Snooze, res.SnoozeFor = true, ce.delay
+		} else {
+			res.Final = ce.reason
+		}
+	case errors.As(err, &de):
+		// The job can never run: say why (the decoder's error, never the
+		// payload) before it goes to the dead-letter table.
+		res.Final = "discarded"
+		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: payload does not decode into the handler's type; discarding the job",
+			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
+			slog.Int("attempt", j.Attempt), slog.String("error", worker.ErrorText(de.Error())))
 	case panicked:
-		reason = "panic"
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelError, "skiplock: handler panicked",
 			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
 	case errors.Is(context.Cause(ctx), errTimeout):
-		reason = "timeout"
-		err = fmt.Errorf("timed out after %s: %w", h.timeout, err)
+		res.TimedOut = h.timeout
 	}
-	var de *decodeError
-	if errors.As(err, &de) {
-		return worker.Outcome{Kind: worker.DeadLetter, Reason: "discarded", Error: truncate(err.Error())}
-	}
-	out = c.failure(h, j, err, reason)
-	if out.Kind == worker.Retry {
-		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: job failed; will retry",
-			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
-			slog.Int("attempt", j.Attempt), slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", reason))
-	}
-	return out
-}
-
-// errNotCommitted is the error recorded when a handler returned nil after a
-// successful CompleteTx whose transaction then did not commit.
-var errNotCommitted = errors.New("the handler returned nil after CompleteTx, but its transaction did not commit")
-
-// failure is the outcome of a failed attempt: a retry after backoff, or the
-// dead-letter table once attempts are spent.
-func (c *Client) failure(h *handlerEntry, j *worker.Job, err error, reason string) worker.Outcome {
-	maxAttempts := j.MaxAttempts
-	if h.maxAttempts > 0 {
-		maxAttempts = min(maxAttempts, h.maxAttempts)
-	}
-	if j.Attempt >= maxAttempts {
-		return worker.Outcome{Kind: worker.DeadLetter, Reason: reason, Error: truncate(err.Error())}
-	}
-	backoff := c.cfg.Backoff
-	if h.backoff != nil {
-		backoff = h.backoff
-	}
-	return worker.Outcome{Kind: worker.Retry, Delay: backoff(j.Attempt), Error: truncate(err.Error())}
+	return res
 }
 
 var errTimeout = errors.New("skiplock: handler timeout")

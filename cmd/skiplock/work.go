@@ -18,11 +18,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/worker"
 	"github.com/skiplock/skiplock/metrics"
 )
 
@@ -205,7 +207,7 @@ func execHandler(command string, stderr *lockedWriter) skiplock.HandlerFunc[json
 			"SKIPLOCK_WORKER_ID="+j.WorkerID,
 			"SKIPLOCK_WORKER_PID="+strconv.Itoa(os.Getpid()),
 		)
-		tail := &tailBuffer{max: 2048}
+		tail := &tailBuffer{max: stderrTailBytes}
 		c.Stdout = stderr
 		c.Stderr = multiWriter{tail, stderr}
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -249,7 +251,13 @@ func (m multiWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// tailBuffer keeps the last max bytes written.
+// stderrTailBytes is how much of the end of a failed child's stderr becomes
+// the job's error text.
+const stderrTailBytes = 2048
+
+// tailBuffer keeps the end of what was written: String returns at most max
+// bytes of it. It keeps a few bytes more, so that String can tell a
+// character cut by the limit from one that was never whole.
 type tailBuffer struct {
 	mu  sync.Mutex // guards buf
 	buf []byte
@@ -260,16 +268,18 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
+	if keep := t.max + utf8.UTFMax; len(t.buf) > keep {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-keep:]...)
 	}
 	return len(p), nil
 }
 
+// String is the tail as error text: cut on a character boundary and made
+// storable (worker.ErrorTail), whatever bytes the child wrote.
 func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return string(t.buf)
+	return worker.ErrorTail(t.buf, t.max)
 }
 
 // workerMetricsServer is the --metrics-addr server: /metrics and /healthz,

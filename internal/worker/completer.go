@@ -3,10 +3,15 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -65,47 +70,147 @@ func (c *completer) close() { c.closeOnce.Do(func() { close(c.in) }) }
 func (c *completer) wait() { <-c.done }
 
 // flush writes one batch, retrying while the database is unreachable. A job
-// whose lease expired meanwhile is simply not matched by the fenced write.
+// whose lease expired meanwhile is simply not matched by the fenced write. A
+// job whose outcome the database refuses for its data is written apart from
+// the rest (see writeIsolating), so it never holds the batch back.
 func (c *completer) flush(batch []result) {
-	w := planWrites(batch)
 	if c.r.BeforeComplete != nil {
-		c.r.BeforeComplete(w.done)
+		c.r.BeforeComplete(planWrites(batch).done)
 	}
-	var held map[int64]bool
+	// c.write never fails: it retries transient errors, and a refusal is
+	// isolated to its job.
+	held, unwritten, _ := writeIsolating(batch, c.write, c.r.log)
+	jobs := make([]*Job, 0, len(batch))
+	var entityQueues []string
+	for _, res := range batch {
+		jobs = append(jobs, res.job)
+		s := Settle(res.out, held[res.job.ID])
+		if slices.Contains(unwritten, res.job.ID) {
+			s = Unwritten
+		}
+		c.r.count(res, s)
+		if res.job.Entity != "" && s != LeaseLost && s != Unwritten && !slices.Contains(entityQueues, res.job.Queue) {
+			entityQueues = append(entityQueues, res.job.Queue)
+		}
+	}
+	c.wakeEntityQueues(entityQueues)
+	c.r.untrack(jobs)
+}
+
+// write writes batch in one round trip, retrying while the database is
+// unreachable. It returns at once, with the error, when the database
+// refuses the batch for its data (retrying the same rows cannot succeed),
+// and gives up, writing nothing, when stopping while the database stays
+// away: the jobs' leases expire and the reaper hands them back.
+func (c *completer) write(batch []result) (map[int64]bool, error) {
+	w := planWrites(batch)
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 30*time.Second)
-		var err error
-		held, err = w.exec(ctx, c.r.cfg)
+		held, err := w.exec(ctx, c.r.cfg)
 		cancel()
 		if err == nil {
-			break
+			return held, nil
+		}
+		if _, refused := refusedForData(err); refused {
+			return nil, err
 		}
 		if attempt == 0 || attempt%20 == 0 {
 			c.r.log.Warn("skiplock: writing job outcomes failed; retrying", slog.String("error", err.Error()),
 				slog.Int("jobs", len(batch)))
 		}
-		// Give up only when stopping and the database stays away: the jobs'
-		// leases expire and the reaper hands them back. Nothing is lost.
+		// Give up only when stopping and the database stays away. Nothing is lost.
 		if c.r.bgCtx.Err() != nil && attempt >= 10 {
 			c.r.log.Error("skiplock: giving up on job outcomes at shutdown; the reaper will return them",
 				slog.Int("jobs", len(batch)))
-			held = map[int64]bool{}
-			break
+			return map[int64]bool{}, nil
 		}
 		time.Sleep(min(time.Duration(attempt+1)*100*time.Millisecond, 2*time.Second))
 	}
-	ids := make([]int64, 0, len(batch))
-	var entityQueues []string
-	for _, res := range batch {
-		ids = append(ids, res.job.ID)
-		s := Settle(res.out, held[res.job.ID])
-		c.r.count(res, s)
-		if res.job.Entity != "" && s != LeaseLost && !slices.Contains(entityQueues, res.job.Queue) {
-			entityQueues = append(entityQueues, res.job.Queue)
-		}
+}
+
+// refusedForData reports whether err is the database refusing a statement
+// for the data it carried: SQLSTATE class 22 (data exception, such as an
+// invalid byte sequence) or 23 (integrity constraint violation). Writing
+// the same rows again cannot succeed. It returns the SQLSTATE.
+func refusedForData(err error) (string, bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23")) {
+		return pe.Code, true
 	}
-	c.wakeEntityQueues(entityQueues)
-	c.r.untrack(ids)
+	return "", false
+}
+
+// writeIsolating writes the outcomes of batch through write (one round
+// trip, one transaction). When the database refuses the batch for its data,
+// it writes the halves apart, recursively, until the refused job is alone:
+// every other job's outcome is written as usual. The refused job's outcome
+// is written again with a safe error text (safeOutcome), which keeps its
+// retry or dead-letter path; should that be refused too, nothing is written
+// for it, and its lease expires and the reaper returns it. Nothing is lost.
+// A changed outcome is stored back into batch. It returns the ids whose
+// lease was held, the ids for which nothing could be written, and write's
+// first error that is not a refusal (after which it stops).
+func writeIsolating(batch []result, write func([]result) (map[int64]bool, error), log *slog.Logger) (held map[int64]bool, unwritten []int64, err error) {
+	held, err = write(batch)
+	if err == nil {
+		return held, nil, nil
+	}
+	code, refused := refusedForData(err)
+	if !refused {
+		return nil, nil, err
+	}
+	if len(batch) > 1 {
+		mid := len(batch) / 2
+		held, unwritten, err = writeIsolating(batch[:mid], write, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		held2, unwritten2, err := writeIsolating(batch[mid:], write, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		maps.Copy(held, held2)
+		return held, append(unwritten, unwritten2...), nil
+	}
+	res := &batch[0]
+	j := res.job
+	attrs := []slog.Attr{slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
+		slog.Int("attempt", j.Attempt), slog.String("outcome", res.out.Kind.String()), slog.String("sqlstate", code)}
+	if safe, ok := safeOutcome(res.out, code); ok {
+		logAttrs(log, slog.LevelWarn, "skiplock: the database refused a job's outcome; writing it with a safe error text", attrs...)
+		held, err = write([]result{{job: j, out: safe}})
+		if err == nil {
+			res.out = safe
+			return held, nil, nil
+		}
+		if code, refused = refusedForData(err); !refused {
+			return nil, nil, err
+		}
+		attrs[len(attrs)-1] = slog.String("sqlstate", code)
+	}
+	logAttrs(log, slog.LevelError, "skiplock: the database refused a job's outcome; nothing written, the reaper returns the job once its lease expires", attrs...)
+	return map[int64]bool{}, []int64{j.ID}, nil
+}
+
+// safeOutcome is out with an error text the database cannot refuse (ASCII,
+// naming the SQLSTATE of the refusal); false when out carries no error text
+// or already had this one.
+func safeOutcome(out Outcome, code string) (Outcome, bool) {
+	if out.Kind != Retry && out.Kind != DeadLetter {
+		return out, false
+	}
+	text := "skiplock: the database refused this job's error text (SQLSTATE " + code + "); it was not stored"
+	if out.Error == text {
+		return out, false
+	}
+	out.Error = text
+	return out, true
+}
+
+func logAttrs(log *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+	if log != nil {
+		log.LogAttrs(context.Background(), level, msg, attrs...)
+	}
 }
 
 // wakeEntityQueues wakes the claimers of every queue where a job of an
@@ -131,9 +236,8 @@ func (c *completer) wakeEntityQueues(queues []string) {
 	}
 }
 
-// count updates the counters for one written outcome and logs the surprises.
+// count updates the counters for one settled outcome and logs it.
 func (r *Runner) count(res result, s Settled) {
-	j := res.job
 	switch s {
 	case Completed:
 		r.completed.Add(1)
@@ -144,50 +248,33 @@ func (r *Runner) count(res result, s Settled) {
 		r.dead.Add(1)
 	case LeaseLost:
 		r.leaseLost.Add(1)
-		r.log.Warn("skiplock: lease lost before the outcome was written; nothing written",
-			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue),
-			slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
 	}
-	if res.out.CompletedTx && s != Completed {
-		r.log.Warn("skiplock: the handler returned nil after CompleteTx, but its transaction did not commit; the attempt failed",
-			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue),
-			slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
-	}
+	logSettled(r.log, res, s)
 }
 
-// Settled is what became of a job once its outcome was written.
-type Settled int
-
-// The ways an outcome can settle.
-const (
-	Completed    Settled = iota // deleted or archived (or completed in the handler's transaction)
-	Retried                     // back to ready after a failure
-	Snoozed                     // back to ready without spending the attempt
-	Released                    // handed back at shutdown
-	DeadLettered                // moved to jobs_dead
-	LeaseLost                   // the lease was gone: nothing written
-)
-
-// Settle says what became of out given whether its fenced write matched the
-// job (held).
-func Settle(out Outcome, held bool) Settled {
-	switch {
-	case out.CompletedTx && !held:
-		return Completed
-	case !held || out.Kind == Nothing:
-		return LeaseLost
+// logSettled logs what became of a job when it is worth a line: every
+// failed attempt with its error text (storable and bounded, see ErrorText;
+// skiplock never puts payload data in it), the move to the dead-letter
+// table at error level with its reason, a lost lease, and a CompleteTx
+// whose transaction did not commit.
+func logSettled(log *slog.Logger, res result, s Settled) {
+	j, out := res.job, res.out
+	job := []slog.Attr{slog.Int64("job_id", j.ID), slog.String("queue", j.Queue),
+		slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt)}
+	switch s {
+	case Retried:
+		logAttrs(log, slog.LevelWarn, "skiplock: job failed; will retry", append(job,
+			slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", out.Reason),
+			slog.Duration("retry_in", out.Delay), slog.String("error", out.Error))...)
+	case DeadLettered:
+		logAttrs(log, slog.LevelError, "skiplock: job moved to the dead-letter table", append(job,
+			slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", out.Reason),
+			slog.String("error", out.Error))...)
+	case LeaseLost:
+		logAttrs(log, slog.LevelWarn, "skiplock: lease lost before the outcome was written; nothing written", job...)
 	}
-	switch out.Kind {
-	case Complete:
-		return Completed
-	case Retry:
-		return Retried
-	case Snooze:
-		return Snoozed
-	case Release:
-		return Released
-	default:
-		return DeadLettered
+	if out.CompletedTx && s != Completed {
+		logAttrs(log, slog.LevelWarn, "skiplock: the handler returned nil after CompleteTx, but its transaction did not commit; the attempt failed", job...)
 	}
 }
 

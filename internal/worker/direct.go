@@ -15,7 +15,8 @@ import (
 // accept, if not nil, vets the claimed job before it runs: a job it refuses
 // is handed back untouched (the attempt refunded) and settles as Released.
 //
-// Only cfg.Pool, Store, WorkerID, Lease, Archive and Handler are used. As
+// Only cfg.Pool, Store, WorkerID, Lease, Archive, Handler and Logger (nil:
+// no log lines) are used. As
 // nothing heartbeats, a handler that runs longer than cfg.Lease can lose its
 // job to the reaper, whose fencing then keeps its outcome from landing.
 func RunOne(ctx context.Context, cfg Config, queues, kinds []string, accept func(*Job) bool) (*Job, Outcome, Settled, error) {
@@ -32,17 +33,28 @@ func RunOne(ctx context.Context, cfg Config, queues, kinds []string, accept func
 	var out Outcome
 	if accept == nil || accept(j) {
 		hctx, cancel := context.WithCancelCause(ctx)
-		out = cfg.Handler(hctx, j)
+		out = Decide(j, cfg.Handler(hctx, j), RunState{})
 		cancel(nil)
 	} else {
-		out = Outcome{Kind: Release, Refund: true}
+		out = Decide(j, Result{}, RunState{HandedBack: true})
 	}
 	if out.Kind == Nothing {
+		logSettled(cfg.Logger, result{job: j, out: out}, LeaseLost)
 		return j, out, LeaseLost, nil
 	}
-	held, err := planWrites([]result{{job: j, out: out}}).exec(context.WithoutCancel(ctx), cfg)
+	batch := []result{{job: j, out: out}}
+	wctx := context.WithoutCancel(ctx)
+	held, unwritten, err := writeIsolating(batch, func(b []result) (map[int64]bool, error) {
+		return planWrites(b).exec(wctx, cfg)
+	}, cfg.Logger)
 	if err != nil {
 		return j, out, 0, fmt.Errorf("write outcome of job %d: %w", j.ID, err)
 	}
-	return j, out, Settle(out, held[j.ID]), nil
+	out = batch[0].out
+	if len(unwritten) > 0 {
+		return j, out, Unwritten, fmt.Errorf("write outcome of job %d: the database refused it; the reaper returns the job once its lease expires", j.ID)
+	}
+	s := Settle(out, held[j.ID])
+	logSettled(cfg.Logger, batch[0], s)
+	return j, out, s, nil
 }

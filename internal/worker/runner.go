@@ -43,12 +43,31 @@ const (
 	Nothing                       // write nothing: the handler found its lease gone (CompleteTx)
 )
 
+// String names the outcome kind for log lines.
+func (k OutcomeKind) String() string {
+	switch k {
+	case Complete:
+		return "complete"
+	case Retry:
+		return "retry"
+	case Snooze:
+		return "snooze"
+	case DeadLetter:
+		return "dead_letter"
+	case Release:
+		return "release"
+	case Nothing:
+		return "nothing"
+	}
+	return fmt.Sprintf("OutcomeKind(%d)", int(k))
+}
+
 // Outcome is what a handler run produced.
 type Outcome struct {
 	Kind   OutcomeKind
 	Delay  time.Duration
-	Reason string // DeadLetter: error, panic, timeout, discarded, cancelled, unknown_kind
-	Error  string // for last_error; never contains payload data put there by skiplock
+	Reason string // DeadLetter: error, panic, timeout, discarded, cancelled, unknown_kind; Retry: error, panic, timeout
+	Error  string // for last_error (storable: see ErrorText); never contains payload data put there by skiplock
 	Refund bool
 	// CompletedTx: the handler completed the job in its own transaction and
 	// committed it. The outcome (a Retry or DeadLetter) is a fallback for a
@@ -58,10 +77,11 @@ type Outcome struct {
 	CompletedTx bool
 }
 
-// Handler runs one job. It must honour ctx: ctx is cancelled when the lease
-// is lost, when the job is cancelled, and at hard stop; context.Cause(ctx)
+// Handler runs one job and reports what it returned; Decide makes that the
+// job's Outcome. It must honour ctx: ctx is cancelled when the lease is
+// lost, when the job is cancelled, and at hard stop; context.Cause(ctx)
 // says which.
-type Handler func(ctx context.Context, job *Job) Outcome
+type Handler func(ctx context.Context, job *Job) Result
 
 // Causes of a handler's context cancellation.
 var (
@@ -275,7 +295,7 @@ func (r *Runner) releaseStragglers() {
 	}
 	r.mu.Unlock()
 	for _, j := range jobs {
-		r.completer.add(result{job: j, out: Outcome{Kind: Release}})
+		r.completer.add(result{job: j, out: Decide(j, Result{}, RunState{Abandoned: true})})
 	}
 }
 
@@ -341,10 +361,16 @@ func (r *Runner) track(jobs []Job) []*Job {
 	return out
 }
 
-func (r *Runner) untrack(ids []int64) {
+// untrack forgets jobs whose outcome is settled. Only the claim it was
+// given is forgotten: once a retry is written, the job can be claimed again
+// (here too) before the completer gets to untrack the previous attempt, and
+// the new claim must stay tracked.
+func (r *Runner) untrack(jobs []*Job) {
 	r.mu.Lock()
-	for _, id := range ids {
-		delete(r.jobs, id)
+	for _, j := range jobs {
+		if t := r.jobs[j.ID]; t != nil && t.job == j {
+			delete(r.jobs, j.ID)
+		}
 	}
 	r.mu.Unlock()
 }
@@ -359,7 +385,7 @@ func (r *Runner) execute(j *Job, stopping bool) {
 	}
 	if stopping || r.hardCtx.Err() != nil {
 		r.mu.Unlock()
-		r.completer.add(result{job: j, out: Outcome{Kind: Release, Refund: true}})
+		r.completer.add(result{job: j, out: Decide(j, Result{}, RunState{HandedBack: true})})
 		return
 	}
 	ctx, cancel := context.WithCancelCause(r.hardCtx)
@@ -370,34 +396,21 @@ func (r *Runner) execute(j *Job, stopping bool) {
 		cancel(ErrCancelled)
 	}
 
-	out := r.cfg.Handler(ctx, j)
+	res := r.cfg.Handler(ctx, j)
 	cause := context.Cause(ctx)
 	cancel(nil)
 
 	r.mu.Lock()
-	lost, cancelRequested := t.lost, t.cancelRequested
+	st := RunState{LeaseLost: t.lost, CancelRequested: t.cancelRequested, HardStop: errors.Is(cause, ErrHardStop)}
 	t.finished = true
 	r.mu.Unlock()
-	switch {
-	case lost && out.CompletedTx:
-		// The heartbeat missed the job because the handler's own commit
-		// deleted it (a handler that did not commit lost the lease anyway).
-		r.completed.Add(1)
-		r.untrack([]int64{j.ID})
+	out := Decide(j, res, st)
+	if out.Kind == Nothing {
+		// Someone else may own the job now (or the handler's own commit
+		// completed it, which the heartbeat then missed): write nothing.
+		r.untrack([]*Job{j})
+		r.count(result{job: j, out: out}, Settle(out, false))
 		return
-	case lost || out.Kind == Nothing:
-		// Someone else may own the job now: write nothing at all.
-		r.leaseLost.Add(1)
-		r.untrack([]int64{j.ID})
-		r.log.Warn("skiplock: lease lost; handler result discarded",
-			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
-		return
-	case out.CompletedTx:
-		// Cancellation and shutdown cannot undo a committed completion.
-	case cancelRequested && out.Kind != Complete:
-		out = Outcome{Kind: DeadLetter, Reason: "cancelled", Error: "cancelled while running"}
-	case errors.Is(cause, ErrHardStop) && out.Kind != Complete:
-		out = Outcome{Kind: Release} // the attempt counts; the job is ready again at once
 	}
 	r.completer.add(result{job: j, out: out})
 }
