@@ -120,6 +120,9 @@ type Options struct {
 	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
 	// (seeding excluded).
 	CPUProfile io.Writer
+	// ListenURL is passed to the client's Config.ListenURL: a direct
+	// connection for LISTEN when the pool goes through a pooler.
+	ListenURL string
 }
 
 func (o Options) withDefaults() Options {
@@ -179,6 +182,9 @@ type LatencyOptions struct {
 	Schema string
 	// Progress receives a progress line every second; nil discards them.
 	Progress io.Writer
+	// ListenURL is passed to the client's Config.ListenURL: a direct
+	// connection for LISTEN when the pool goes through a pooler.
+	ListenURL string
 }
 
 func (o LatencyOptions) withDefaults() LatencyOptions {

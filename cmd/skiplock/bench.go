@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/bench"
 )
 
@@ -19,6 +20,7 @@ type benchFlags struct {
 	latency              bool
 	samples              int
 	cpuProfile           string
+	listenURL            string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -52,6 +54,7 @@ dead letters and worker row when it ends. The schema must be migrated.`,
 	fl.BoolVar(&f.latency, "latency", false, "measure enqueue → handler start on an idle queue instead")
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
+	listenURLFlag(cmd, &f.listenURL)
 	addJSON(cmd)
 	return cmd
 }
@@ -64,7 +67,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 				return usageError("--%s: not used with --latency", name)
 			}
 		}
-		o := bench.LatencyOptions{Samples: f.samples, Schema: g.schema, Progress: cmd.ErrOrStderr()}
+		o := bench.LatencyOptions{Samples: f.samples, Schema: g.schema, Progress: cmd.ErrOrStderr(), ListenURL: listenURL(f.listenURL)}
 		if err := o.Validate(); err != nil {
 			return benchUsage(err)
 		}
@@ -87,7 +90,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		return usageError("--samples: only used with --latency")
 	}
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
-		Progress: cmd.ErrOrStderr()}
+		Progress: cmd.ErrOrStderr(), ListenURL: listenURL(f.listenURL)}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}
@@ -120,6 +123,10 @@ func benchUsage(err error) error {
 	var oe *bench.OptionError
 	if errors.As(err, &oe) {
 		return usageError("--%s: %s", oe.Option, oe.Message)
+	}
+	var fe *skiplock.FieldError
+	if errors.As(err, &fe) && fe.Field == "Config.ListenURL" {
+		return usageError("--listen-url: %s", fe.Message)
 	}
 	return err
 }

@@ -22,9 +22,10 @@ import (
 func init() { register(newDevCmd) }
 
 type devFlags struct {
-	httpAddr string
-	rate     int
-	keep     bool
+	httpAddr  string
+	rate      int
+	keep      bool
+	listenURL string
 }
 
 func newDevCmd() *cobra.Command {
@@ -38,6 +39,7 @@ func newDevCmd() *cobra.Command {
 	cmd.Flags().StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "dashboard address")
 	cmd.Flags().IntVar(&f.rate, "rate", 200, "demo jobs enqueued per second")
 	cmd.Flags().BoolVar(&f.keep, "keep", false, "keep the throwaway cluster's data directory on exit")
+	listenURLFlag(cmd, &f.listenURL)
 	return cmd
 }
 
@@ -80,7 +82,7 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	fmt.Fprintf(stderr, "dev: schema %q migrated (%d applied)\n", g.schema, len(ran))
 
 	c, err := skiplock.NewClient(pool, skiplock.Config{
-		Schema: g.schema, Logger: quietLogger(stderr),
+		Schema: g.schema, Logger: quietLogger(stderr), ListenURL: listenURL(f.listenURL),
 		Pools: []skiplock.Pool{
 			{Name: "interactive", Queues: []string{"default"}, Concurrency: 16},
 			{Name: "bulk", Queues: []string{"bulk"}, Concurrency: 4, TenantCap: 5},

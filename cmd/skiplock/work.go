@@ -42,6 +42,7 @@ type workFlags struct {
 	pollInterval time.Duration
 	execCmd      string
 	metricsAddr  string
+	listenURL    string
 }
 
 func newWorkCmd() *cobra.Command {
@@ -70,7 +71,8 @@ The worker also runs the reaper and the recurring-job scheduler.`,
 	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "most jobs of one tenant in one claim batch (0: no cap)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "per-job timeout (0: none)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 25*time.Second, "how long SIGTERM lets running jobs finish")
-	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN (behind a transaction-mode pooler)")
+	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN: find jobs by polling only (a pooler is detected without it)")
+	listenURLFlag(cmd, &f.listenURL)
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "backstop poll interval")
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464")
@@ -83,6 +85,7 @@ var workConfigFlags = map[string]string{
 	"Pools[0].Queues": "--queue", "Pools[0].Kinds": "--kinds", "Pools[0].Concurrency": "--concurrency",
 	"Pools[0].BatchSize": "--batch", "Pools[0].TenantCap": "--tenant-cap", "LeaseDuration": "--lease",
 	"HeartbeatInterval": "--lease", "PollInterval": "--poll-interval", "Schema": "--schema",
+	"ListenURL": "--listen-url",
 }
 
 func runWork(cmd *cobra.Command, f workFlags) error {
@@ -130,6 +133,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	defer pool.Close()
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
+		ListenURL: listenURL(f.listenURL),
 		ShutdownTimeout: f.drainTimeout,
 		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
