@@ -4,8 +4,7 @@
 //
 // Each Start runs a private pgbouncer process (a generated ini, a free port
 // on 127.0.0.1, trust auth through an auth_file) that forwards every
-// database name to the server of a dbtest URL, and stops it when the test
-// ends. Without the pgbouncer binary the test is skipped, except in CI
+// database name to dbtest's server, and stops it when the test ends. Without the pgbouncer binary the test is skipped, except in CI
 // (CI=true), where it fails: CI installs pgbouncer.
 package pgbouncertest
 
@@ -23,6 +22,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
 )
 
 // Bouncer is a running pgbouncer.
@@ -46,8 +49,8 @@ func binary() string {
 	return ""
 }
 
-// Start runs a transaction-mode pgbouncer in front of the test server at
-// 127.0.0.1:5432 and stops it when t ends.
+// Start runs a transaction-mode pgbouncer in front of the test server (the
+// one dbtest uses) and stops it when t ends.
 func Start(t testing.TB) *Bouncer {
 	t.Helper()
 	bin := binary()
@@ -66,9 +69,11 @@ func Start(t testing.TB) *Bouncer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ini := fmt.Sprintf(`[databases]
-* = host=127.0.0.1 port=5432
-
+	server, err := pgx.ParseConfig(dbtest.AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ini := fmt.Sprintf("[databases]\n* = host=%s port=%d\n", server.Host, server.Port) + fmt.Sprintf(`
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = %d
@@ -84,7 +89,7 @@ ignore_startup_parameters = extra_float_digits
 server_check_delay = 0
 `, port, filepath.Join(dir, "users.txt"), filepath.Join(dir, "pgbouncer.log"), filepath.Join(dir, "pgbouncer.pid"))
 	b := &Bouncer{Port: port, dir: dir, log: filepath.Join(dir, "pgbouncer.log")}
-	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"postgres" ""`+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(fmt.Sprintf("%q \"\"\n", server.User)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(ini), 0o600); err != nil {
