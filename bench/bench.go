@@ -144,8 +144,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	res := Result{Queue: queue, Jobs: o.Jobs, Workers: o.Workers, Batch: o.Batch, Handler: h.String()}
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: quietLogger(progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
-		ListenURL: o.ListenURL,
-		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+		ListenURL: o.ListenURL, Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
 	})
 	if err != nil {
 		return res, err

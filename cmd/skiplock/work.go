@@ -133,8 +133,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	defer pool.Close()
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
-		ListenURL: listenURL(f.listenURL),
-		ShutdownTimeout: f.drainTimeout,
+		ShutdownTimeout: f.drainTimeout, ListenURL: listenURL(f.listenURL),
 		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
 	})
