@@ -128,9 +128,9 @@ func (c *Client) Start(ctx context.Context) error {
 func pooledHint(mode pgx.QueryExecMode) string {
 	switch mode {
 	case pgx.QueryExecModeCacheStatement:
-		return "the pool caches named prepared statements (pgx's default), which fail through a transaction-mode pooler without prepared-statement support; build the pool with skiplock.ParsePoolConfig, or set ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeCacheDescribe"
+		return "the pool caches named prepared statements (pgx's default), which fail through a transaction-mode pooler without prepared-statement support; build the pool from skiplock.ParsePoolConfig, or set ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeCacheDescribe"
 	case pgx.QueryExecModeDescribeExec:
-		return "the pool's describe_exec mode needs two round trips on one session, which a transaction-mode pooler does not promise; build the pool with skiplock.ParsePoolConfig, or set ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeCacheDescribe"
+		return "the pool's describe_exec mode needs two round trips on one session, which a transaction-mode pooler does not promise; build the pool from skiplock.ParsePoolConfig, or set ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeCacheDescribe"
 	}
 	return ""
 }

@@ -39,8 +39,9 @@ func (s *syncBuf) String() string {
 
 func pooled(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := skiplock.ParsePoolConfig(url)
+	cfg, err := skiplock.ParsePoolConfig(context.Background(), url)
 	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode, "the pooler was detected")
 	cfg.MaxConns = 8
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
@@ -48,21 +49,35 @@ func pooled(t *testing.T, url string) *pgxpool.Pool {
 	return pool
 }
 
+// An explicit default_query_exec_mode is honoured as given (no connection
+// is made); otherwise a direct connection keeps pgx's default and one
+// through a transaction-mode pooler gets cache_describe.
 func TestParsePoolConfigStatementMode(t *testing.T) {
+	ctx := context.Background()
 	for url, want := range map[string]pgx.QueryExecMode{
-		"postgres://u@127.0.0.1/db":                                              pgx.QueryExecModeCacheDescribe,
-		"postgres://u@127.0.0.1/db?default_query_exec_mode=simple_protocol":      pgx.QueryExecModeSimpleProtocol,
-		"postgres://u@127.0.0.1/db?sslmode=disable&default_query_exec_mode=exec": pgx.QueryExecModeExec,
-		"postgres://u@127.0.0.1/db?default_query_exec_mode=cache_statement":      pgx.QueryExecModeCacheStatement,
-		"host=127.0.0.1 user=u dbname=db default_query_exec_mode=describe_exec":  pgx.QueryExecModeDescribeExec,
-		"host=127.0.0.1 user=u dbname=db":                                        pgx.QueryExecModeCacheDescribe,
+		"postgres://u@127.0.0.1:1/db?default_query_exec_mode=simple_protocol":          pgx.QueryExecModeSimpleProtocol,
+		"postgres://u@127.0.0.1:1/db?sslmode=disable&default_query_exec_mode=exec":     pgx.QueryExecModeExec,
+		"postgres://u@127.0.0.1:1/db?default_query_exec_mode=cache_statement":          pgx.QueryExecModeCacheStatement,
+		"host=127.0.0.1 port=1 user=u dbname=db default_query_exec_mode=describe_exec": pgx.QueryExecModeDescribeExec,
 	} {
-		cfg, err := skiplock.ParsePoolConfig(url)
+		cfg, err := skiplock.ParsePoolConfig(ctx, url)
 		require.NoError(t, err, url)
 		require.Equal(t, want, cfg.ConnConfig.DefaultQueryExecMode, url)
 	}
-	_, err := skiplock.ParsePoolConfig("postgres://u@127.0.0.1/db?default_query_exec_mode=bogus")
+	_, err := skiplock.ParsePoolConfig(ctx, "postgres://u@127.0.0.1:1/db?default_query_exec_mode=bogus")
 	require.Error(t, err, "an unknown mode is refused, not replaced")
+	_, err = skiplock.ParsePoolConfig(ctx, "postgres://u:SECRET@127.0.0.1:1/db?connect_timeout=2")
+	require.Error(t, err, "no server to probe")
+	require.NotContains(t, err.Error(), "SECRET")
+
+	db := dbtest.New(t)
+	cfg, err := skiplock.ParsePoolConfig(ctx, db.URL)
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeCacheStatement, cfg.ConnConfig.DefaultQueryExecMode, "direct: pgx's default stays")
+	b := pgbouncertest.Start(t)
+	cfg, err = skiplock.ParsePoolConfig(ctx, b.URL(t, db.URL))
+	require.NoError(t, err)
+	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode, "through pgbouncer")
 }
 
 func TestListenURLRejected(t *testing.T) {

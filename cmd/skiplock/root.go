@@ -130,12 +130,15 @@ func listenURL(flag string) string {
 
 // connect opens a pool sized for CLI use, with a connect timeout, and checks
 // the server answers. Errors never include the URL (it may hold a password).
-// The statement mode works through a transaction-mode pooler too (see
-// skiplock.ParsePoolConfig).
+// The statement mode suits a transaction-mode pooler when the URL leads to
+// one (see skiplock.ParsePoolConfig).
 func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := skiplock.ParsePoolConfig(databaseURL())
-	if err != nil {
+	if _, err := pgxpool.ParseConfig(databaseURL()); err != nil {
 		return nil, usageError("--database-url: cannot parse the connection string")
+	}
+	cfg, err := skiplock.ParsePoolConfig(ctx, databaseURL())
+	if err != nil {
+		return nil, err
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
