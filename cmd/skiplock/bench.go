@@ -36,7 +36,9 @@ after the run and the share of reaped leases. --handler is noop, completetx (no 
 sleep:MIN-MAX (uniform).
 
 --latency instead enqueues --samples jobs one at a time into an idle queue and times enqueue →
-handler start with the client's default settings (LISTEN/NOTIFY wake-up).
+handler start with the client's default settings (LISTEN/NOTIFY wake-up). Behind a
+transaction-mode pooler, --listen-url gives LISTEN a direct connection (without it the
+client polls and the figure is about the poll interval).
 
 Progress goes to stderr, the summary (or --json) to stdout. The benchmark deletes its jobs,
 dead letters and worker row when it ends. The schema must be migrated.`,
