@@ -3,8 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -108,4 +112,65 @@ func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
 	require.Contains(t, string(logs), "level=WARN")
 	require.Contains(t, string(logs), "--listen-url")
 	require.NotContains(t, string(logs), "SQLSTATE", "no statement failed through the pooler")
+}
+
+// The dashboard's pages read through a transaction-mode PgBouncer.
+func TestServeThroughPgBouncer(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT skiplock.enqueue(queue => 'default', kind => 'k', payload => '{}'::jsonb)`).Scan(&id))
+	addr := freeAddr(t)
+	outF, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	errF, err := os.CreateTemp(t.TempDir(), "err")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--database-url", b.URL(t, db.URL), "--http-addr", addr}, outF, errF)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool { c, _ := get("/healthz"); return c == http.StatusOK },
+		10*time.Second, 20*time.Millisecond, "serve did not come up")
+	for range 3 {
+		for _, path := range []string{"/", "/overview/panels", "/api/series", "/queues", "/jobs",
+			"/jobs/" + strconv.FormatInt(id, 10), "/dead", "/schedules", "/workers", "/health", "/readyz"} {
+			code, body := get(path)
+			require.Equal(t, http.StatusOK, code, "%s through pgbouncer: %s", path, body)
+			require.NotContains(t, body, "SQLSTATE", path)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// skiplock dev's client logs errors only, but never hides that its
+// workers poll behind a pooler.
+func TestDevClientLogShowsPolling(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(devClientLog{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})}).With("pool", "p")
+	log.Warn("job failed; retrying")
+	log.Info("worker started")
+	require.Empty(t, buf.String())
+	log.Warn("skiplock: pooler: POLLING ONLY, set --listen-url")
+	log.Error("skiplock: dead-lettered")
+	require.Contains(t, buf.String(), "POLLING ONLY")
+	require.Contains(t, buf.String(), "dead-lettered")
+	require.Contains(t, buf.String(), "pool=p")
+	require.NotContains(t, buf.String(), "retrying")
 }
