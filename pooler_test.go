@@ -169,3 +169,25 @@ func TestClientThroughPgBouncerPollsAndSaysSo(t *testing.T) {
 	require.Contains(t, out, "ParsePoolConfig", "the statement-cache hint")
 	require.False(t, c.Stats().ListenerUp)
 }
+
+// The reaper returns expired leases through the pooler.
+func TestReapThroughPgBouncer(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.jobs
+		(queue, kind, state, attempts, max_attempts, locked_by, lease_token, lease_expires_at, attempted_at, payload)
+		SELECT 'default', 'k', 'running', 1, 5, 'gone:1:abcd', g, now() - interval '1 minute', now() - interval '2 minutes', '{}'
+		FROM generate_series(1, 7) AS g`)
+	require.NoError(t, err)
+	c := newClient(t, pooled(t, b.URL(t, db.URL)), skiplock.Config{Schema: db.Schema})
+	total := 0
+	for range 3 {
+		back, dead, err := c.Reap(ctx)
+		require.NoError(t, err)
+		require.Zero(t, dead)
+		total += back
+	}
+	require.Equal(t, 7, total)
+	require.Equal(t, 7, countJobs(t, db.Pool, "state = 'ready'"))
+}
