@@ -178,7 +178,7 @@ func (g *VacuumGuard) vacuum(ctx context.Context) (bool, error) {
 	// a second one skips the table instead of waiting for the first.
 	var got *bool
 	key := vacuumLockKey(g.cfg.Schema)
-	if err := conn.QueryRow(ctx, "SELECT CASE WHEN pg_backend_pid() = $2 THEN pg_try_advisory_lock(hashtextextended($1, 0)) END",
+	if err := conn.QueryRow(ctx, "SELECT CASE WHEN pg_backend_pid() = $2::bigint THEN pg_try_advisory_lock(hashtextextended($1, 0)) END",
 		key, int64(conn.Conn().PgConn().PID())).Scan(&got); err != nil {
 		return false, fmt.Errorf("vacuum guard: %w", err)
 	}
