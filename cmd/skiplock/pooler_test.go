@@ -174,3 +174,50 @@ func TestDevClientLogShowsPolling(t *testing.T) {
 	require.Contains(t, buf.String(), "pool=p")
 	require.NotContains(t, buf.String(), "retrying")
 }
+
+// skiplock work behind the pooler with --listen-url: LISTEN runs on the
+// direct URL, so with a one-hour poll interval jobs still arrive.
+func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	ctx := context.Background()
+	addr := freeAddr(t)
+	outF, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	errF, err := os.CreateTemp(t.TempDir(), "err")
+	require.NoError(t, err)
+	t.Setenv("SKIPLOCK_LISTEN_URL", db.URL) // the env form of --listen-url
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"work", "--database-url", b.URL(t, db.URL), "--exec", "cat >/dev/null",
+			"--poll-interval", "1h", "--metrics-addr", addr}, outF, errF)
+	}()
+	scrape := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(scrape(), "skiplock_process_listener_up 1") },
+		20*time.Second, 20*time.Millisecond, "the listener on the direct URL never came up")
+	for range 5 { // through the pooler: the enqueue's NOTIFY goes that way too
+		code, _, stderr := runCLI(t, "enqueue", "--database-url", b.URL(t, db.URL), "--kind", "k")
+		require.Equal(t, 0, code, stderr)
+	}
+	require.Eventually(t, func() bool { return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs`) == 0 },
+		30*time.Second, 20*time.Millisecond, "jobs announced by NOTIFY were not picked up (poll interval 1h)")
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(30 * time.Second):
+		t.Fatal("work did not exit after SIGTERM")
+	}
+	logs, _ := os.ReadFile(errF.Name())
+	require.NotContains(t, string(logs), "POLLING ONLY", "%s", logs)
+	require.NotContains(t, string(logs), "SQLSTATE", "%s", logs)
+}
