@@ -90,11 +90,19 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	c.ensureHistoryPartitions(ctx)
 	connCfg := c.pool.Config().ConnConfig
+	if c.cfg.ListenURL != "" {
+		lc, err := pgx.ParseConfig(c.cfg.ListenURL)
+		if err != nil {
+			return invalidConfig("ListenURL", "cannot parse the connection string")
+		}
+		connCfg = lc
+	}
 	c.runner = worker.New(worker.Config{
 		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,
 		Handler: c.runJob, Lease: c.cfg.LeaseDuration, HeartbeatInterval: c.cfg.HeartbeatInterval,
 		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.keepCompleted(),
-		PollOnly: c.cfg.PollOnly,
+		PollOnly: c.cfg.PollOnly, ListenURLSet: c.cfg.ListenURL != "",
+		PooledHint: pooledHint(c.pool.Config().ConnConfig.DefaultQueryExecMode),
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			cc := connCfg.Copy()
 			cc.RuntimeParams["application_name"] = "skiplock-listener"
@@ -112,6 +120,20 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pooledHint is what a pooler detected at Start means for the pool's
+// statement mode: pgx's default caches named prepared statements per
+// connection, which a transaction-mode pooler without prepared-statement
+// support (PgBouncer before 1.21, or max_prepared_statements = 0) breaks.
+func pooledHint(mode pgx.QueryExecMode) string {
+	switch mode {
+	case pgx.QueryExecModeCacheStatement:
+		return "the pool caches named prepared statements (pgx's default), which fail through a transaction-mode pooler without prepared-statement support; build the pool from skiplock.ParsePoolConfig, or set ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeCacheDescribe"
+	case pgx.QueryExecModeDescribeExec:
+		return "the pool's describe_exec mode needs two round trips on one session, which a transaction-mode pooler does not promise; build the pool from skiplock.ParsePoolConfig, or set ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeCacheDescribe"
+	}
+	return ""
 }
 
 func (c *Client) stopServices(ctx context.Context) {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
@@ -65,9 +67,17 @@ type Config struct {
 	// client purges older ones in small batches. Default 30 days; at least
 	// 1 hour; negative keeps them forever.
 	DeadLetterRetention time.Duration
-	// PollOnly disables LISTEN (for transaction-mode poolers such as
-	// PgBouncer); jobs are found by polling every PollInterval.
+	// PollOnly disables LISTEN; jobs are found by polling every
+	// PollInterval. Not needed behind a pooler: a started client notices
+	// one by itself (and then polls, saying so once at warn level).
 	PollOnly bool
+	// ListenURL, when set, is a connection string used only for the one
+	// LISTEN connection of a started client. Set it to a direct connection
+	// to PostgreSQL when the pool goes through a transaction-mode pooler
+	// (PgBouncer): LISTEN needs a session of its own, and with it pickup
+	// stays in milliseconds instead of one PollInterval. Default: the
+	// pool's own connection settings.
+	ListenURL string
 	// ShutdownTimeout bounds how long Stop lets running jobs finish when its
 	// context has no deadline. Default 25s.
 	ShutdownTimeout time.Duration
@@ -217,6 +227,12 @@ func (c Config) validate() error {
 	}
 	if c.DeleteCompleted && c.ArchiveCompleted {
 		return invalidConfig("DeleteCompleted", "cannot be combined with ArchiveCompleted (history is kept unless DeleteCompleted is set)")
+	}
+	if c.ListenURL != "" {
+		if _, err := pgx.ParseConfig(c.ListenURL); err != nil {
+			// Never echo the URL: it may hold a password.
+			return invalidConfig("ListenURL", "cannot parse the connection string")
+		}
 	}
 	if len(c.WorkerID) > 200 {
 		return invalidConfig("WorkerID", "longer than 200 bytes")

@@ -144,8 +144,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	res := Result{Queue: queue, Jobs: o.Jobs, Workers: o.Workers, Batch: o.Batch, Handler: h.String()}
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: orQuiet(o.Logger, progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
-		DeleteCompleted: o.DeleteCompleted,
-		Pools:           []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+		DeleteCompleted: o.DeleteCompleted, ListenURL: o.ListenURL,
+		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
 	})
 	if err != nil {
 		return res, err

@@ -128,6 +128,9 @@ type Options struct {
 	// CPUProfile, when set, receives a pprof CPU profile of the drain phase
 	// (seeding excluded).
 	CPUProfile io.Writer
+	// ListenURL is passed to the client's Config.ListenURL: a direct
+	// connection for LISTEN when the pool goes through a pooler.
+	ListenURL string
 }
 
 func (o Options) withDefaults() Options {
@@ -190,6 +193,9 @@ type LatencyOptions struct {
 	// Logger receives the client's logs; default warnings and errors as
 	// text on Progress.
 	Logger *slog.Logger
+	// ListenURL is passed to the client's Config.ListenURL: a direct
+	// connection for LISTEN when the pool goes through a pooler.
+	ListenURL string
 }
 
 func (o LatencyOptions) withDefaults() LatencyOptions {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/bench"
 )
 
@@ -21,6 +22,7 @@ type benchFlags struct {
 	samples              int
 	cpuProfile           string
 	deleteCompleted      bool
+	listenURL            string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -36,7 +38,9 @@ after the run and the share of reaped leases. --handler is noop, completetx (no 
 sleep:MIN-MAX (uniform).
 
 --latency instead enqueues --samples jobs one at a time into an idle queue and times enqueue →
-handler start with the client's default settings (LISTEN/NOTIFY wake-up).
+handler start with the client's default settings (LISTEN/NOTIFY wake-up). Behind a
+transaction-mode pooler, --listen-url gives LISTEN a direct connection (without it the
+client polls and the figure is about the poll interval).
 
 Progress goes to stderr, the summary (or --json) to stdout. The benchmark deletes its jobs,
 dead letters and worker row when it ends. The schema must be migrated.`,
@@ -55,6 +59,7 @@ dead letters and worker row when it ends. The schema must be migrated.`,
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
+	listenURLFlag(cmd, &f.listenURL)
 	addJSON(cmd)
 	return cmd
 }
@@ -68,7 +73,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 			}
 		}
 		o := bench.LatencyOptions{Samples: f.samples, Schema: g.schema, Progress: cmd.ErrOrStderr(),
-			Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn)}
+			Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL)}
 		if err := o.Validate(); err != nil {
 			return benchUsage(err)
 		}
@@ -92,7 +97,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
 		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(),
-		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn)}
+		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL)}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}
@@ -125,6 +130,10 @@ func benchUsage(err error) error {
 	var oe *bench.OptionError
 	if errors.As(err, &oe) {
 		return usageError("--%s: %s", oe.Option, oe.Message)
+	}
+	var fe *skiplock.FieldError
+	if errors.As(err, &fe) && fe.Field == "Config.ListenURL" {
+		return usageError("--listen-url: %s", fe.Message)
 	}
 	return err
 }

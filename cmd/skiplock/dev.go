@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,9 +23,10 @@ import (
 func init() { register(newDevCmd) }
 
 type devFlags struct {
-	httpAddr string
-	rate     int
-	keep     bool
+	httpAddr  string
+	rate      int
+	keep      bool
+	listenURL string
 }
 
 func newDevCmd() *cobra.Command {
@@ -38,6 +40,7 @@ func newDevCmd() *cobra.Command {
 	cmd.Flags().StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "dashboard address")
 	cmd.Flags().IntVar(&f.rate, "rate", 200, "demo jobs enqueued per second")
 	cmd.Flags().BoolVar(&f.keep, "keep", false, "keep the throwaway cluster's data directory on exit")
+	listenURLFlag(cmd, &f.listenURL)
 	return cmd
 }
 
@@ -80,7 +83,8 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	fmt.Fprintf(stderr, "dev: schema %q migrated (%d applied)\n", g.schema, len(ran))
 
 	c, err := skiplock.NewClient(pool, skiplock.Config{
-		Schema: g.schema, Logger: quietLogger(stderr),
+		Schema: g.schema, Logger: slog.New(devClientLog{loggerAt(stderr, slog.LevelWarn).Handler()}),
+		ListenURL: listenURL(f.listenURL),
 		Pools: []skiplock.Pool{
 			{Name: "interactive", Queues: []string{"default"}, Concurrency: 16},
 			{Name: "bulk", Queues: []string{"bulk"}, Concurrency: 4, TenantCap: 5},
@@ -124,9 +128,25 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	}
 }
 
-// quietLogger keeps the demo's expected failures (retries) out of the way.
-func quietLogger(w io.Writer) *slog.Logger {
-	return loggerAt(w, slog.LevelError)
+// devClientLog keeps the demo's expected failures (retries) out of the way:
+// the playground's client logs errors only, but for the one warning its
+// user must see: workers poll because the URL leads
+// to a pooler and no --listen-url was given.
+type devClientLog struct{ slog.Handler }
+
+func (h devClientLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError || strings.Contains(r.Message, "POLLING ONLY") {
+		return h.Handler.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h devClientLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return devClientLog{h.Handler.WithAttrs(as)}
+}
+
+func (h devClientLog) WithGroup(name string) slog.Handler {
+	return devClientLog{h.Handler.WithGroup(name)}
 }
 
 type demoArgs struct {

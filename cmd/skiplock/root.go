@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
@@ -170,12 +171,30 @@ func databaseURL() string {
 	return os.Getenv("DATABASE_URL")
 }
 
+// listenURLFlag adds --listen-url to a command that runs workers.
+func listenURLFlag(cmd *cobra.Command, v *string) {
+	cmd.Flags().StringVar(v, "listen-url", "", "direct PostgreSQL URL used only for LISTEN, when --database-url goes through a transaction-mode pooler such as PgBouncer (default $SKIPLOCK_LISTEN_URL)")
+}
+
+// listenURL resolves --listen-url, then $SKIPLOCK_LISTEN_URL.
+func listenURL(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv("SKIPLOCK_LISTEN_URL")
+}
+
 // connect opens a pool sized for CLI use, with a connect timeout, and checks
 // the server answers. Errors never include the URL (it may hold a password).
+// The statement mode suits a transaction-mode pooler when the URL leads to
+// one (see skiplock.ParsePoolConfig).
 func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(databaseURL())
-	if err != nil {
+	if _, err := pgxpool.ParseConfig(databaseURL()); err != nil {
 		return nil, usageError("--database-url: cannot parse the connection string")
+	}
+	cfg, err := skiplock.ParsePoolConfig(ctx, databaseURL())
+	if err != nil {
+		return nil, err
 	}
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns

@@ -47,6 +47,7 @@ type workFlags struct {
 	// history of finished jobs (Config.DeleteCompleted, CompletedRetention)
 	deleteCompleted    bool
 	completedRetention time.Duration
+	listenURL          string
 }
 
 func newWorkCmd() *cobra.Command {
@@ -75,7 +76,8 @@ The worker also runs the reaper and the recurring-job scheduler.`,
 	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "most jobs of one tenant in one claim batch (0: no cap)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "per-job timeout (0: none)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 25*time.Second, "how long SIGTERM lets running jobs finish")
-	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN (behind a transaction-mode pooler)")
+	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN: find jobs by polling only (a pooler is detected without it)")
+	listenURLFlag(cmd, &f.listenURL)
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "backstop poll interval")
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
@@ -91,6 +93,7 @@ var workConfigFlags = map[string]string{
 	"Pools[0].BatchSize": "--batch", "Pools[0].TenantCap": "--tenant-cap", "LeaseDuration": "--lease",
 	"HeartbeatInterval": "--lease", "PollInterval": "--poll-interval", "Schema": "--schema",
 	"CompletedRetention": "--completed-retention", "DeleteCompleted": "--delete-completed",
+	"ListenURL": "--listen-url",
 }
 
 func runWork(cmd *cobra.Command, f workFlags) error {
@@ -140,6 +143,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
+		ListenURL: listenURL(f.listenURL),
 		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
 	})

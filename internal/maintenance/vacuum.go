@@ -53,7 +53,9 @@ type VacuumConfig struct {
 // p99 from 3 ms to 28 ms). Autovacuum remains the first line: the guard acts
 // only when dead tuples pass DeadTuples and no vacuum finished in the last
 // Quiet and none is running. It runs VACUUM (SKIP_LOCKED, ANALYZE) under a
-// session-level advisory lock, so of many processes one vacuums at a time.
+// session-level advisory lock, so of many processes one vacuums at a time
+// (through a transaction-mode pooler, where a session lock cannot be
+// released reliably, SKIP_LOCKED alone does that).
 // A role that does not own the table cannot vacuum it: the guard says so
 // once and stops trying.
 type VacuumGuard struct {
@@ -168,15 +170,25 @@ func (g *VacuumGuard) vacuum(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("vacuum guard: %w", err)
 	}
 	defer conn.Release()
-	var got bool
+	// The lock is taken only on a direct session (the backend serving the
+	// statement is the connection's own): through a transaction-mode
+	// pooler the next statement may run on another server session, so the
+	// unlock would miss and the lock leak with the pooler's session. There
+	// VACUUM (SKIP_LOCKED) alone keeps vacuums of the table one at a time:
+	// a second one skips the table instead of waiting for the first.
+	var got *bool
 	key := vacuumLockKey(g.cfg.Schema)
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended($1, 0))", key).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT CASE WHEN pg_backend_pid() = $2::bigint THEN pg_try_advisory_lock(hashtextextended($1, 0)) END",
+		key, int64(conn.Conn().PgConn().PID())).Scan(&got); err != nil {
 		return false, fmt.Errorf("vacuum guard: %w", err)
 	}
-	if !got {
+	if got != nil && !*got {
 		return false, nil
 	}
 	defer func() {
+		if got == nil {
+			return
+		}
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer ucancel()
 		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key); err != nil {

@@ -30,6 +30,15 @@ type Config struct {
 	OnConnect func(delivered bool)
 	// OnDisconnect is called when the connection is lost.
 	OnDisconnect func(err error)
+	// Direct, when set, runs on each new connection before LISTEN and
+	// reports whether it reaches a server session directly. Through a
+	// pooler it does not: a transaction-mode pooler hands the session that
+	// ran LISTEN to other clients, so notifications go astray (and the
+	// self-test may even pass by luck). The listener then LISTENs on
+	// nothing, calls OnPooled once and ends; callers keep polling.
+	Direct func(ctx context.Context, conn *pgx.Conn) (bool, error)
+	// OnPooled is called when Direct reported a pooler.
+	OnPooled func()
 	// IdleCheck is how long the connection may be silent before it is pinged
 	// to detect a dead peer (default 15s).
 	IdleCheck time.Duration
@@ -92,11 +101,20 @@ func (l *Listener) Stop(ctx context.Context) error {
 
 const selfTestPrefix = "skiplock-selftest:"
 
+// errPooled ends the listener: its connection goes through a pooler.
+var errPooled = errors.New("the connection goes through a pooler")
+
 func (l *Listener) run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := l.session(ctx)
 		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errPooled) {
+			if l.cfg.OnPooled != nil {
+				l.cfg.OnPooled()
+			}
 			return
 		}
 		if l.cfg.OnDisconnect != nil {
@@ -124,6 +142,15 @@ func (l *Listener) session(ctx context.Context) error {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
+	if l.cfg.Direct != nil {
+		direct, err := l.cfg.Direct(ctx, conn)
+		if err != nil {
+			return fmt.Errorf("session check: %w", err)
+		}
+		if !direct {
+			return errPooled
+		}
+	}
 	for _, ch := range l.cfg.Channels {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return fmt.Errorf("listen: %w", err)

@@ -126,3 +126,17 @@ func (s *Store) CancelChannel() string { return s.Schema + ".cancel" }
 
 // Micros converts a duration for the "* interval '1 microsecond'" idiom.
 func Micros(d time.Duration) int64 { return d.Microseconds() }
+
+// DirectSession reports whether conn reaches one server session directly:
+// the backend serving a statement is the one the connection was given at
+// startup. Through a pooler (PgBouncer and the like) it is not, and
+// session state (LISTEN, session advisory locks) cannot be relied on.
+func (s *Store) DirectSession(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var pid uint32
+	// The simple protocol leaves no prepared statement behind on whichever
+	// server session a pooler lent.
+	if err := conn.QueryRow(ctx, s.SQL("backend_pid"), pgx.QueryExecModeSimpleProtocol).Scan(&pid); err != nil {
+		return false, err
+	}
+	return pid == conn.PgConn().PID(), nil
+}

@@ -116,6 +116,12 @@ type Config struct {
 	PollOnly          bool
 	// Connect opens the dedicated LISTEN connection.
 	Connect func(ctx context.Context) (*pgx.Conn, error)
+	// ListenURLSet reports that Connect uses a URL of its own for LISTEN
+	// (Config.ListenURL), which only changes what the warnings advise.
+	ListenURLSet bool
+	// PooledHint, when set, is logged at warn level if the listener finds a
+	// pooler: what the pool's settings risk there.
+	PooledHint string
 }
 
 // tracked is one job this process holds a lease on, from claim until its
@@ -169,6 +175,7 @@ type Runner struct {
 	claimed, completed, failed, dead, leaseLost atomic.Int64
 	listenerUp                                  atomic.Bool
 	pollOnly                                    atomic.Bool
+	warnedPolling                               atomic.Bool
 	claimLat                                    latencyRing
 
 	// Test hooks (nil in production).
@@ -201,13 +208,25 @@ func (r *Runner) Start(ctx context.Context) error {
 				OnConnect: func(delivered bool) {
 					r.listenerUp.Store(delivered)
 					if !delivered {
-						r.log.Warn("skiplock: NOTIFY self-test failed (a transaction-mode pooler?); running in poll-only mode",
-							slog.Duration("poll_interval", r.cfg.PollInterval))
+						r.warnPolling("skiplock: LISTEN does not work on this connection (the NOTIFY self-test got nothing back)")
 					}
 					r.wakeAll() // catch anything sent while we were not listening
 				},
 				OnDisconnect: func(error) { r.listenerUp.Store(false) },
-				Logger:       r.log,
+				Direct:       r.cfg.Store.DirectSession,
+				OnPooled: func() {
+					r.listenerUp.Store(false)
+					r.pollOnly.Store(true)
+					what := "the database URL goes through a connection pooler (PgBouncer or similar)"
+					if r.cfg.ListenURLSet {
+						what = "the listen URL goes through a connection pooler too"
+					}
+					r.warnPolling("skiplock: " + what + "; LISTEN needs a session of its own, so this process does not LISTEN")
+					if r.cfg.PooledHint != "" && !r.cfg.ListenURLSet {
+						r.log.Warn("skiplock: " + r.cfg.PooledHint)
+					}
+				},
+				Logger: r.log,
 			})
 			_ = r.listener.Start(r.bgCtx)
 		}
@@ -281,6 +300,20 @@ func (r *Runner) stop(ctx context.Context) {
 	r.bgWG.Wait()
 	r.beat(context.Background(), true)
 	r.log.Info("skiplock: worker stopped", slog.String("worker_id", r.cfg.WorkerID))
+}
+
+// warnPolling says, once per process and at warn level, that pickup falls
+// back to polling, what that costs and the setting that fixes it.
+func (r *Runner) warnPolling(why string) {
+	if r.warnedPolling.Swap(true) {
+		return
+	}
+	fix := "set --listen-url (env SKIPLOCK_LISTEN_URL; Config.ListenURL) to a direct connection to PostgreSQL, bypassing the pooler, to get millisecond pickup back"
+	if r.cfg.ListenURLSet {
+		fix = "point --listen-url (env SKIPLOCK_LISTEN_URL; Config.ListenURL) at PostgreSQL itself, not at the pooler"
+	}
+	r.log.Warn(why+": POLLING ONLY, jobs are picked up within one poll interval instead of milliseconds; "+fix,
+		slog.Duration("poll_interval", r.cfg.PollInterval))
 }
 
 // releaseStragglers hands back jobs whose handlers never returned.

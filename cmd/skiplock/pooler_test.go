@@ -1,0 +1,223 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/pgbouncertest"
+)
+
+// The CLI works through a transaction-mode PgBouncer with the URL users
+// already have: repeated single enqueues (pgx's default statement cache
+// failed here intermittently with 42P05), a COPY bulk load and the
+// read-side commands.
+func TestCLIThroughPgBouncer(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	url := b.URL(t, db.URL)
+	for i := range 40 {
+		code, out, stderr := runCLI(t, "enqueue", "--database-url", url, "--queue", "q", "--kind", "k",
+			"--payload", `{"i":1}`, "--json")
+		require.Equal(t, 0, code, "enqueue %d through pgbouncer: %s", i, stderr)
+		require.Contains(t, out, `"inserted":true`)
+	}
+	var lines bytes.Buffer
+	for range 500 {
+		lines.WriteString(`{"queue":"bulk","kind":"k","payload":{"n":2}}` + "\n")
+	}
+	file := filepath.Join(t.TempDir(), "jobs.ndjson")
+	require.NoError(t, os.WriteFile(file, lines.Bytes(), 0o600))
+	for range 2 {
+		code, out, stderr := runCLI(t, "enqueue", "--database-url", url, "--file", file, "--batch", "100")
+		require.Equal(t, 0, code, stderr)
+		require.Contains(t, out, `"inserted":500`)
+	}
+	require.Equal(t, int64(40), opsCount(t, db, `SELECT count(*) FROM skiplock.jobs WHERE queue = 'q'`))
+	require.Equal(t, int64(1000), opsCount(t, db, `SELECT count(*) FROM skiplock.jobs WHERE queue = 'bulk'`))
+
+	for _, args := range [][]string{
+		{"stats", "--json"}, {"dlq", "list", "--json"}, {"schedule", "list", "--json"},
+		{"top", "--once"}, {"migrate", "status"}, {"queue", "pause", "q"}, {"queue", "resume", "q"},
+	} {
+		for range 3 {
+			code, _, stderr := runCLI(t, append(args, "--database-url", url)...)
+			require.Equal(t, 0, code, "%v through pgbouncer: %s", args, stderr)
+		}
+	}
+}
+
+// A worker behind the pooler with no --listen-url finds the pooler, says
+// once at warn level that it polls and which flag fixes it, and drains
+// every job; its scheduler fires a schedule added through the pooler too.
+func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	url := b.URL(t, db.URL)
+	ctx := context.Background()
+	const n = 300
+	opsExec(t, db, `INSERT INTO skiplock.jobs (queue, kind, payload) SELECT 'default', 'k', '{}' FROM generate_series(1, $1)`, n)
+	code, _, stderr := runCLI(t, "schedule", "add", "tick", "--every", "1s", "--queue", "default", "--kind", "tick",
+		"--database-url", url)
+	require.Equal(t, 0, code, stderr)
+
+	kinds := filepath.Join(t.TempDir(), "kinds")
+	outF, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	errF, err := os.CreateTemp(t.TempDir(), "err")
+	require.NoError(t, err)
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"work", "--database-url", url, "--exec", `echo "$SKIPLOCK_JOB_KIND" >> ` + kinds,
+			"--poll-interval", "100ms", "--concurrency", "4"}, outF, errF)
+	}()
+	ticked := func() bool {
+		data, _ := os.ReadFile(kinds)
+		return strings.Contains(string(data), "tick")
+	}
+	require.Eventually(t, func() bool {
+		return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs WHERE kind = 'k'`) == 0 && ticked()
+	}, 60*time.Second, 100*time.Millisecond, "the worker did not drain and fire the schedule through pgbouncer")
+	data, err := os.ReadFile(kinds)
+	require.NoError(t, err)
+	ran := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "k" {
+			ran++
+		}
+	}
+	require.Equal(t, n, ran, "every job ran once")
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(30 * time.Second):
+		t.Fatal("work did not exit after SIGTERM")
+	}
+	logs, _ := os.ReadFile(errF.Name())
+	require.Equal(t, 1, strings.Count(string(logs), "POLLING ONLY"), "said once: %s", logs)
+	require.Contains(t, string(logs), "level=WARN")
+	require.Contains(t, string(logs), "--listen-url")
+	require.NotContains(t, string(logs), "SQLSTATE", "no statement failed through the pooler")
+}
+
+// The dashboard's pages read through a transaction-mode PgBouncer.
+func TestServeThroughPgBouncer(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT skiplock.enqueue(queue => 'default', kind => 'k', payload => '{}'::jsonb)`).Scan(&id))
+	addr := freeAddr(t)
+	outF, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	errF, err := os.CreateTemp(t.TempDir(), "err")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--database-url", b.URL(t, db.URL), "--http-addr", addr}, outF, errF)
+	}()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool { c, _ := get("/healthz"); return c == http.StatusOK },
+		10*time.Second, 20*time.Millisecond, "serve did not come up")
+	for range 3 {
+		for _, path := range []string{"/", "/overview/panels", "/api/series", "/queues", "/jobs",
+			"/jobs/" + strconv.FormatInt(id, 10), "/dead", "/schedules", "/workers", "/health", "/readyz"} {
+			code, body := get(path)
+			require.Equal(t, http.StatusOK, code, "%s through pgbouncer: %s", path, body)
+			require.NotContains(t, body, "SQLSTATE", path)
+		}
+	}
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// skiplock dev's client logs errors only, but never hides that its
+// workers poll behind a pooler.
+func TestDevClientLogShowsPolling(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(devClientLog{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})}).With("pool", "p")
+	log.Warn("job failed; retrying")
+	log.Info("worker started")
+	require.Empty(t, buf.String())
+	log.Warn("skiplock: pooler: POLLING ONLY, set --listen-url")
+	log.Error("skiplock: dead-lettered")
+	require.Contains(t, buf.String(), "POLLING ONLY")
+	require.Contains(t, buf.String(), "dead-lettered")
+	require.Contains(t, buf.String(), "pool=p")
+	require.NotContains(t, buf.String(), "retrying")
+}
+
+// skiplock work behind the pooler with --listen-url: LISTEN runs on the
+// direct URL, so with a one-hour poll interval jobs still arrive.
+func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	ctx := context.Background()
+	addr := freeAddr(t)
+	outF, err := os.CreateTemp(t.TempDir(), "out")
+	require.NoError(t, err)
+	errF, err := os.CreateTemp(t.TempDir(), "err")
+	require.NoError(t, err)
+	t.Setenv("SKIPLOCK_LISTEN_URL", db.URL) // the env form of --listen-url
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"work", "--database-url", b.URL(t, db.URL), "--exec", "cat >/dev/null",
+			"--poll-interval", "1h", "--metrics-addr", addr}, outF, errF)
+	}()
+	scrape := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	require.Eventually(t, func() bool { return strings.Contains(scrape(), "skiplock_process_listener_up 1") },
+		20*time.Second, 20*time.Millisecond, "the listener on the direct URL never came up")
+	for range 5 { // through the pooler: the enqueue's NOTIFY goes that way too
+		code, _, stderr := runCLI(t, "enqueue", "--database-url", b.URL(t, db.URL), "--kind", "k")
+		require.Equal(t, 0, code, stderr)
+	}
+	require.Eventually(t, func() bool { return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs`) == 0 },
+		30*time.Second, 20*time.Millisecond, "jobs announced by NOTIFY were not picked up (poll interval 1h)")
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(30 * time.Second):
+		t.Fatal("work did not exit after SIGTERM")
+	}
+	logs, _ := os.ReadFile(errF.Name())
+	require.NotContains(t, string(logs), "POLLING ONLY", "%s", logs)
+	require.NotContains(t, string(logs), "SQLSTATE", "%s", logs)
+}
