@@ -51,8 +51,10 @@ chaos:
 chaos-long:
 	SKIPLOCK_CHAOS=$${SKIPLOCK_CHAOS:-30m} $(GO) test -count=1 -run '^TestChaos$$' -v -timeout 0 ./test/faults/
 
-# Every fuzz target for FUZZTIME each (corpora under testdata/fuzz are also
-# replayed by make test). The database-backed targets use TEST_DATABASE_URL.
+# Every fuzz target for FUZZTIME each, except the two that run a job through
+# PostgreSQL per input (a fixed count of 500 and 300); corpora under
+# testdata/fuzz are also replayed by make test. The database-backed targets
+# use TEST_DATABASE_URL.
 # FUZZTIME is a duration or a count of executions per target (CI: 30000x).
 # Go 1.26's fuzz coordinator can fail a duration run with a bare "context
 # deadline exceeded" when a worker is busy (minimizing) at the deadline,
