@@ -127,7 +127,7 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 		return checks, nil
 	}
 	for _, f := range []func(context.Context) Check{
-		d.checkQueueLag, d.checkDeadTuples, d.checkTableSettings, d.checkClaimIndex, d.checkXmin,
+		d.checkQueueLag, d.checkDeadTuples, d.checkTableSettings, d.checkClaimIndex, d.checkFencedWrites, d.checkXmin,
 		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkDeadLetters,
 	} {
 		if err := ctx.Err(); err != nil {
@@ -448,10 +448,90 @@ func (d *doctor) claimPlan(ctx context.Context) ([]string, error) {
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(qctx)) }()
 	claim := store.New(d.schema).SQL("claim")
-	var plan []byte
-	err = tx.QueryRow(qctx, "EXPLAIN (FORMAT JSON) "+claim,
-		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds()).Scan(&plan)
+	return explainScans(qctx, tx, claim,
+		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds())
+}
+
+type planNode struct {
+	Type     string     `json:"Node Type"`
+	Relation string     `json:"Relation Name"`
+	Index    string     `json:"Index Name"`
+	Plans    []planNode `json:"Plans"`
+}
+
+func (n *planNode) walk(f func(*planNode)) {
+	f(n)
+	for i := range n.Plans {
+		n.Plans[i].walk(f)
+	}
+}
+
+// smallTablePages is the heap size (128 pages, 1 MiB at 8 KiB pages) under
+// which a fenced write may honestly be planned as a sequential scan: reading
+// the whole table is then cheaper than the key, and harmless.
+const smallTablePages = 128
+
+// checkFencedWrites EXPLAINs every fenced write (heartbeat, completions,
+// reschedule, dead-lettering) in a transaction it rolls back and fails when
+// one reaches the jobs table through anything but its primary key (a partial
+// index such as jobs_running keeps an entry per job claimed since the xmin
+// horizon was last free, so a write that scans it slows down with every job
+// processed while a long transaction pins the horizon; issue 15).
+func (d *doctor) checkFencedWrites(ctx context.Context) Check {
+	const name = "fenced_writes"
+	q, _ := query(d.schema, "doctor_jobs_pages")
+	qctx, cancel := d.timeout(ctx)
+	defer cancel()
+	var pages int64
+	if err := d.db.QueryRow(qctx, q).Scan(&pages); err != nil {
+		return broken(name, wrap("jobs table size", err))
+	}
+	tx, err := d.db.Begin(qctx)
 	if err != nil {
+		return broken(name, wrap("fenced writes", err))
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(qctx)) }()
+	var bad, seq []string
+	writes := store.New(d.schema).FencedWrites("skiplock-doctor")
+	for _, w := range writes {
+		scans, err := explainScans(qctx, tx, w.SQL, w.Args...)
+		if err != nil {
+			return Check{Name: name, Status: StatusFail,
+				Figure: "could not EXPLAIN " + w.Name + ": " + err.Error(),
+				Fix:    "run the doctor with a role that may EXPLAIN queries on the hot table"}
+		}
+		for _, s := range scans {
+			switch {
+			case s == "Index Scan using jobs_pkey on jobs":
+			case s == "Seq Scan on jobs" && pages <= smallTablePages:
+				seq = append(seq, w.Name)
+			default:
+				bad = append(bad, w.Name+" reads "+s)
+			}
+		}
+	}
+	c := Check{Name: name, Status: StatusOK,
+		Figure: fmt.Sprintf("all %d fenced writes reach their rows through jobs_pkey", len(writes))}
+	if len(seq) > 0 {
+		c.Figure = fmt.Sprintf("the fenced writes use jobs_pkey or, on this %d-page table, a sequential scan (%s)",
+			pages, strings.Join(seq, ", "))
+	}
+	if len(bad) > 0 {
+		c.Status = StatusFail
+		c.Figure = "fenced writes off the primary key: " + strings.Join(bad, "; ") +
+			" (such a write slows down with every job processed while the xmin horizon is pinned)"
+		c.Fix = fmt.Sprintf("refresh the planner's statistics (ANALYZE %s) and check planner settings (enable_indexscan); "+
+			"if the plans stay off jobs_pkey, the statements were changed: their fence must not repeat state = 'running'",
+			d.table())
+	}
+	return c
+}
+
+// explainScans EXPLAINs one statement and returns its distinct scans of the
+// jobs table (e.g. "Index Scan using jobs_pkey on jobs"), sorted.
+func explainScans(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]string, error) {
+	var plan []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
 		return nil, err
 	}
 	var root []struct {
@@ -480,20 +560,6 @@ func (d *doctor) claimPlan(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(scans)
 	return scans, nil
-}
-
-type planNode struct {
-	Type     string     `json:"Node Type"`
-	Relation string     `json:"Relation Name"`
-	Index    string     `json:"Index Name"`
-	Plans    []planNode `json:"Plans"`
-}
-
-func (n *planNode) walk(f func(*planNode)) {
-	f(n)
-	for i := range n.Plans {
-		n.Plans[i].walk(f)
-	}
 }
 
 func (d *doctor) checkXmin(ctx context.Context) Check {

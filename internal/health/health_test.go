@@ -470,6 +470,44 @@ func TestNotMigrated(t *testing.T) {
 	require.True(t, health.Failed(checks))
 }
 
+// The fenced_writes check fires when a fenced write leaves the primary key:
+// on a table of more than a few pages, with index scans switched off for
+// the doctor's session, the writes fall back to bitmap or sequential scans
+// and the check fails and says which; with them on, it passes.
+func TestDoctorFencedWrites(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.jobs (queue, kind, payload)
+		SELECT 'q', 'k', jsonb_build_object('pad', repeat('x', 200)) FROM generate_series(1, 20000);
+		ANALYZE skiplock.jobs`)
+	require.NoError(t, err)
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	fenced := func() health.Check {
+		checks, err := health.Doctor(ctx, conn, db.Schema)
+		require.NoError(t, err)
+		for _, c := range checks {
+			if c.Name == "fenced_writes" {
+				return c
+			}
+		}
+		t.Fatal("no fenced_writes check")
+		return health.Check{}
+	}
+	c := fenced()
+	require.Equal(t, health.StatusOK, c.Status, c.Figure)
+	require.Contains(t, c.Figure, "all 7 fenced writes reach their rows through jobs_pkey")
+
+	_, err = conn.Exec(ctx, "SET enable_indexscan = off")
+	require.NoError(t, err)
+	c = fenced()
+	require.Equal(t, health.StatusFail, c.Status, c.Figure)
+	require.Contains(t, c.Figure, "complete_delete reads ")
+	require.Contains(t, c.Fix, "ANALYZE")
+}
+
 func TestDoctorHealthy(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
@@ -493,8 +531,8 @@ func TestDoctorHealthy(t *testing.T) {
 		}
 		require.NotEqual(t, health.StatusFail, c.Status, "%s: %s", c.Name, c.Figure)
 	}
-	require.Equal(t, []string{"schema", "queue_lag", "dead_tuples", "table_settings", "claim_index", "xmin_horizon",
-		"notify_queue", "stuck_jobs", "workers", "unhandled_kinds", "dead_letters"}, names)
+	require.Equal(t, []string{"schema", "queue_lag", "dead_tuples", "table_settings", "claim_index", "fenced_writes",
+		"xmin_horizon", "notify_queue", "stuck_jobs", "workers", "unhandled_kinds", "dead_letters"}, names)
 	require.Equal(t, autovacuum == "off", health.Failed(checks))
 	for _, c := range checks {
 		if c.Name == "claim_index" {

@@ -289,3 +289,30 @@ func (a EnqueueArgs) Args() []any {
 	return []any{a.Queue, a.Kind, a.Payload, a.Priority, a.RunAt, a.MaxAttempts, a.UniqueKey,
 		a.Tenant, a.Entity, a.Bump, Micros(a.Delay), a.Metadata}
 }
+
+// FencedWrite is one of the lease holder's fenced writes, named, with
+// sample arguments (one made-up lease of worker) for EXPLAIN.
+type FencedWrite struct {
+	Name string
+	Query
+}
+
+// FencedWrites returns every statement a lease holder writes with (the
+// heartbeat, both completions, CompleteTx's two, the reschedule used for
+// retries, snoozes and hand-backs, and dead-lettering) with arguments that
+// name one lease of worker. They are meant to be EXPLAINed, never run: each
+// must reach its rows through jobs_pkey alone (lease.sql explains why), which
+// the tests and the doctor's fenced_writes check hold them to.
+func (s *Store) FencedWrites(worker string) []FencedWrite {
+	l := []Lease{{ID: 1, Token: 1}}
+	msg := "explain"
+	return []FencedWrite{
+		{"heartbeat", Query{s.SQL("heartbeat"), []any{[]int64{1}, []int64{1}, Micros(time.Minute), worker}}},
+		{"complete_delete", s.CompleteQuery(l, worker, false)},
+		{"complete_archive", s.CompleteQuery(l, worker, true)},
+		{"complete_one_delete", Query{s.SQL("complete_one_delete"), []any{int64(1), int64(1), worker}}},
+		{"complete_one_archive", Query{s.SQL("complete_one_archive"), []any{int64(1), int64(1), worker}}},
+		{"reschedule", s.RescheduleQuery([]Reschedule{{Lease: l[0], Error: &msg}}, worker)},
+		{"dead_letter", s.DeadLetterQuery([]Dead{{Lease: l[0], Reason: "error", Error: msg}}, worker)},
+	}
+}

@@ -83,7 +83,8 @@ type Store struct {
 var seedBug bool
 
 // leaseFence is the condition every lease holder's write carries (lease.sql).
-var leaseFence = regexp.MustCompile(`AND j\.lease_token = (l\.token|\$\d+) AND j\.locked_by = (\$\d+) AND j\.state = 'running'`)
+// The token alone implies state = 'running' (jobs_lease_check).
+var leaseFence = regexp.MustCompile(`AND j\.lease_token = (l\.token|\$\d+) AND j\.locked_by = (\$\d+)`)
 
 // noFence is what the seeded bug puts in the fence's place: the same
 // parameters (so the statement's arguments still match), no condition.

@@ -226,6 +226,12 @@ SELECT i.indisvalid, i.indisready, pg_get_indexdef(i.indexrelid), coalesce(pg_ge
 FROM pg_index AS i
 WHERE i.indexrelid = to_regclass({{schema_lit}} || '.jobs_ready');
 
+-- name: doctor_jobs_pages
+-- The hot table's heap size in pages: below a few pages a sequential scan is
+-- the planner's honest choice for a fenced write, above it only the primary
+-- key is.
+SELECT (pg_relation_size({{schema_lit}} || '.jobs') / current_setting('block_size')::bigint)::bigint;
+
 -- name: doctor_notify
 SELECT pg_notification_queue_usage();
 
