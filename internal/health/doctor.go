@@ -449,7 +449,8 @@ func (d *doctor) claimPlan(ctx context.Context) ([]string, error) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(qctx)) }()
 	claim := store.New(d.schema).SQL("claim")
 	return explainScans(qctx, tx, claim,
-		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds())
+		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds(),
+		nil, nil, nil) // no bounds: the claim from the front, the one that must use jobs_ready
 }
 
 type planNode struct {

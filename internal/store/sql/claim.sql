@@ -1,3 +1,21 @@
+-- fragment: claimable
+-- What makes the ready job j claimable, in every claim variant alike: due,
+-- of a kind the claimer handles, and not of an entity that has a job running
+-- (nor one another claimer is taking in this instant: the transaction-scoped
+-- advisory lock; the unique running index is the final guard). Expanded
+-- wherever {{claimable}} appears; $2 is the kinds filter (NULL = any).
+j.state = 'ready'
+AND j.run_at <= now()
+AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
+AND (j.entity IS NULL OR (
+      -- A scalar subquery, not NOT EXISTS: the planner may turn NOT EXISTS
+      -- into a hashed subplan that scans every running row.
+      (SELECT 1 FROM {{schema}}.jobs AS r
+       WHERE r.state = 'running'
+         AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+       LIMIT 1) IS NULL
+      AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
+
 -- name: claim
 -- Batched claim: one statement per batch. Candidates are read per queue from
 -- the partial ready index in claim order and locked with FOR NO KEY UPDATE
@@ -31,18 +49,10 @@ WITH picked AS (
         SELECT a.* FROM (
             SELECT j.id, j.priority, j.run_at, j.entity
             FROM {{schema}}.jobs AS j
-            WHERE j.state = 'ready'
-              AND j.queue = q.name
+            WHERE j.queue = q.name
               AND j.priority = q.b_priority
               AND (j.run_at, j.id) > (q.b_run_at, q.b_id)
-              AND j.run_at <= now()
-              AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-              AND (j.entity IS NULL OR (
-                    (SELECT 1 FROM {{schema}}.jobs AS r
-                     WHERE r.state = 'running'
-                       AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                     LIMIT 1) IS NULL
-                    AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
+              AND {{claimable}}
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT $3
             FOR NO KEY UPDATE SKIP LOCKED
@@ -51,20 +61,10 @@ WITH picked AS (
         SELECT b.* FROM (
             SELECT j.id, j.priority, j.run_at, j.entity
             FROM {{schema}}.jobs AS j
-            WHERE j.state = 'ready'
-              AND j.queue = q.name
+            WHERE j.queue = q.name
               -- Below the bound's priority; every priority without a bound.
               AND j.priority <= COALESCE(q.b_priority::bigint - 1, 2147483647)
-              AND j.run_at <= now()
-              AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-              AND (j.entity IS NULL OR (
-                    -- A scalar subquery, not NOT EXISTS: the planner may turn
-                    -- NOT EXISTS into a hashed subplan that scans every running row.
-                    (SELECT 1 FROM {{schema}}.jobs AS r
-                     WHERE r.state = 'running'
-                       AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                     LIMIT 1) IS NULL
-                    AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
+              AND {{claimable}}
             ORDER BY j.priority DESC, j.run_at, j.id
             LIMIT $3
             FOR NO KEY UPDATE SKIP LOCKED
@@ -135,13 +135,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
         FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready' AND j.queue = t.queue AND j.tenant = t.tenant
-          AND j.run_at <= now()
-          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR (
-                SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                LIMIT 1) IS NULL)
+        WHERE j.queue = t.queue AND j.tenant = t.tenant
+          AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
@@ -152,13 +147,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
         FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready' AND j.queue = o.name AND j.tenant IS NULL
-          AND j.run_at <= now()
-          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR (
-                SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                LIMIT 1) IS NULL)
+        WHERE j.queue = o.name AND j.tenant IS NULL
+          AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
@@ -169,13 +159,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
         FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready' AND j.queue = o.name
-          AND j.run_at <= now()
-          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR (
-                SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                LIMIT 1) IS NULL)
+        WHERE j.queue = o.name
+          AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $3
     ) AS c
