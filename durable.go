@@ -343,6 +343,9 @@ func (c *Client) SignalTx(ctx context.Context, tx store.DBTX, name string, targe
 	if err != nil {
 		return 0, err
 	}
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
 	if err := ValidatePayload(raw, MaxSignalPayloadBytes); err != nil {
 		return 0, err
 	}
@@ -354,7 +357,7 @@ func (c *Client) SignalTx(ctx context.Context, tx store.DBTX, name string, targe
 	}
 	id, err := c.store.SendSignal(ctx, tx, name, wf, job, string(raw))
 	if err != nil {
-		return 0, enqueueError(err)
+		return 0, workflowError("signal", err)
 	}
 	return id, nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -251,7 +253,7 @@ func (c *Client) createWorkflow(ctx context.Context, tx any, name, policy string
 		return 0, fmt.Errorf("skiplock: EnqueueWorkflowTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
 	}
 	if err != nil {
-		return 0, enqueueError(err)
+		return 0, workflowError("enqueue", err)
 	}
 	return id, nil
 }
@@ -501,7 +503,7 @@ func addTasks(ctx context.Context, run *jobRun, db store.DBTX, tasks []Task) err
 	_, held, err := run.client.store.AddTasks(ctx, db, run.lease(), run.worker, raw)
 	switch {
 	case err != nil:
-		return fmt.Errorf("skiplock: AddTasks: %w", enqueueError(err))
+		return workflowError("AddTasks", err)
 	case !held:
 		if _, terr := run.task(ctx); terr != nil {
 			return fmt.Errorf("skiplock: AddTasks: %w", terr)
@@ -668,12 +670,18 @@ func (c *Client) WorkflowRetry(ctx context.Context, id int64) (int, error) {
 }
 
 func workflowError(op string, err error) error {
-	if fe := enqueueError(err); fe != err {
-		var f *FieldError
-		if errors.As(fe, &f) && f.Field == "id" {
-			return fmt.Errorf("skiplock: workflow %s: %w (%s)", op, ErrWorkflowNotFound, f.Message)
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "22023" {
+		if f, m, ok := cutField(pg.Message); ok {
+			if f == "id" {
+				return fmt.Errorf("skiplock: workflow %s: %w (%s)", op, ErrWorkflowNotFound, m)
+			}
+			return &FieldError{Field: f, Message: m, base: ErrInvalidJob}
 		}
-		return fe
+	}
+	if errors.As(err, &pg) {
+		// The message only: PostgreSQL's detail can echo row values.
+		return fmt.Errorf("skiplock: workflow %s: %s (SQLSTATE %s)", op, strings.TrimPrefix(pg.Message, "skiplock: "), pg.Code)
 	}
 	return fmt.Errorf("skiplock: workflow %s: %w", op, err)
 }
