@@ -550,3 +550,100 @@ func TestWaitSignal(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "target", fe.Field)
 }
+
+// Signals sent at every moment of a wait (before the job is claimed, while
+// its handler looks for the signal, after it went to sleep) are each
+// received exactly once, long before the wait's timeout: none is lost in
+// the gap between a wait finding nothing and its job going to sleep.
+func TestSignalRacesWait(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, fastConfig())
+	var mu sync.Mutex
+	got := map[int64]string{}
+	require.NoError(t, skiplock.Handle(c, "waiter", func(ctx context.Context, j *skiplock.Job[stepArgs]) error {
+		p, err := skiplock.WaitSignal(ctx, "go", time.Minute)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := got[j.ID]; dup {
+			return skiplock.Discard(errors.New("received twice"))
+		}
+		got[j.ID] = string(p)
+		return nil
+	}))
+	const n = 40
+	ids := make([]int64, n)
+	for i := range ids {
+		r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "waiter", Payload: stepArgs{N: i}})
+		require.NoError(t, err)
+		ids[i] = r.ID
+	}
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(ctx)) }()
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i%20) * 15 * time.Millisecond)
+			_, err := c.Signal(ctx, "go", skiplock.SignalTarget{JobID: id}, map[string]int{"n": i})
+			require.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return countJobs(t, db.Pool, "true") == 0 }, 20*time.Second, 10*time.Millisecond,
+		"every wait receives its signal long before its one-minute timeout")
+	mu.Lock()
+	defer mu.Unlock()
+	for i, id := range ids {
+		require.JSONEq(t, fmt.Sprintf(`{"n": %d}`, i), got[id])
+	}
+	require.Zero(t, countDead(t, db.Pool))
+}
+
+// A signal addressed to a workflow is received by one waiting task: two
+// tasks waiting for the same name need two signals, and each gets one.
+func TestWorkflowSignalReceivedOnce(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, fastConfig())
+	var mu sync.Mutex
+	var got []string
+	require.NoError(t, skiplock.Handle(c, "approve", func(ctx context.Context, j *skiplock.Job[stepArgs]) error {
+		p, err := skiplock.WaitSignal(ctx, "approved", time.Minute)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		got = append(got, string(p))
+		mu.Unlock()
+		return nil
+	}))
+	id, err := c.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "two-approvals", Tasks: []skiplock.Task{
+		{Name: "a", Kind: "approve"}, {Name: "b", Kind: "approve"},
+	}})
+	require.NoError(t, err)
+	_, err = c.Signal(ctx, "approved", skiplock.SignalTarget{WorkflowID: id}, map[string]string{"by": "ann"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(ctx)) }()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 1
+	}, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the other task sleeps in its wait
+	st, err := c.WorkflowGet(ctx, id, false)
+	require.NoError(t, err)
+	require.Equal(t, "running", st.State)
+	_, err = db.Pool.Exec(ctx, `SELECT skiplock.signal(name => 'approved', workflow_id => $1, payload => '{"by": "bob"}')`, id)
+	require.NoError(t, err)
+	st = waitWorkflow(t, c, id)
+	require.Equal(t, "completed", st.State)
+	require.ElementsMatch(t, []string{`{"by": "ann"}`, `{"by": "bob"}`}, got)
+}
