@@ -256,3 +256,28 @@ WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1
 --   $1 live window (microseconds)
 SELECT u.queue, u.kind, u.ready, u.oldest_ready_age_seconds
 FROM {{schema}}.unhandled_kinds($1::bigint * interval '1 microsecond') AS u;
+
+-- The pressure suite (bench/pressure.go) -------------------------------------
+
+-- name: jobs_table_sample
+-- The hot table's dead tuples, heap size, size with indexes and TOAST, and
+-- autovacuum count, sampled once a second by the pressure suite. Catalog and
+-- statistics reads only: it never scans the table.
+SELECT coalesce(s.n_dead_tup, 0)::bigint, pg_relation_size(c.oid)::bigint,
+       pg_total_relation_size(c.oid)::bigint, coalesce(s.autovacuum_count, 0)::bigint
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = to_regclass({{schema_lit}} || '.jobs');
+
+-- name: pressure_pin_horizon
+-- The idle-in-transaction stressor: run inside a transaction the caller
+-- leaves open, it takes a transaction id, which holds the xmin horizon of
+-- every table in the database until the transaction ends.
+SELECT txid_current();
+
+-- name: pressure_scan_jobs
+-- The REPEATABLE READ reader stressor: a full scan of the hot table, run
+-- again and again inside one long REPEATABLE READ transaction (whose
+-- snapshot pins the horizon) as a report or an analytics query would.
+SELECT count(*), coalesce(sum(octet_length(j.kind)), 0)::bigint
+FROM {{schema}}.jobs AS j;
