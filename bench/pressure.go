@@ -305,6 +305,10 @@ type PhaseResult struct {
 	Autovacuums     int64 `json:"autovacuums"`
 	TableSamples    int64 `json:"table_samples"`
 	StressorRunning bool  `json:"stressor_running"`
+	// OtherXactMaxSeconds is the oldest transaction holding an xid on the
+	// server that the suite did not start (another session's pin), sampled
+	// once a second: above a few seconds, the phase was not what it says.
+	OtherXactMaxSeconds float64 `json:"other_xact_max_seconds"`
 }
 
 // TimelinePoint is one line of the --pressure-timeline file: a second of one
@@ -323,6 +327,7 @@ type TimelinePoint struct {
 	DeadTuples    int64   `json:"dead_tuples"`
 	TableBytes    int64   `json:"table_bytes"`
 	TotalBytes    int64   `json:"total_bytes"`
+	OtherXactS    float64 `json:"other_xact_s"`
 }
 
 const pressureKind = "pressure"
@@ -351,6 +356,7 @@ type phase struct {
 	stallMax                 atomic.Int64 // ns
 	claimP99Max              atomic.Int64 // ns
 	deadMax, heapMax, totMax atomic.Int64
+	otherXactMax             atomic.Int64 // ms
 	samples                  atomic.Int64
 }
 
@@ -608,7 +614,8 @@ func phaseResults(o PressureOptions, ps []*phase) []PhaseResult {
 			LongestStallSeconds: time.Duration(p.stallMax.Load()).Seconds(),
 			ClaimP99MaxMS:       float64(p.claimP99Max.Load()) / 1e6,
 			DeadTuplesMax:       p.deadMax.Load(), TableBytesMax: p.heapMax.Load(), TotalBytesMax: p.totMax.Load(),
-			Autovacuums: max(0, p.av1-p.av0), TableSamples: p.samples.Load(), StressorRunning: p.stressed}
+			Autovacuums: max(0, p.av1-p.av0), TableSamples: p.samples.Load(), StressorRunning: p.stressed,
+			OtherXactMaxSeconds: float64(p.otherXactMax.Load()) / 1000}
 		if sec > 0 {
 			pr.OfferedPerS = float64(pr.Offered) / sec
 			pr.CompletedPerS = float64(pr.Completed) / sec
@@ -747,13 +754,14 @@ func (r *scenarioRun) sampleTable(ctx context.Context, tl *timeline) {
 			maxInto(&p.deadMax, ts.DeadTuples)
 			maxInto(&p.heapMax, ts.HeapBytes)
 			maxInto(&p.totMax, ts.TotalBytes)
+			maxInto(&p.otherXactMax, int64(ts.OtherXactSeconds*1000))
 		}
 		s := r.c.Stats()
 		offered, done := r.offered.Load(), s.Completed+s.DeadLettered
 		pt := TimelinePoint{Scenario: r.scenario, Phase: p.name, T: time.Since(r.start).Seconds(),
 			Offered: offered, Completed: done, OfferedPerS: offered - prevOffered, CompletedPerS: done - prevDone,
 			Backlog: offered - done, PickupP99MS: sec.QuantileMS(0.99), ClaimP99MS: float64(s.ClaimP99) / 1e6,
-			DeadTuples: ts.DeadTuples, TableBytes: ts.HeapBytes, TotalBytes: ts.TotalBytes}
+			DeadTuples: ts.DeadTuples, TableBytes: ts.HeapBytes, TotalBytes: ts.TotalBytes, OtherXactS: ts.OtherXactSeconds}
 		prevOffered, prevDone = offered, done
 		tl.write(pt)
 		fmt.Fprintf(r.o.Progress, "pressure %s %-8s t=%4.0fs  offered %5d/s  done %5d/s  backlog %7d  pickup p99 %8.1f ms  claim p99 %6.1f ms  dead %8d  table %4d MiB\n",

@@ -188,6 +188,10 @@ func printPressure(w io.Writer, r bench.PressureReport) {
 			fmt.Fprintf(w, "%-11s %-8s %9.0f %9.0f %6.1f %8.1fms %8.1fms %8d %8.1f %10d %9.0f %4d\n", s.Scenario, p.Phase,
 				p.OfferedPerS, p.CompletedPerS, p.PctOfOffered, p.PickupP50MS, p.PickupP99MS, p.BacklogMax,
 				p.LongestStallSeconds, p.DeadTuplesMax, float64(p.TotalBytesMax)/(1<<20), p.Autovacuums)
+			if p.OtherXactMaxSeconds >= 5 {
+				fmt.Fprintf(w, "%-11s %-8s warning: another session held an xid for %.0f s during this phase (its figures include that pin)\n",
+					s.Scenario, p.Phase, p.OtherXactMaxSeconds)
+			}
 		}
 		drain := "not within recovery"
 		if s.DrainSeconds != nil {

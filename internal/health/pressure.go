@@ -12,6 +12,10 @@ type TableSample struct {
 	TotalBytes int64 `json:"total_bytes"`
 	// Autovacuums is pg_stat_user_tables.autovacuum_count.
 	Autovacuums int64 `json:"autovacuums"`
+	// OtherXactSeconds is the age of the oldest transaction holding an xid
+	// on the server, the pressure suite's stressors excepted: a pin the
+	// suite did not make.
+	OtherXactSeconds float64 `json:"other_xact_seconds"`
 }
 
 // JobsTable samples the hot table's dead tuples, sizes and autovacuum count
@@ -22,7 +26,7 @@ func JobsTable(ctx context.Context, db DBTX, schema string) (TableSample, error)
 	if err != nil {
 		return s, err
 	}
-	err = db.QueryRow(ctx, q).Scan(&s.DeadTuples, &s.HeapBytes, &s.TotalBytes, &s.Autovacuums)
+	err = db.QueryRow(ctx, q).Scan(&s.DeadTuples, &s.HeapBytes, &s.TotalBytes, &s.Autovacuums, &s.OtherXactSeconds)
 	return s, wrap("jobs table sample", err)
 }
 

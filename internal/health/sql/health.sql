@@ -261,10 +261,17 @@ FROM {{schema}}.unhandled_kinds($1::bigint * interval '1 microsecond') AS u;
 
 -- name: jobs_table_sample
 -- The hot table's dead tuples, heap size, size with indexes and TOAST, and
--- autovacuum count, sampled once a second by the pressure suite. Catalog and
--- statistics reads only: it never scans the table.
+-- autovacuum count, sampled once a second by the pressure suite, and the age
+-- of the oldest transaction holding an xid anywhere on the server other than
+-- the suite's own stressors (an xid in any database is in every snapshot, so
+-- it holds this table's horizon too). Catalog and statistics reads only: it
+-- never scans the table.
 SELECT coalesce(s.n_dead_tup, 0)::bigint, pg_relation_size(c.oid)::bigint,
-       pg_total_relation_size(c.oid)::bigint, coalesce(s.autovacuum_count, 0)::bigint
+       pg_total_relation_size(c.oid)::bigint, coalesce(s.autovacuum_count, 0)::bigint,
+       coalesce((SELECT max(extract(epoch FROM now() - a.xact_start))
+                 FROM pg_stat_activity AS a
+                 WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+                   AND a.application_name NOT LIKE 'skiplock-pressure-%'), 0)::float8
 FROM pg_class AS c
 LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
 WHERE c.oid = to_regclass({{schema_lit}} || '.jobs');
