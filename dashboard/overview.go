@@ -78,21 +78,27 @@ type overviewData struct {
 	LagStatus status
 	MaxLag    float64
 
-	HaveSample                          bool
-	ClaimRate, CompleteRate, FailRate   float64
-	ClaimP99                            *float64
-	ClaimStatus                         status
-	LiveWorkers                         int
-	Running                             int64
-	Runners                             []health.LongRunner
-	ExpiredLeases                       int
-	RunningStatus                       status
-	RunningNote                         string
-	Dead                                health.DeadLetterSize
-	DeadDays                            []dayCount
-	DeadStatus                          status
-	Vacuum                              health.VacuumState
-	Holders                             []health.XminHolder
+	HaveSample                        bool
+	ClaimRate, CompleteRate, FailRate float64
+	ClaimP99                          *float64
+	ClaimStatus                       status
+	LiveWorkers                       int
+	Running                           int64
+	Runners                           []health.LongRunner
+	ExpiredLeases                     int
+	RunningStatus                     status
+	RunningNote                       string
+	Dead                              health.DeadLetterSize
+	DeadDays                          []dayCount
+	DeadStatus                        status
+	Vacuum                            health.VacuumState
+	Holders                           []health.HorizonHolder
+	// PinHolder is the oldest transaction holding the horizon (any
+	// database: an xid anywhere on the server is in every snapshot), and
+	// PinCost what it costs the claim, read once it has held for
+	// xminListAfter.
+	PinHolder                           *health.HorizonHolder
+	PinCost                             *health.ClaimCost
 	VacuumStatus                        status
 	DeadTuplesStatus, XminStatus        status
 	LastVacuum                          *time.Time
@@ -225,14 +231,24 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	// 5. Vacuum state of the hot table and the xmin horizon holders.
 	v, err := health.Vacuum(ctx, d.pool, d.opts.Schema)
 	if err == nil {
-		var holders []health.XminHolder
-		holders, err = health.XminHolders(ctx, d.pool, d.opts.Schema, 10)
-		for _, h := range holders {
+		var holders []health.HorizonHolder
+		holders, err = health.HorizonHolders(ctx, d.pool, d.opts.Schema, 10)
+		for i, h := range holders {
 			// Short statements come and go; list what actually pins the
 			// horizon (slots and prepared transactions always).
 			if (h.XactAgeSeconds >= xminListAfter || h.Holder != "backend") && len(o.Holders) < 3 {
 				o.Holders = append(o.Holders, h)
 			}
+			if h.Holder != "replication_slot" && h.XactAgeSeconds >= xminListAfter &&
+				(o.PinHolder == nil || h.XactAgeSeconds > o.PinHolder.XactAgeSeconds) {
+				o.PinHolder = &holders[i]
+			}
+		}
+		if err == nil && o.PinHolder != nil {
+			if cost, cerr := health.ClaimCostNow(ctx, d.pool, d.opts.Schema); cerr == nil {
+				o.PinCost = &cost
+			}
+			v.OldestXminAgeSeconds = max(v.OldestXminAgeSeconds, o.PinHolder.XactAgeSeconds)
 		}
 	}
 	if err != nil {

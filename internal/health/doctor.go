@@ -38,6 +38,9 @@ type Check struct {
 	Figure string `json:"figure"`
 	// Fix is what to do when the status is not ok (empty when ok).
 	Fix string `json:"fix,omitempty"`
+	// Pin, on xmin_horizon when it is not ok, names the oldest holder of
+	// the horizon and what it costs (the claim's p99 against its baseline).
+	Pin *Pin `json:"pin,omitempty"`
 }
 
 // DoctorOptions are the doctor's thresholds; the zero value of each field
@@ -567,18 +570,18 @@ func (d *doctor) checkXmin(ctx context.Context) Check {
 	const name = "xmin_horizon"
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
-	hs, err := XminHolders(qctx, d.db, d.schema, 20)
+	hs, err := HorizonHolders(qctx, d.db, d.schema, 20)
 	if err != nil {
 		return broken(name, err)
 	}
 	c := Check{Name: name, Status: StatusOK}
-	var oldest *XminHolder
+	var oldest *HorizonHolder
 	var slots []string
 	for i := range hs {
 		h := &hs[i]
 		if h.Holder == "replication_slot" {
 			if h.State == "inactive" {
-				slots = append(slots, fmt.Sprintf("inactive replication slot %s holds xmin %s (%d transactions old)", h.Application, h.Xmin, h.XminAgeXIDs))
+				slots = append(slots, fmt.Sprintf("inactive replication slot %s holds xmin %d transactions old", h.Application, h.XminAgeXIDs))
 			}
 			continue
 		}
@@ -589,22 +592,23 @@ func (d *doctor) checkXmin(ctx context.Context) Check {
 	var figs []string
 	if oldest != nil {
 		age := secs(oldest.XactAgeSeconds)
-		who := fmt.Sprintf("pid %d", oldest.PID)
-		if oldest.Holder == "prepared_xact" {
-			who = "prepared transaction " + strconv.Quote(oldest.Application)
-		} else if oldest.Application != "" {
-			who += " (" + oldest.Application + ")"
-		}
 		state := oldest.State
 		if state == "" {
 			state = "in a transaction"
 		}
-		figs = append(figs, fmt.Sprintf("oldest xmin holder: %s, %s for %s (xmin %d transactions old)", who, state, dur(age), oldest.XminAgeXIDs))
+		fig := fmt.Sprintf("oldest xmin holder: %s, %s for %s (xmin %d transactions old)", oldest.Who(), state, dur(age), oldest.XminAgeXIDs)
+		if oldest.Query != "" {
+			fig += fmt.Sprintf(", statement %q", oldest.Query)
+		}
+		figs = append(figs, fig)
 		switch {
 		case age >= d.o.XactFail:
 			c.Status = StatusFail
 		case age >= d.o.XactWarn:
 			c.Status = StatusWarn
+		}
+		if oldest.OtherDatabase && c.Status != StatusOK {
+			figs = append(figs, "it is in another database, but its xid is in every snapshot on the server, so it pins this one too")
 		}
 	} else {
 		figs = append(figs, "no transaction holds back the xmin horizon")
@@ -615,10 +619,21 @@ func (d *doctor) checkXmin(ctx context.Context) Check {
 			c.Status = StatusWarn
 		}
 	}
+	if c.Status != StatusOK {
+		// What the pin costs: the claim's p99 against its baseline.
+		p := Pin{Holders: len(hs), Holder: oldest}
+		if p.Holder == nil && len(hs) > 0 {
+			p.Holder = &hs[0]
+		}
+		if p.Cost, err = ClaimCostNow(qctx, d.db, d.schema); err == nil {
+			figs = append(figs, "cost: "+p.Cost.String())
+		}
+		c.Pin = &p
+	}
 	c.Figure = strings.Join(figs, "; ")
 	if c.Status != StatusOK {
-		c.Fix = fmt.Sprintf("vacuum cannot remove any tuple that died after that transaction began. See them with "+
-			"SELECT * FROM %s; end the offender if it is safe (SELECT pg_terminate_backend(pid); ROLLBACK PREPARED 'gid'; "+
+		c.Fix = fmt.Sprintf("vacuum cannot remove any tuple that died after that transaction began, and the claim and completions "+
+			"wade through them. See every holder with SELECT * FROM %s; end the offender if it is safe (SELECT pg_terminate_backend(pid); ROLLBACK PREPARED 'gid'; "+
 			"pg_drop_replication_slot for a dead slot); set idle_in_transaction_session_timeout, and run long reports on a replica",
 			pgx.Identifier{d.schema, "xmin_holders"}.Sanitize())
 	}
