@@ -168,7 +168,7 @@ SET heartbeat_at = now(), running = EXCLUDED.running, concurrency = EXCLUDED.con
     queues = EXCLUDED.queues, handles = EXCLUDED.handles, claimed_total = EXCLUDED.claimed_total,
     completed_total = EXCLUDED.completed_total, failed_total = EXCLUDED.failed_total,
     claim_p99_ms = EXCLUDED.claim_p99_ms, stopped_at = EXCLUDED.stopped_at,
-    -- The claim's baseline (migration 007): a moving average of claim p99
+    -- The claim's baseline (migration 008): a moving average of claim p99
     -- over the beats taken while nothing pins the xmin horizon for 30 s (a
     -- transaction of this database holding a snapshot or an xid, an xid in
     -- any database, a prepared transaction, a slot's xmin), so doctor can
