@@ -189,10 +189,16 @@ func listenURL(flag string) string {
 // The statement mode suits a transaction-mode pooler when the URL leads to
 // one (see skiplock.ParsePoolConfig).
 func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	if _, err := pgxpool.ParseConfig(databaseURL()); err != nil {
-		return nil, usageError("--database-url: cannot parse the connection string")
+	return connectTo(ctx, databaseURL(), "--database-url", maxConns, nil)
+}
+
+// connectTo is connect for the URL given with flag; tune, when set, edits
+// the pool's configuration before it connects.
+func connectTo(ctx context.Context, dbURL, flag string, maxConns int32, tune func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	if _, err := pgxpool.ParseConfig(dbURL); err != nil {
+		return nil, usageError("%s: cannot parse the connection string", flag)
 	}
-	cfg, err := skiplock.ParsePoolConfig(ctx, databaseURL())
+	cfg, err := skiplock.ParsePoolConfig(ctx, dbURL)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +210,9 @@ func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock"
+	}
+	if tune != nil {
+		tune(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
