@@ -15,6 +15,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/devdb"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // failoverSettings keep two clusters small. fsync is off (a process crash
@@ -201,3 +202,128 @@ func TestFailover(t *testing.T) {
 	t.Logf("failover: first job completed on the new primary %s after the crash (%s after the promote command)",
 		firstDone.Sub(crashAt).Round(time.Millisecond), firstDone.Sub(promotedAt).Round(time.Millisecond))
 }
+
+// TestAsyncFailoverLosesTheTail shows, deterministically, what a failover to
+// an asynchronous standby loses and what it does to the fencing tokens, and
+// that the runbook's token advance (docs/operations.md, "Failover") restores
+// the fence. The standby is stopped, so the primary's last commits never
+// reach it (the replication lag of a real async standby, made certain); the
+// primary, alone, acknowledges an enqueue and a claim of every job; then it
+// crashes and the standby is promoted.
+func TestAsyncFailoverLosesTheTail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
+		t.Skip("no PostgreSQL server binaries for a private cluster:", err)
+	}
+	primary, err := devdb.Start(ctx, devdb.Options{Settings: failoverSettings})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Remove() })
+	standby, err := primary.StartStandby(ctx, devdb.StandbyOptions{Name: "async"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = standby.Remove() })
+	url := devdb.MultiHostURL("postgres", primary, standby)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = skiplock.Migrate(ctx, pool, "skiplock")
+	require.NoError(t, err)
+	client, err := skiplock.NewClient(pool, skiplock.Config{})
+	require.NoError(t, err)
+	st := store.New("skiplock")
+	count := func(q string) int {
+		t.Helper()
+		var n int
+		require.NoError(t, pool.QueryRow(ctx, q).Scan(&n))
+		return n
+	}
+
+	const n = 50 // more claims than one WAL record of the token sequence covers (32)
+	for range n {
+		_, err := client.Enqueue(ctx, skiplock.EnqueueParams{Kind: "job"})
+		require.NoError(t, err)
+	}
+	sconn, err := pgx.Connect(ctx, standby.URL("postgres"))
+	require.NoError(t, err)
+	waitFor(t, 10*time.Second, "the standby to replay the jobs", func() bool {
+		var c int
+		return sconn.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs").Scan(&c) == nil && c == n
+	})
+	require.NoError(t, sconn.Close(ctx))
+	require.NoError(t, standby.Stop(ctx))
+
+	// The tail only the old primary ever has.
+	late, err := client.Enqueue(ctx, skiplock.EnqueueParams{Kind: "job"})
+	require.NoError(t, err, "the primary acknowledges an enqueue its standby never receives")
+	old, err := st.Claim(ctx, pool, store.ClaimParams{Queues: []string{skiplock.DefaultQueue}, Batch: n + 1, WorkerID: "w1", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, n+1, len(old))
+
+	require.NoError(t, primary.Crash(ctx))
+	require.NoError(t, standby.Restart(ctx))
+	require.NoError(t, standby.Promote(ctx))
+	pool.Reset() // drop the connections to the dead primary (each would fail once)
+
+	// Lost: the acknowledged enqueue, and every claim (the jobs are ready
+	// again while w1 may still be running them).
+	require.Zero(t, count(fmt.Sprintf("SELECT count(*) FROM skiplock.jobs WHERE id = %d", late.ID)), "the acknowledged enqueue is lost")
+	require.Equal(t, n, count("SELECT count(*) FROM skiplock.jobs WHERE state = 'ready'"), "the claims are lost")
+
+	// The same worker claims again on the new primary: the sequence hands
+	// out the same tokens, so the new leases equal the lost ones, and the
+	// fence cannot tell the lost timeline's holder from the current one.
+	again, err := st.Claim(ctx, pool, store.ClaimParams{Queues: []string{skiplock.DefaultQueue}, Batch: n + 1, WorkerID: "w1", Lease: time.Minute})
+	require.NoError(t, err)
+	oldToken := map[int64]int64{}
+	var staleLeases []store.Lease
+	for _, j := range old {
+		oldToken[j.ID] = j.LeaseToken
+		if j.ID != late.ID {
+			staleLeases = append(staleLeases, store.Lease{ID: j.ID, Token: j.LeaseToken})
+		}
+	}
+	same := 0
+	for _, j := range again {
+		if oldToken[j.ID] == j.LeaseToken {
+			same++
+		}
+	}
+	require.Equal(t, n, same, "without the token advance, the new primary reissues the lost leases' tokens")
+	held, err := st.Heartbeat(ctx, pool, staleLeases, time.Minute, "w1")
+	require.NoError(t, err)
+	require.Equal(t, n, len(held), "and the lost timeline's leases pass the fence")
+
+	// The runbook's advance, then a fresh claim: every new token is above
+	// every token the old primary handed out, and the lost leases are fenced
+	// off.
+	_, err = pool.Exec(ctx, advanceTokensSQL)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE skiplock.jobs SET state = 'ready', locked_by = NULL, lease_token = NULL, lease_expires_at = NULL")
+	require.NoError(t, err) // as the reaper would once the leases expire
+	fresh, err := st.Claim(ctx, pool, store.ClaimParams{Queues: []string{skiplock.DefaultQueue}, Batch: n + 1, WorkerID: "w1", Lease: time.Minute})
+	require.NoError(t, err)
+	require.Equal(t, n, len(fresh))
+	var maxOld int64
+	for _, tok := range oldToken {
+		maxOld = max(maxOld, tok)
+	}
+	for _, j := range fresh {
+		require.Greater(t, j.LeaseToken, maxOld, "job %d: a token at or below the old primary's", j.ID)
+	}
+	held, err = st.Heartbeat(ctx, pool, staleLeases, time.Minute, "w1")
+	require.NoError(t, err)
+	require.Empty(t, held, "after the advance the lost timeline's leases are fenced off")
+	t.Logf("async failover: lost 1 acknowledged enqueue and %d claims; %d of %d reissued leases equal to lost ones before the token advance, 0 after",
+		n, same, n)
+}
+
+// advanceTokensSQL is the runbook's statement (docs/operations.md,
+// "Failover"): move the lease-token sequence past anything a lost timeline
+// could have handed out, to the current time in microseconds (far above any
+// count of claims, and higher at every later failover).
+const advanceTokensSQL = `SELECT setval('skiplock.lease_tokens', greatest(
+    (SELECT last_value FROM skiplock.lease_tokens),
+    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint))`
