@@ -296,10 +296,10 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n, len(held), "and the lost timeline's leases pass the fence")
 
-	// The runbook's advance, then a fresh claim: every new token is above
+	// The runbook's advance (skiplock failover advance-tokens), then a fresh claim: every new token is above
 	// every token the old primary handed out, and the lost leases are fenced
 	// off.
-	_, err = pool.Exec(ctx, advanceTokensSQL)
+	advanced, err := client.AdvanceLeaseTokens(ctx)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "UPDATE skiplock.jobs SET state = 'ready', locked_by = NULL, lease_token = NULL, lease_expires_at = NULL")
 	require.NoError(t, err) // as the reaper would once the leases expire
@@ -312,6 +312,7 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 	}
 	for _, j := range fresh {
 		require.Greater(t, j.LeaseToken, maxOld, "job %d: a token at or below the old primary's", j.ID)
+		require.Greater(t, j.LeaseToken, advanced)
 	}
 	held, err = st.Heartbeat(ctx, pool, staleLeases, time.Minute, "w1")
 	require.NoError(t, err)
@@ -319,11 +320,3 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 	t.Logf("async failover: lost 1 acknowledged enqueue and %d claims; %d of %d reissued leases equal to lost ones before the token advance, 0 after",
 		n, same, n)
 }
-
-// advanceTokensSQL is the runbook's statement (docs/operations.md,
-// "Failover"): move the lease-token sequence past anything a lost timeline
-// could have handed out, to the current time in microseconds (far above any
-// count of claims, and higher at every later failover).
-const advanceTokensSQL = `SELECT setval('skiplock.lease_tokens', greatest(
-    (SELECT last_value FROM skiplock.lease_tokens),
-    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint))`
