@@ -362,3 +362,13 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 		{"dead_letter", s.DeadLetterQuery([]Dead{{Lease: l[0], Reason: "error", Error: msg}}, worker)},
 	}
 }
+
+// AdvanceLeaseTokens moves the lease-token sequence to the current time in
+// microseconds unless it is already past it, and returns its value: run
+// once after a standby is promoted, so no token the old primary handed out
+// is handed out again (see advance_lease_tokens in lease.sql).
+func (s *Store) AdvanceLeaseTokens(ctx context.Context, db DBTX) (int64, error) {
+	var v int64
+	err := db.QueryRow(ctx, s.SQL("advance_lease_tokens")).Scan(&v)
+	return v, err
+}

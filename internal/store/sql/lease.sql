@@ -212,3 +212,16 @@ RETURNING id;
 --   $1 queue $2 paused
 INSERT INTO {{schema}}.queues AS q (name, paused) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now();
+
+-- name: advance_lease_tokens
+-- After a failover: move the lease-token sequence past every token the old
+-- primary may have handed out in commits the new primary never received (an
+-- asynchronous standby's lost tail; the sequence would hand those tokens out
+-- again, and a lost lease would pass the fence). The target is the current
+-- time in microseconds: far above any count of claims, and higher at every
+-- later failover unless more than a million claims a second were made since
+-- the last advance. Never moves the sequence backwards; a claim racing it
+-- ends up below the target, never above it. Returns the new value.
+SELECT setval('{{schema}}.lease_tokens'::regclass, greatest(
+    (SELECT last_value FROM {{schema}}.lease_tokens),
+    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint));
