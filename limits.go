@@ -58,8 +58,10 @@ type LimitStatus struct {
 	// running jobs of its fullest partition value (of all, when it has no
 	// partition); FullValues how many partition values are at the limit.
 	Running, MaxUsed, FullValues int64
-	// Ready is how many ready jobs (due or not) the limit covers.
+	// Ready is how many ready jobs (due or not) the limit covers, and
+	// OldestDue how long the oldest due one has waited.
 	Ready     int64
+	OldestDue time.Duration
 	UpdatedAt time.Time
 }
 
@@ -125,7 +127,7 @@ func (c *Client) RemoveLimit(ctx context.Context, name string) error {
 
 // Limits returns every limit with its use now.
 func (c *Client) Limits(ctx context.Context) ([]LimitStatus, error) {
-	rows, err := c.store.ListLimits(ctx, c.pool)
+	rows, err := c.store.ListLimits(ctx, c.pool, true)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: limits: %w", err)
 	}
@@ -133,7 +135,8 @@ func (c *Client) Limits(ctx context.Context) ([]LimitStatus, error) {
 	for i, r := range rows {
 		out[i] = LimitStatus{
 			Limit:   Limit{Name: r.Name, Queue: r.Queue, Kind: r.Kind, Partition: r.Partition, Concurrency: r.Concurrency},
-			Running: r.Running, MaxUsed: r.MaxUsed, FullValues: r.FullValues, Ready: r.Ready, UpdatedAt: r.UpdatedAt,
+			Running: r.Running, MaxUsed: r.MaxUsed, FullValues: r.FullValues, Ready: r.Ready,
+			OldestDue: time.Duration(r.OldestDue * float64(time.Second)), UpdatedAt: r.UpdatedAt,
 		}
 	}
 	return out, nil

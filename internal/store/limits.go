@@ -19,10 +19,11 @@ type Limit struct {
 // LimitUse is a limit with its use now.
 type LimitUse struct {
 	Limit
-	MaxUsed    int64 // running jobs in its fullest partition value
-	FullValues int64 // partition values at the limit
-	Running    int64 // running jobs it counts
-	Ready      int64 // ready jobs it covers
+	MaxUsed    int64   // running jobs in its fullest partition value
+	FullValues int64   // partition values at the limit
+	Running    int64   // running jobs it counts
+	Ready      int64   // ready jobs it covers (with backlog)
+	OldestDue  float64 // seconds the oldest due ready job it covers has waited (with backlog)
 	UpdatedAt  time.Time
 }
 
@@ -43,16 +44,17 @@ func (s *Store) RemoveLimit(ctx context.Context, db DBTX, name string) (bool, er
 	return len(names) > 0, err
 }
 
-// ListLimits returns every limit with its use now.
-func (s *Store) ListLimits(ctx context.Context, db DBTX) ([]LimitUse, error) {
-	rows, err := db.Query(ctx, s.SQL("limit_list"))
+// ListLimits returns every limit with its use now; with backlog, also the
+// ready jobs each covers (a scan of that backlog).
+func (s *Store) ListLimits(ctx context.Context, db DBTX, backlog bool) ([]LimitUse, error) {
+	rows, err := db.Query(ctx, s.SQL("limit_list"), backlog)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LimitUse, error) {
 		var u LimitUse
 		err := r.Scan(&u.Name, &u.Queue, &u.Kind, &u.Partition, &u.Concurrency,
-			&u.MaxUsed, &u.FullValues, &u.Running, &u.Ready, &u.UpdatedAt)
+			&u.MaxUsed, &u.FullValues, &u.Running, &u.Ready, &u.OldestDue, &u.UpdatedAt)
 		return u, err
 	})
 }

@@ -15,12 +15,13 @@ SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, partition = EXCLUDED.partition
 DELETE FROM {{schema}}.limits WHERE name = $1 RETURNING name;
 
 -- name: limit_list
--- Every limit with its use now: running jobs it covers in its fullest
--- partition value, the values at the limit, and ready jobs it covers.
+-- Every limit with its use now: running jobs it counts, those of its
+-- fullest partition value, the values at the limit; with $1, also the ready
+-- jobs it covers and how long the oldest due one has waited (a scan of the
+-- covered backlog: for the CLI and doctor, not for every metrics scrape).
 SELECT l.name, coalesce(l.queue, ''), coalesce(l.kind, ''), coalesce(l.partition, ''), l.concurrency,
        coalesce(u.max_used, 0)::bigint, coalesce(u.full_values, 0)::bigint, coalesce(u.running, 0)::bigint,
-       (SELECT count(*) FROM {{schema}}.jobs AS j WHERE j.state = 'ready' AND {{limit_covers}})::bigint,
-       l.updated_at
+       coalesce(r.ready, 0)::bigint, coalesce(r.oldest_due_age, 0)::float8, l.updated_at
 FROM {{schema}}.limits AS l
 LEFT JOIN LATERAL (
     SELECT max(c.n) AS max_used, count(*) FILTER (WHERE c.n >= l.concurrency) AS full_values, sum(c.n) AS running
@@ -30,6 +31,12 @@ LEFT JOIN LATERAL (
           WHERE j.state = 'running' AND {{limit_covers}} AND k.key IS NOT NULL
           GROUP BY k.key) AS c
 ) AS u ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS ready,
+           extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now())) AS oldest_due_age
+    FROM {{schema}}.jobs AS j
+    WHERE $1::boolean AND j.state = 'ready' AND {{limit_covers}}
+) AS r ON true
 ORDER BY l.name;
 
 -- name: limits_covering
