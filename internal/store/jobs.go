@@ -88,33 +88,34 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 	}
 }
 
-// beginner is a DBTX that can open a transaction (a pool, a connection, or
-// a transaction: a savepoint).
-type beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
+// batcher is a DBTX that can pipeline statements (a pool, a connection or
+// a transaction).
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
-// claimLimited runs claim_limited after taking the limits' locks, in one
-// transaction: the claim's snapshot then includes every job claimed by the
-// lock's previous holder, so no limit is exceeded by two claimers at once.
+// claimLimited takes the limits' locks and claims in one pipeline, so one
+// round trip and one implicit transaction: claim_limited's snapshot is taken
+// after the locks are held, so it includes every job claimed by the locks'
+// previous holder, and no limit is exceeded by two claimers at once.
 func (s *Store) claimLimited(ctx context.Context, db DBTX, p ClaimParams, args ...any) ([]ClaimedJob, error) {
-	b, ok := db.(beginner)
+	b, ok := db.(batcher)
 	if !ok {
 		return nil, fmt.Errorf("store: a limited claim needs a pool, connection or transaction, got %T", db)
 	}
-	tx, err := b.Begin(ctx)
-	if err != nil {
+	var out []ClaimedJob
+	batch := &pgx.Batch{}
+	batch.Queue(s.SQL("claim_no_jit"))
+	batch.Queue(s.SQL("limit_locks"), p.Limits)
+	batch.Queue(s.SQL("claim_limited"), args...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = scanClaimed(rows, p.Batch)
+		return err
+	})
+	if err := b.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, s.SQL("limit_locks"), p.Limits); err != nil {
-		return nil, err
-	}
-	out, err := s.claim(ctx, tx, p.Batch, s.SQL("claim_limited"), args...)
-	if err != nil {
-		return nil, err
-	}
-	return out, tx.Commit(ctx)
+	return out, nil
 }
 
 func (s *Store) claim(ctx context.Context, db DBTX, batch int, q string, args ...any) ([]ClaimedJob, error) {
@@ -122,6 +123,12 @@ func (s *Store) claim(ctx context.Context, db DBTX, batch int, q string, args ..
 	if err != nil {
 		return nil, err
 	}
+	return scanClaimed(rows, batch)
+}
+
+// scanClaimed reads a claim's RETURNING rows (the claim_rows fragment's
+// column order) and closes rows.
+func scanClaimed(rows pgx.Rows, batch int) ([]ClaimedJob, error) {
 	defer rows.Close()
 	out := make([]ClaimedJob, 0, batch)
 	for rows.Next() {

@@ -193,6 +193,16 @@ func (p *pool) claim(n int) ([]*Job, error) {
 		return nil, err
 	}
 	took := time.Since(start)
+	// A limited claim that came back short may have been held back by a
+	// full limit: then a completion of these queues may free the slot the
+	// ready jobs wait for, and wakes their claimers (completer.flush).
+	for _, q := range p.cfg.Queues {
+		if len(limits) > 0 && len(jobs) < n {
+			p.r.limitedQueues.Store(q, struct{}{})
+		} else {
+			p.r.limitedQueues.Delete(q)
+		}
+	}
 	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
 	p.r.claimLat.add(took)
 	p.r.claimed.Add(int64(len(jobs)))
@@ -211,11 +221,6 @@ func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
 		return p.limits
 	}
 	p.limits, p.limitsAt = names, now
-	if len(names) > 0 {
-		for _, q := range p.cfg.Queues {
-			p.r.limitedQueues.Store(q, struct{}{}) // wake this queue's claimers on completions
-		}
-	}
 	return names
 }
 
