@@ -31,6 +31,20 @@ type statsOut struct {
 	// Replica says how stale the figures are when they were read on
 	// --replica-url (absent otherwise).
 	Replica *health.ReplicaStatus `json:"replica,omitempty"`
+	// Limits are the concurrency limits and their use (empty when none).
+	Limits []limitStat `json:"limits"`
+}
+
+// limitStat is one concurrency limit in stats --json.
+type limitStat struct {
+	Name          string `json:"name"`
+	Queue         string `json:"queue,omitempty"`
+	Kind          string `json:"kind,omitempty"`
+	Partition     string `json:"partition,omitempty"`
+	Concurrency   int    `json:"concurrency"`
+	Running       int64  `json:"running"`
+	MaxUsed       int64  `json:"max_used"`
+	ValuesAtLimit int64  `json:"values_at_limit"`
 }
 
 func newStatsCmd() *cobra.Command {
@@ -73,8 +87,17 @@ far behind the primary they are.`,
 			if err != nil {
 				return err
 			}
+			ls, err := health.Limits(cmd.Context(), pool, g.schema, false)
+			if err != nil {
+				return err
+			}
+			limits := make([]limitStat, len(ls))
+			for i, l := range ls {
+				limits[i] = limitStat{Name: l.Name, Queue: l.Queue, Kind: l.Kind, Partition: l.Partition,
+					Concurrency: l.Concurrency, Running: l.Running, MaxUsed: l.MaxUsed, ValuesAtLimit: l.FullValues}
+			}
 			if g.jsonOut {
-				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled, Replica: replica})
+				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled, Replica: replica, Limits: limits})
 			}
 			if replica != nil {
 				defer fmt.Fprintf(cmd.OutOrStdout(), "(%s)\n", replica.Describe())
@@ -89,6 +112,10 @@ far behind the primary they are.`,
 			for _, u := range unhandled {
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: no live worker handles kind %q in queue %s: %d job(s) ready, oldest %s\n",
 					u.Kind, u.Queue, u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
+			}
+			for _, l := range limits {
+				fmt.Fprintf(cmd.OutOrStdout(), "limit %s: %d running (fullest value %d of %d), %d value(s) at the limit\n",
+					l.Name, l.Running, l.MaxUsed, l.Concurrency, l.ValuesAtLimit)
 			}
 			return nil
 		},

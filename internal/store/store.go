@@ -73,14 +73,15 @@ func mustParse() map[string]string {
 		panic(err)
 	}
 	for name, frag := range frags {
-		// Comments would swallow what follows them on the line of use.
+		// Inserted as written (a condition brings its own parentheses);
+		// comment lines go, so none can swallow what follows on the line of use.
 		var lines []string
 		for _, l := range strings.Split(frag, "\n") {
 			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--") {
 				lines = append(lines, l)
 			}
 		}
-		expanded := "(" + strings.Join(lines, "\n") + ")"
+		expanded := strings.Join(lines, "\n")
 		used := false
 		for k, v := range out {
 			if strings.Contains(v, "{{"+name+"}}") {

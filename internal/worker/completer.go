@@ -89,7 +89,10 @@ func (c *completer) flush(batch []result) {
 			s = Unwritten
 		}
 		c.r.count(res, s)
-		if res.job.Entity != "" && s != LeaseLost && s != Unwritten && !slices.Contains(entityQueues, res.job.Queue) {
+		// A finished job of an entity, or of a queue a concurrency limit
+		// covers, may be what the next ready job waits for.
+		_, limited := c.r.limitedQueues.Load(res.job.Queue)
+		if (res.job.Entity != "" || limited) && s != LeaseLost && s != Unwritten && !slices.Contains(entityQueues, res.job.Queue) {
 			entityQueues = append(entityQueues, res.job.Queue)
 		}
 	}

@@ -159,6 +159,10 @@ type Runner struct {
 	cfg Config
 	log *slog.Logger
 
+	// Queues a concurrency limit covers (queue → struct{}): their
+	// completions wake claimers as entity completions do.
+	limitedQueues sync.Map
+
 	mu   sync.Mutex // guards jobs
 	jobs map[int64]*tracked
 
