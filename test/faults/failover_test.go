@@ -27,8 +27,9 @@ var failoverSettings = map[string]string{"shared_buffers": "16MB", "fsync": "off
 // failoverEnv starts a primary and a synchronous streaming standby, creates
 // and migrates a database on the primary, and returns the test's world on
 // the multi-host URL (both hosts, target_session_attrs=read-write): every
-// process of the test, producers and workers, uses that URL.
-func failoverEnv(t *testing.T) (e *env, primary, standby *devdb.Cluster) {
+// process of the test, producers and workers, uses that URL. maxConns > 0
+// caps the test's own pool.
+func failoverEnv(t *testing.T, maxConns int32) (e *env, primary, standby *devdb.Cluster) {
 	t.Helper()
 	ctx := context.Background()
 	primary, err := devdb.Start(ctx, devdb.Options{Settings: failoverSettings})
@@ -47,6 +48,9 @@ func failoverEnv(t *testing.T) (e *env, primary, standby *devdb.Cluster) {
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
 	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -108,7 +112,7 @@ func TestFailover(t *testing.T) {
 	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
 		t.Skip("no PostgreSQL server binaries for a private cluster:", err)
 	}
-	e, primary, standby := failoverEnv(t)
+	e, primary, standby := failoverEnv(t, 0)
 	ws := []*proc{e.worker("a"), e.worker("b"),
 		e.execWorker("x", `"`+program(t, "faultworker")+`" child`, "--lease", lease.String(),
 			"--poll-interval", poll.String(), "--concurrency", "2", "--drain-timeout", "10s")}
