@@ -14,6 +14,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/health"
 )
 
 // TestWorkManyDatabases runs one `skiplock work` over two databases, each
@@ -91,4 +92,66 @@ func TestWorkManyDatabases(t *testing.T) {
 	}
 	require.Equal(t, 2, strings.Count(string(errb), "skiplock: worker started"), "one client per database")
 	t.Logf("two databases: %d and %d jobs, each completed once; the small one finished with %d of the big one's left", backlog, few, left)
+}
+
+// TestStatsManyDatabases: `stats` over two databases prints each one's
+// figures and their sums, and the sums equal the parts added up.
+func TestStatsManyDatabases(t *testing.T) {
+	a, b := dbtest.New(t), dbtest.New(t)
+	opsReady(t, a, "mail", 3, -90*time.Second)
+	opsRunning(t, a, "mail", 2)
+	opsReady(t, b, "mail", 4, -10*time.Second)
+	opsReady(t, b, "mail", 1, time.Hour)
+	opsReady(t, b, "reports", 2, -time.Second)
+	opsDead(t, b, "reports", "build", 1, time.Minute, func(int) string { return "boom" })
+	opsExec(t, b, "INSERT INTO skiplock.queues (name, paused) VALUES ('reports', true)")
+
+	code, out, stderr := runCLI(t, "stats", "--database-url", a.URL, "--database-url", b.URL, "--json")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, out, opsSecret)
+	var got statsOut
+	decodeJSON(t, out, &got)
+	require.Len(t, got.Databases, 2)
+	for i, db := range []*dbtest.DB{a, b} {
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database), got.Databases[i].Database)
+	}
+	// The sums equal the parts added up.
+	var parts [4]int64
+	for _, d := range got.Databases {
+		for _, q := range d.Queues {
+			parts[0] += q.Ready
+			parts[1] += q.Scheduled
+			parts[2] += q.Running
+			parts[3] += q.Dead
+		}
+	}
+	var sums [4]int64
+	for _, q := range got.Queues {
+		sums[0] += q.Ready
+		sums[1] += q.Scheduled
+		sums[2] += q.Running
+		sums[3] += q.Dead
+	}
+	require.Equal(t, parts, sums)
+	require.Len(t, got.Queues, 2)
+	mail, reports := got.Queues[0], got.Queues[1]
+	require.Equal(t, [4]int64{7, 1, 2, 0}, [4]int64{mail.Ready, mail.Scheduled, mail.Running, mail.Dead})
+	require.InDelta(t, 90, mail.OldestReadyAgeSeconds, 10, "the oldest wait of either database")
+	require.False(t, mail.Paused)
+	require.Equal(t, [4]int64{2, 0, 0, 1}, [4]int64{reports.Ready, reports.Scheduled, reports.Running, reports.Dead})
+	require.True(t, reports.Paused, "paused in one database")
+	require.Equal(t, []health.UnhandledKind{{Queue: "mail", Kind: "k", Ready: 7}, {Queue: "reports", Kind: "k", Ready: 2}},
+		zeroAges(got.UnhandledKinds), "summed over the databases")
+
+	code, out, stderr = runCLI(t, "stats", "--database-url", a.URL, "--database-url", b.URL)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, 2, strings.Count(out, "database "), out)
+	require.Contains(t, out, "all 2 databases")
+	require.Contains(t, out, "warning: no live worker handles kind \"k\" in queue mail of ")
+
+	code, _, stderr = runCLI(t, "stats", "--database-url", a.URL, "--database-url", b.URL, "--replica-url", a.URL)
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--replica-url")
 }
