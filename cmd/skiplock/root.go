@@ -20,8 +20,8 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	// databaseURLs are the --database-url values in order: `work` serves
-	// every one and `stats` adds them up; every other command uses the last
-	// (a later flag overrides).
+	// every one, `stats` adds them up and `doctor` checks each; every other
+	// command uses the last (a later flag overrides).
 	databaseURLs []string
 	schema       string
 	jsonOut      bool
@@ -61,7 +61,7 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	pf := root.PersistentFlags()
 	pf.StringArrayVar(&g.databaseURLs, "database-url", nil, "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables); "+
-		"`work` and `stats` take it repeated, one per database; others use the last")
+		"`work`, `stats` and `doctor` take it repeated, one per database; others use the last")
 	pf.StringVar(&g.schema, "schema", envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
 	pf.StringVar(&g.logLevel, "log-level", envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", envOr("SKIPLOCK_LOG_FORMAT", "text"), "log format on stderr: text or json (one object per line)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -147,11 +148,34 @@ func TestStatsManyDatabases(t *testing.T) {
 
 	code, out, stderr = runCLI(t, "stats", "--database-url", a.URL, "--database-url", b.URL)
 	require.Equal(t, 0, code, stderr)
-	require.Equal(t, 2, strings.Count(out, "database "), out)
+	require.Len(t, regexp.MustCompile(`(?m)^database `).FindAllString(out, -1), 2, out)
 	require.Contains(t, out, "all 2 databases")
 	require.Contains(t, out, "warning: no live worker handles kind \"k\" in queue mail of ")
 
 	code, _, stderr = runCLI(t, "stats", "--database-url", a.URL, "--database-url", b.URL, "--replica-url", a.URL)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--replica-url")
+}
+
+// TestDoctorManyDatabases: `doctor` over two databases checks each, and a
+// failure in one fails the run (exit 3), naming that database.
+func TestDoctorManyDatabases(t *testing.T) {
+	a, b := dbtest.New(t), dbtest.New(t)
+	opsExec(t, b, `DROP INDEX skiplock.jobs_ready`)
+	code, out, stderr := runCLI(t, "doctor", "--database-url", a.URL, "--database-url", b.URL, "--json")
+	require.Equal(t, 3, code, stderr)
+	var got doctorManyOut
+	decodeJSON(t, out, &got)
+	require.False(t, got.OK)
+	require.Len(t, got.Databases, 2)
+	require.NotContains(t, got.Databases[0].Failed, "claim_index")
+	require.Contains(t, got.Databases[1].Failed, "claim_index")
+	require.Len(t, got.Databases[0].Checks, 12)
+	require.Contains(t, stderr, got.Databases[1].Database+" (")
+	require.NotContains(t, stderr, got.Databases[0].Database+" (")
+
+	code, out, _ = runCLI(t, "doctor", "--database-url", a.URL, "--database-url", b.URL)
+	require.Equal(t, 3, code)
+	require.Len(t, regexp.MustCompile(`(?m)^database `).FindAllString(out, -1), 2, out)
+	require.Contains(t, out, "[FAIL] claim_index: ")
 }
