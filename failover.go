@@ -13,7 +13,8 @@ import (
 //
 // Why: lease tokens come from a sequence, and a standby's copy of it lags
 // the primary's. After a failover to an asynchronous standby the new
-// primary hands out again the tokens of the commits it never received, so a
+// primary hands out again the tokens of the commits it never received
+// (beyond the 32 values a sequence is WAL-logged ahead), so a
 // worker that held a lease on the old primary can meet a new lease with the
 // same job, token and worker id, and pass the fence; external systems
 // fencing on the token see it repeat or go backwards. The sequence is moved
