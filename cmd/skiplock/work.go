@@ -67,7 +67,8 @@ The worker also runs the reaper and the recurring-job scheduler.
 With --database-url repeated, one process serves every database given (each with its
 own migrated skiplock schema): one client per database, each with --concurrency slots of
 its own, its own claim loop, LISTEN connection, reaper and scheduler, so a backlog in one
-database never takes slots from another. Log lines then carry database=host:port/name.`,
+database never takes slots from another, and a database that is down (at start or
+later) holds up none of the others. Log lines then carry database=host:port/name.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWork(cmd, f) },
 	}
@@ -159,6 +160,16 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	var clients []*skiplock.Client
 	for _, u := range urls {
 		pool, err := connectTo(ctx, u, "--database-url", int32(6), nil)
+		var ee *exitError
+		if err != nil && len(urls) > 1 && !errors.As(err, &ee) {
+			// One database of several is down: serve the others, and this
+			// one as soon as it answers (its claim loop retries).
+			if pool, err = lazyPool(u, int32(6)); err != nil {
+				return err
+			}
+			log.Warn("skiplock: database unreachable at start; its jobs are claimed once it answers",
+				slog.String("database", databaseLabel(pool)))
+		}
 		if err != nil {
 			return err
 		}
@@ -209,6 +220,24 @@ func workDatabaseURLs() []string {
 		return g.databaseURLs
 	}
 	return []string{databaseURL()}
+}
+
+// lazyPool is a pool that connects on first use, with connect's settings
+// (but pgx's default statement mode: no pooler probe is possible while the
+// database is down).
+func lazyPool(dbURL string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, usageError("--database-url: cannot parse the connection string")
+	}
+	cfg.MaxConns = maxConns
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock"
+	}
+	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
 
 // databaseLabel names a pool's database for log lines: host, port and
