@@ -191,10 +191,12 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		}
 		clients = append(clients, c)
 	}
-	for _, c := range clients {
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
+	fleet, err := skiplock.NewFleet(clients, nil)
+	if err != nil {
+		return err
+	}
+	if err := fleet.Start(ctx); err != nil {
+		return err
 	}
 	<-sigs
 	log.Info("skiplock: draining; send the signal again to stop at once", "drain_timeout", f.drainTimeout)
@@ -202,14 +204,14 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
 		defer cancel()
-		stopped <- eachClient(clients, func(c *skiplock.Client) error { return c.Stop(sctx) })
+		stopped <- fleet.Stop(sctx)
 	}()
 	select {
 	case err := <-stopped:
 		return err
 	case <-sigs:
 		log.Warn("skiplock: second signal; stopping at once")
-		return eachClient(clients, func(c *skiplock.Client) error { return c.StopAndCancel(ctx) })
+		return fleet.StopAndCancel(ctx)
 	}
 }
 
@@ -280,18 +282,6 @@ func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, log *sl
 		return nil, err
 	}
 	return c, nil
-}
-
-// eachClient runs fn on every client at once and joins their errors: the
-// databases drain (or stop) together, not one after another.
-func eachClient(clients []*skiplock.Client, fn func(*skiplock.Client) error) error {
-	errs := make([]error, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Go(func() { errs[i] = fn(c) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // execHandler runs command for each job, in its own process group so the
