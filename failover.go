@@ -18,8 +18,9 @@ import (
 // worker that held a lease on the old primary can meet a new lease with the
 // same job, token and worker id, and pass the fence; external systems
 // fencing on the token see it repeat or go backwards. The sequence is moved
-// to the current time in microseconds (never backwards), above anything the
-// old primary handed out. With a synchronous standby every acknowledged
+// to the current time in microseconds, or a million past its own value when
+// that is higher (never backwards, even with claims racing it and clocks
+// that disagree), above anything the old primary handed out. With a synchronous standby every acknowledged
 // claim is on the new primary and nothing is reissued; advancing is then
 // harmless, so an HA hook can run it after every promotion.
 func (c *Client) AdvanceLeaseTokens(ctx context.Context) (int64, error) {
