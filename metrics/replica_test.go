@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -43,4 +45,22 @@ skiplock_replica_up 1
 # TYPE skiplock_replica_up gauge
 skiplock_replica_up 0
 `)))
+}
+
+// TestHandlerForDatabases: two databases' series side by side, each with
+// its database label, the runtime collectors once.
+func TestHandlerForDatabases(t *testing.T) {
+	a, b := dbtest.New(t), dbtest.New(t)
+	seed(t, a)
+	h := HandlerForDatabases([]Database{{Name: "shard-a", Pool: a.Pool, Schema: a.Schema}, {Name: "shard-b", Pool: b.Pool}})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	body := rec.Body.String()
+	require.Contains(t, body, `skiplock_queue_jobs{database="shard-a",queue="mail",state="ready"} 3`)
+	require.Contains(t, body, `skiplock_up{database="shard-a"} 1`)
+	require.Contains(t, body, `skiplock_up{database="shard-b"} 1`)
+	require.Contains(t, body, `skiplock_dead_letters{database="shard-b"} 0`)
+	require.Equal(t, 1, strings.Count(body, "\ngo_goroutines "), "runtime collectors once, unlabelled")
+	require.NotContains(t, body, secret)
 }

@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
@@ -68,7 +69,8 @@ With --database-url repeated, one process serves every database given (each with
 own migrated skiplock schema): one client per database, each with --concurrency slots of
 its own, its own claim loop, LISTEN connection, reaper and scheduler, so a backlog in one
 database never takes slots from another, and a database that is down (at start or
-later) holds up none of the others. Log lines then carry database=host:port/name.`,
+later) holds up none of the others. Log lines then carry database=host:port/name, and
+--metrics-addr serves every database's metrics with a database label.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWork(cmd, f) },
 	}
@@ -145,9 +147,6 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		if listenURL(f.listenURL) != "" {
 			return usageError("--listen-url: not with several --database-url (each database LISTENs on its own URL)")
 		}
-		if f.metricsAddr != "" {
-			return usageError("--metrics-addr: serves one database's metrics; not with several --database-url")
-		}
 		seen := map[string]bool{}
 		for _, u := range urls {
 			if seen[u] {
@@ -158,6 +157,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	}
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	var clients []*skiplock.Client
+	var dbs []metrics.Database
 	for _, u := range urls {
 		pool, err := connectTo(ctx, u, "--database-url", int32(6), nil)
 		var ee *exitError
@@ -182,14 +182,20 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		if err != nil {
 			return err
 		}
-		if f.metricsAddr != "" {
-			stop, err := serveWorkerMetrics(f.metricsAddr, pool, c, log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-		}
 		clients = append(clients, c)
+		dbs = append(dbs, metrics.Database{Name: databaseLabel(pool), Pool: pool, Schema: g.schema,
+			Collectors: []prometheus.Collector{metrics.NewClientCollector(c)}})
+	}
+	if f.metricsAddr != "" {
+		h := metrics.Handler(dbs[0].Pool, g.schema, dbs[0].Collectors...)
+		if len(dbs) > 1 {
+			h = metrics.HandlerForDatabases(dbs)
+		}
+		stop, err := serveWorkerMetrics(f.metricsAddr, h, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	fleet, err := skiplock.NewFleet(clients, nil)
 	if err != nil {
@@ -378,20 +384,26 @@ func (t *tailBuffer) String() string {
 // workerMetricsServer is the --metrics-addr server: /metrics and /healthz,
 // with the same timeouts as serve.
 func workerMetricsServer(pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) *http.Server {
+	return metricsServer(metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)), log)
+}
+
+// metricsServer serves h at /metrics, and /healthz.
+func metricsServer(h http.Handler, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)))
+	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	return newHTTPServer(mux, log)
 }
 
-// serveWorkerMetrics serves /metrics (the process collector, the queue's
-// health views, Go runtime) and /healthz on addr until stop is called.
-func serveWorkerMetrics(addr string, pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) (stop func(), err error) {
+// serveWorkerMetrics serves h at /metrics (the process collector, the
+// queue's health views, Go runtime; per database with several) and /healthz
+// on addr until stop is called.
+func serveWorkerMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageError("--metrics-addr: %v", err)
 	}
-	srv := workerMetricsServer(pool, c, log)
+	srv := metricsServer(h, log)
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("skiplock: serving metrics", slog.String("url", "http://"+ln.Addr().String()+"/metrics"))
 	return func() {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -47,18 +49,17 @@ func TestWorkManyDatabases(t *testing.T) {
 	code, _, stderr := runCLI(t, "work", "--database-url", a.URL, "--database-url", a.URL, "--exec", "true")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--database-url: the same URL is given twice")
-	code, _, stderr = runCLI(t, "work", "--database-url", a.URL, "--database-url", b.URL, "--exec", "true", "--metrics-addr", "127.0.0.1:0")
-	require.Equal(t, 2, code)
-	require.Contains(t, stderr, "--metrics-addr")
 
 	outF, err := os.CreateTemp(t.TempDir(), "out")
 	require.NoError(t, err)
 	errF, err := os.CreateTemp(t.TempDir(), "err")
 	require.NoError(t, err)
 	done := make(chan int, 1)
+	addr := freeAddr(t)
 	go func() {
 		done <- run(ctx, []string{"work", "--database-url", a.URL, "--database-url", b.URL,
-			"--exec", "cat >/dev/null; sleep 0.05", "--concurrency", "2", "--poll-interval", "100ms"}, outF, errF)
+			"--exec", "cat >/dev/null; sleep 0.05", "--concurrency", "2", "--poll-interval", "100ms",
+			"--metrics-addr", addr}, outF, errF)
 	}()
 	require.Eventually(t, func() bool {
 		return count(b.Pool, "SELECT count(*) FROM skiplock.jobs_done") == few
@@ -68,6 +69,27 @@ func TestWorkManyDatabases(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return count(a.Pool, "SELECT count(*) FROM skiplock.jobs") == 0
 	}, 60*time.Second, 50*time.Millisecond, "the backlog drains")
+
+	// /metrics: each database's series, labelled.
+	labels := make([]string, 2)
+	for i, db := range []*dbtest.DB{a, b} {
+		cfg, err := pgxpool.ParseConfig(db.URL)
+		require.NoError(t, err)
+		labels[i] = fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	}
+	var body string
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		bb, _ := io.ReadAll(resp.Body)
+		body = string(bb)
+		return strings.Contains(body, fmt.Sprintf(`skiplock_process_jobs_completed_total{database=%q} %d`, labels[0], backlog)) &&
+			strings.Contains(body, fmt.Sprintf(`skiplock_process_jobs_completed_total{database=%q} %d`, labels[1], few))
+	}, 10*time.Second, 50*time.Millisecond, "per-database metrics:\n%s", body)
+	require.Contains(t, body, fmt.Sprintf(`skiplock_up{database=%q} 1`, labels[0]))
 
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
 	select {
