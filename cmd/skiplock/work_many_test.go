@@ -201,3 +201,13 @@ func TestDoctorManyDatabases(t *testing.T) {
 	require.Len(t, regexp.MustCompile(`(?m)^database `).FindAllString(out, -1), 2, out)
 	require.Contains(t, out, "[FAIL] claim_index: ")
 }
+
+// TestManyDatabaseURLsRefused: a command that serves one database refuses
+// several --database-url instead of silently using one.
+func TestManyDatabaseURLsRefused(t *testing.T) {
+	for _, args := range [][]string{{"top", "--once"}, {"enqueue", "--kind", "k"}, {"serve"}, {"migrate", "up"}} {
+		code, _, stderr := runCLI(t, append(args, "--database-url", "postgres://127.0.0.1:1/a", "--database-url", "postgres://127.0.0.1:1/b")...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "--database-url: given 2 times; only work, stats and doctor", args)
+	}
+}
