@@ -7,7 +7,8 @@
 // Prometheus replicas, a dashboard) cost one round of queries.
 //
 // Metrics (every name starts with skiplock_; labels carry queue names,
-// kinds, states and worker ids only, never job ids or payload values):
+// kinds, states and worker ids only, never job ids or payload values, plus
+// the database's name under HandlerForDatabases):
 //
 //	skiplock_up                                    1 when the last read of the health views succeeded, else 0
 //	skiplock_queue_jobs{queue,state}               jobs per queue and state: ready, scheduled, running, dead

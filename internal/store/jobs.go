@@ -410,7 +410,8 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 }
 
 // AdvanceLeaseTokens moves the lease-token sequence to the current time in
-// microseconds unless it is already past it, and returns its value: run
+// microseconds, or a million past its own value when that is higher, and
+// returns its new value: run
 // once after a standby is promoted, so no token the old primary handed out
 // is handed out again (see advance_lease_tokens in lease.sql).
 func (s *Store) AdvanceLeaseTokens(ctx context.Context, db DBTX) (int64, error) {
