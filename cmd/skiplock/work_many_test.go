@@ -192,7 +192,7 @@ func TestDoctorManyDatabases(t *testing.T) {
 	require.Len(t, got.Databases, 2)
 	require.NotContains(t, got.Databases[0].Failed, "claim_index")
 	require.Contains(t, got.Databases[1].Failed, "claim_index")
-	require.Len(t, got.Databases[0].Checks, 12)
+	require.Len(t, got.Databases[0].Checks, 13)
 	require.Contains(t, stderr, got.Databases[1].Database+" (")
 	require.NotContains(t, stderr, got.Databases[0].Database+" (")
 
