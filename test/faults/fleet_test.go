@@ -94,9 +94,9 @@ func TestFleetOverThreeClusters(t *testing.T) {
 	}
 	w := e.start("fleet", "fleet", "fleet", args)
 
-	waitFor(t, 30*time.Second, "the two databases that answer to drain", func() bool { return drained(a) && drained(b) })
+	waitFor(t, 60*time.Second, "the two databases that answer to drain", func() bool { return drained(a) && drained(b) })
 	require.NoError(t, c.c.Restart(ctx))
-	waitFor(t, 30*time.Second, "the database that was down at start to drain once it answers", func() bool { return drained(c) })
+	waitFor(t, 60*time.Second, "the database that was down at start to drain once it answers", func() bool { return drained(c) })
 
 	// The first database crashes: the others keep being served meanwhile.
 	require.NoError(t, a.c.Crash(ctx))
