@@ -74,9 +74,6 @@ func (c *completer) wait() { <-c.done }
 // job whose outcome the database refuses for its data is written apart from
 // the rest (see writeIsolating), so it never holds the batch back.
 func (c *completer) flush(batch []result) {
-	if c.r.BeforeComplete != nil {
-		c.r.BeforeComplete(planWrites(batch).done)
-	}
 	// c.write never fails: it retries transient errors, and a refusal is
 	// isolated to its job.
 	held, unwritten, _ := writeIsolating(batch, c.write, c.r.log)

@@ -185,9 +185,6 @@ type Runner struct {
 	pollOnly                                    atomic.Bool
 	warnedPolling                               atomic.Bool
 	claimLat                                    latencyRing
-
-	// Test hooks (nil in production).
-	BeforeComplete func([]store.Lease)
 }
 
 // New validates nothing (the root package did) and returns a Runner.
