@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
@@ -50,4 +51,33 @@ func TestLimitCLI(t *testing.T) {
 	code, _, errOut = runCLI(t, "limit", "remove", "email", "--database-url", db.URL)
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "not found")
+}
+
+func TestQueueAgingCLI(t *testing.T) {
+	db := dbtest.New(t)
+	code, out, errOut := runCLI(t, "queue", "aging", "reports", "--database-url", db.URL, "--after", "10m", "--to", "100")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "promoted to priority 100")
+	for _, tc := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--after", "10ms", "--to", "1"}, "--after"},
+		{[]string{"--after", "1m", "--to", "5000"}, "--to"},
+		{[]string{"--to", "5"}, "--after"},
+		{[]string{"--off", "--to", "5"}, "--off"},
+	} {
+		code, _, errOut := runCLI(t, append([]string{"queue", "aging", "reports", "--database-url", db.URL}, tc.args...)...)
+		require.Equal(t, 2, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.flag+":", "%v", tc.args)
+	}
+	var after string
+	var to int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT age_after::text, age_to FROM skiplock.queues WHERE name = 'reports'").Scan(&after, &to))
+	require.Equal(t, "00:10:00", after, "refused changes left the setting alone")
+	require.Equal(t, 100, to)
+	code, out, _ = runCLI(t, "queue", "aging", "reports", "--database-url", db.URL, "--off")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "aging off")
 }
