@@ -17,12 +17,15 @@ var ErrInvalidLimit = errors.New("skiplock: invalid limit")
 // MaxLimitConcurrency is the largest concurrency a Limit may allow.
 const MaxLimitConcurrency = 1_000_000
 
-// Limit caps how many jobs run at once across every process that uses the
-// database: at most Concurrency running jobs of a queue or of a kind, in
-// total or per partition value. "5 send-email jobs at once cluster-wide" is
-// {Name: "email", Kind: "send-email", Concurrency: 5}; "1 per customer" is
-// {Name: "per-customer", Kind: "sync", Partition: "arg:customer_id",
-// Concurrency: 1}.
+// Limit caps the jobs of a queue or of a kind across every process that
+// uses the database, in total or per partition value: at most Concurrency
+// running at once (a concurrency limit), or at most Rate started within any
+// window of Per (a rate limit: a sliding window over the recorded starts).
+// "5 send-email jobs at once cluster-wide" is {Name: "email", Kind:
+// "send-email", Concurrency: 5}; "1 per customer" is {Name: "per-customer",
+// Kind: "sync", Partition: "arg:customer_id", Concurrency: 1}; "100 calls a
+// minute to the partner API" is {Name: "partner", Kind: "partner-call",
+// Rate: 100, Per: time.Minute}.
 //
 // Limits are stored in the database (SetLimit, `skiplock limit set`) and
 // enforced by the claim itself, exactly: a claimer of work a limit covers
@@ -47,17 +50,24 @@ type Limit struct {
 	// text). Jobs without a value are not limited by a partitioned limit.
 	Partition string
 	// Concurrency is the most running jobs allowed (per partition value),
-	// 1 to MaxLimitConcurrency.
+	// 1 to MaxLimitConcurrency. Set it, or Rate and Per.
 	Concurrency int
+	// Rate is the most job starts allowed within any window of Per (per
+	// partition value), 1 to MaxLimitConcurrency; Per is 1 s to 24 h. A
+	// start counts when the job is claimed, retries included.
+	Rate int
+	Per  time.Duration
 }
 
 // LimitStatus is a limit with its use now.
 type LimitStatus struct {
 	Limit
-	// Running is how many running jobs the limit counts; MaxUsed the
-	// running jobs of its fullest partition value (of all, when it has no
-	// partition); FullValues how many partition values are at the limit.
-	Running, MaxUsed, FullValues int64
+	// Used is what the limit counts over all its partition values: running
+	// jobs (a concurrency limit) or starts within the window (a rate
+	// limit); MaxUsed the same for its fullest partition value (of all,
+	// when it has no partition); FullValues how many values are at the
+	// limit.
+	Used, MaxUsed, FullValues int64
 	// Ready is how many ready jobs (due or not) the limit covers, and
 	// OldestDue how long the oldest due one has waited.
 	Ready     int64
@@ -88,8 +98,14 @@ func (l Limit) Validate() error {
 		return invalidLimit("kind", "%s", validateName("kind", l.Kind).(*FieldError).Message)
 	case l.Partition != "" && l.Partition != "tenant" && l.Partition != "entity" && !limitFieldRe.MatchString(l.Partition):
 		return invalidLimit("partition", `must be "", "tenant", "entity" or "arg:FIELD" (FIELD: a letter or _, then letters, digits or _; 63 at most)`)
-	case l.Concurrency < 1 || l.Concurrency > MaxLimitConcurrency:
-		return invalidLimit("concurrency", "must be between 1 and %d", MaxLimitConcurrency)
+	case l.Concurrency != 0 && (l.Rate != 0 || l.Per != 0):
+		return invalidLimit("concurrency", "a limit caps either concurrency or a rate (rate and per), not both")
+	case l.Rate == 0 && l.Per == 0 && (l.Concurrency < 1 || l.Concurrency > MaxLimitConcurrency):
+		return invalidLimit("concurrency", "must be between 1 and %d (or set rate and per)", MaxLimitConcurrency)
+	case l.Concurrency == 0 && (l.Rate < 1 || l.Rate > MaxLimitConcurrency):
+		return invalidLimit("rate", "must be between 1 and %d", MaxLimitConcurrency)
+	case l.Concurrency == 0 && (l.Per < time.Second || l.Per > 24*time.Hour):
+		return invalidLimit("per", "must be between 1s and 24h")
 	}
 	return nil
 }
@@ -101,7 +117,7 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 		return err
 	}
 	err := c.store.SetLimit(ctx, c.pool, store.Limit{Name: l.Name, Queue: l.Queue, Kind: l.Kind,
-		Partition: l.Partition, Concurrency: l.Concurrency})
+		Partition: l.Partition, Concurrency: l.Concurrency, Rate: l.Rate, Per: l.Per})
 	if err != nil {
 		return fmt.Errorf("skiplock: set limit %s: %w", l.Name, err)
 	}
@@ -134,8 +150,9 @@ func (c *Client) Limits(ctx context.Context) ([]LimitStatus, error) {
 	out := make([]LimitStatus, len(rows))
 	for i, r := range rows {
 		out[i] = LimitStatus{
-			Limit:   Limit{Name: r.Name, Queue: r.Queue, Kind: r.Kind, Partition: r.Partition, Concurrency: r.Concurrency},
-			Running: r.Running, MaxUsed: r.MaxUsed, FullValues: r.FullValues, Ready: r.Ready,
+			Limit: Limit{Name: r.Name, Queue: r.Queue, Kind: r.Kind, Partition: r.Partition, Concurrency: r.Concurrency,
+				Rate: r.Rate, Per: r.Per},
+			Used: r.Used, MaxUsed: r.MaxUsed, FullValues: r.FullValues, Ready: r.Ready,
 			OldestDue: time.Duration(r.OldestDue * float64(time.Second)), UpdatedAt: r.UpdatedAt,
 		}
 	}

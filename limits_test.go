@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -33,6 +34,10 @@ func TestLimitValidationNamesTheField(t *testing.T) {
 		{"partition", func(l *skiplock.Limit) { l.Partition = "arg:a.b" }},
 		{"concurrency", func(l *skiplock.Limit) { l.Concurrency = 0 }},
 		{"concurrency", func(l *skiplock.Limit) { l.Concurrency = skiplock.MaxLimitConcurrency + 1 }},
+		{"concurrency", func(l *skiplock.Limit) { l.Rate, l.Per = 5, time.Second }},
+		{"rate", func(l *skiplock.Limit) { l.Concurrency, l.Per = 0, time.Second }},
+		{"per", func(l *skiplock.Limit) { l.Concurrency, l.Rate = 0, 5 }},
+		{"per", func(l *skiplock.Limit) { l.Concurrency, l.Rate, l.Per = 0, 5, 25 * time.Hour }},
 	} {
 		l := ok
 		tc.edit(&l)
@@ -184,7 +189,84 @@ func TestLimitsAreNeverExceeded(t *testing.T) {
 	require.Len(t, st, 2)
 	require.Equal(t, "email", st[0].Name)
 	require.Equal(t, 3, st[0].Concurrency)
-	require.Zero(t, st[0].Running)
+	require.Zero(t, st[0].Used)
 	require.NoError(t, admin.RemoveLimit(ctx, "email"))
 	require.ErrorIs(t, admin.RemoveLimit(ctx, "email"), skiplock.ErrLimitNotFound)
+}
+
+// Two clients drain jobs under a rate limit of 10 starts per second: in no
+// one-second window of the recorded starts (each at its claim's time, after
+// the limit's lock) are there more than 10, the limit binds (the drain
+// takes as long as the rate says), every job runs once, and a limit
+// partitioned per customer holds per customer.
+func TestRateLimitIsNeverExceeded(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	admin := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger()})
+	require.NoError(t, admin.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 10, Per: time.Second}))
+	require.NoError(t, admin.SetLimit(ctx, skiplock.Limit{Name: "per-customer", Kind: "sync",
+		Partition: "arg:customer", Rate: 2, Per: time.Second}))
+	const calls, syncs = 35, 12
+	var ps []skiplock.EnqueueParams
+	for i := 0; i < calls; i++ {
+		ps = append(ps, skiplock.EnqueueParams{Kind: "call"})
+	}
+	for i := 0; i < syncs; i++ {
+		ps = append(ps, skiplock.EnqueueParams{Kind: "sync", Payload: map[string]string{"customer": fmt.Sprint("c", i%3)}})
+	}
+	_, err := admin.EnqueueMany(ctx, ps)
+	require.NoError(t, err)
+
+	var done atomic.Int64
+	var mu sync.Mutex
+	runs := map[int64]int{}
+	var clients []*skiplock.Client
+	for i := 0; i < 2; i++ {
+		c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 100 * time.Millisecond,
+			Pools: []skiplock.Pool{{Queues: []string{"default"}, Concurrency: 8, BatchSize: 10}}})
+		for _, kind := range []string{"call", "sync"} {
+			require.NoError(t, skiplock.Handle(c, kind, func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
+				mu.Lock()
+				runs[j.ID]++
+				mu.Unlock()
+				done.Add(1)
+				return nil
+			}))
+		}
+		clients = append(clients, c)
+	}
+	start := time.Now()
+	for _, c := range clients {
+		require.NoError(t, c.Start(ctx))
+	}
+	require.Eventually(t, func() bool { return done.Load() == calls+syncs }, 30*time.Second, 20*time.Millisecond)
+	elapsed := time.Since(start)
+	for _, c := range clients {
+		require.NoError(t, c.Stop(ctx))
+	}
+	t.Logf("%d rate-limited jobs in %v", calls+syncs, elapsed.Round(time.Millisecond))
+	require.Greater(t, elapsed, 3*time.Second, "35 calls at 10/s take over 3 s: the limit must bind")
+	for id, n := range runs {
+		require.Equal(t, 1, n, "job %d ran %d times", id, n)
+	}
+
+	// Every window of one second ending at a recorded start, per limit
+	// and partition value.
+	var recorded int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.limit_starts`).Scan(&recorded))
+	require.Equal(t, calls+syncs, recorded, "one recorded start per started job")
+	var apiWorst, custWorst int
+	require.NoError(t, db.Pool.QueryRow(ctx, `
+		SELECT coalesce(max(n) FILTER (WHERE name = 'api'), 0), coalesce(max(n) FILTER (WHERE name = 'per-customer'), 0) FROM (
+			SELECT s.name, (SELECT count(*) FROM skiplock.limit_starts AS o
+			                WHERE o.name = s.name AND o.key = s.key AND o.at > s.at - interval '1 second' AND o.at <= s.at) AS n
+			FROM skiplock.limit_starts AS s) AS x`).Scan(&apiWorst, &custWorst))
+	require.Equal(t, 10, apiWorst, "the api limit binds at 10 per second")
+	require.Equal(t, 2, custWorst, "each customer's limit binds at 2 per second")
+
+	st, err := admin.Limits(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 10, st[0].Rate)
+	require.Equal(t, time.Second, st[0].Per)
 }

@@ -58,8 +58,9 @@ func (c *Client) vacuumServices() []service.Service {
 	})}
 }
 
-// agingServices is the priority-aging pass (SetQueueAging), run by every
-// started client.
+// agingServices are the priority-aging pass (SetQueueAging) and the prune
+// of rate limits' recorded starts, run by every started client.
 func (c *Client) agingServices() []service.Service {
-	return []service.Service{maintenance.NewAging(maintenance.AgingConfig{DB: c.pool, Schema: c.cfg.Schema, Logger: c.cfg.Logger})}
+	cfg := maintenance.AgingConfig{DB: c.pool, Schema: c.cfg.Schema, Logger: c.cfg.Logger}
+	return []service.Service{maintenance.NewAging(cfg), maintenance.NewLimitPrune(cfg)}
 }

@@ -100,7 +100,7 @@ type descs struct {
 	dead, dead24h, deadPrev24h                                      *prometheus.Desc
 	liveTuples, deadTuples, avThreshold, lastAutovacuum, xmin       *prometheus.Desc
 	workers, workerClaimP99, claimed, completed, failed, collectErr *prometheus.Desc
-	limitConcurrency, limitRunning, limitMaxUsed, limitFull         *prometheus.Desc
+	limitConcurrency, limitRate, limitUsed, limitMaxUsed, limitFull *prometheus.Desc
 }
 
 func newDescs() descs {
@@ -128,8 +128,9 @@ func newDescs() descs {
 		failed:           d("jobs_failed_total", "Failed attempts, summed over the cumulative counters of every worker process in the workers table."),
 		collectErr:       d("collector_error", "Never exported: carries a failed read's error to the registry."),
 		limitConcurrency: d("limit_concurrency", "A concurrency limit's most running jobs (per partition value when it has a partition).", "limit"),
-		limitRunning:     d("limit_running_jobs", "Running jobs a concurrency limit counts (all its partition values).", "limit"),
-		limitMaxUsed:     d("limit_max_used", "Running jobs of a concurrency limit's fullest partition value (of all, without a partition).", "limit"),
+		limitRate:        d("limit_rate_per_second", "A rate limit's most job starts per second, averaged over its window (per partition value when it has a partition).", "limit"),
+		limitUsed:        d("limit_used", "What a limit counts over all its partition values: running jobs (concurrency limit) or starts within its window (rate limit).", "limit"),
+		limitMaxUsed:     d("limit_max_used", "What a limit counts in its fullest partition value (of all, without a partition).", "limit"),
 		limitFull:        d("limit_values_at_limit", "Partition values of a concurrency limit at the limit (0 or 1 without a partition): their ready jobs wait.", "limit"),
 	}
 }
@@ -159,7 +160,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.d.up, c.d.queueJobs, c.d.queueLag, c.d.queuePaused, c.d.unhandled, c.d.dead, c.d.dead24h, c.d.deadPrev24h,
 		c.d.liveTuples, c.d.deadTuples, c.d.avThreshold, c.d.lastAutovacuum, c.d.xmin,
 		c.d.workers, c.d.workerClaimP99, c.d.claimed, c.d.completed, c.d.failed, c.d.collectErr,
-		c.d.limitConcurrency, c.d.limitRunning, c.d.limitMaxUsed, c.d.limitFull,
+		c.d.limitConcurrency, c.d.limitRate, c.d.limitUsed, c.d.limitMaxUsed, c.d.limitFull,
 	} {
 		ch <- d
 	}
@@ -261,8 +262,12 @@ func (c *collector) read() []prometheus.Metric {
 		fail(err)
 	} else {
 		for _, l := range ls {
-			gauge(c.d.limitConcurrency, float64(l.Concurrency), l.Name)
-			gauge(c.d.limitRunning, float64(l.Running), l.Name)
+			if l.Rate > 0 {
+				gauge(c.d.limitRate, float64(l.Rate)/l.Per.Seconds(), l.Name)
+			} else {
+				gauge(c.d.limitConcurrency, float64(l.Concurrency), l.Name)
+			}
+			gauge(c.d.limitUsed, float64(l.Used), l.Name)
 			gauge(c.d.limitMaxUsed, float64(l.MaxUsed), l.Name)
 			gauge(c.d.limitFull, float64(l.FullValues), l.Name)
 		}

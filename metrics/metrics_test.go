@@ -99,15 +99,15 @@ skiplock_up 1
 # HELP skiplock_limit_concurrency A concurrency limit's most running jobs (per partition value when it has a partition).
 # TYPE skiplock_limit_concurrency gauge
 skiplock_limit_concurrency{limit="mail-cap"} 4
-# HELP skiplock_limit_running_jobs Running jobs a concurrency limit counts (all its partition values).
-# TYPE skiplock_limit_running_jobs gauge
-skiplock_limit_running_jobs{limit="mail-cap"} 4
+# HELP skiplock_limit_used What a limit counts over all its partition values: running jobs (concurrency limit) or starts within its window (rate limit).
+# TYPE skiplock_limit_used gauge
+skiplock_limit_used{limit="mail-cap"} 4
 # HELP skiplock_limit_values_at_limit Partition values of a concurrency limit at the limit (0 or 1 without a partition): their ready jobs wait.
 # TYPE skiplock_limit_values_at_limit gauge
 skiplock_limit_values_at_limit{limit="mail-cap"} 1
 `
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want),
-		"skiplock_limit_concurrency", "skiplock_limit_running_jobs", "skiplock_limit_values_at_limit",
+		"skiplock_limit_concurrency", "skiplock_limit_used", "skiplock_limit_values_at_limit",
 		"skiplock_queue_jobs", "skiplock_queue_paused", "skiplock_dead_letters", "skiplock_dead_letters_last_24h",
 		"skiplock_workers", "skiplock_worker_claim_p99_seconds", "skiplock_jobs_claimed_total",
 		"skiplock_jobs_completed_total", "skiplock_jobs_failed_total", "skiplock_up"))

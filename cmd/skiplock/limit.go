@@ -15,11 +15,12 @@ func init() { register(newLimitCmd) }
 func newLimitCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limit set|list|remove",
-		Short: "Concurrency limits obeyed by every worker process",
-		Long: `Concurrency limits cap how many jobs run at once across every process: at most N running
-jobs of a queue or of a kind, in total or per partition value (the job's tenant, its entity,
-or a top-level field of its payload). They are stored in the database and enforced by the
-claim itself, exactly; workers re-read them every 2 seconds.`,
+		Short: "Concurrency and rate limits obeyed by every worker process",
+		Long: `Limits cap the jobs of a queue or of a kind across every process, in total or per partition
+value (the job's tenant, its entity, or a top-level field of its payload): at most N running
+at once (--concurrency), or at most N started within any window of DUR (--rate N --per DUR).
+They are stored in the database and enforced by the claim itself, exactly; workers re-read
+them every 2 seconds.`,
 	}
 	cmd.AddCommand(newLimitSetCmd(), newLimitListCmd(), newLimitRemoveCmd())
 	return cmd
@@ -28,16 +29,17 @@ claim itself, exactly; workers re-read them every 2 seconds.`,
 func newLimitSetCmd() *cobra.Command {
 	var l skiplock.Limit
 	cmd := &cobra.Command{
-		Use:   "set NAME (--queue Q | --kind K) [--partition tenant|entity|arg:FIELD] --concurrency N",
+		Use:   "set NAME (--queue Q | --kind K) [--partition tenant|entity|arg:FIELD] (--concurrency N | --rate N --per DUR)",
 		Short: "Create or replace a limit",
 		Example: `  skiplock limit set email --kind send-email --concurrency 5
   skiplock limit set per-customer --kind sync --partition arg:customer_id --concurrency 1
-  skiplock limit set reports --queue reports --partition tenant --concurrency 2`,
+  skiplock limit set reports --queue reports --partition tenant --concurrency 2
+  skiplock limit set partner --kind partner-call --rate 100 --per 1m`,
 		Args: oneName("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l.Name = args[0]
-			if !cmd.Flags().Changed("concurrency") {
-				return usageError("--concurrency: required")
+			if !cmd.Flags().Changed("concurrency") && !cmd.Flags().Changed("rate") {
+				return usageError("--concurrency: required (or --rate and --per)")
 			}
 			if err := l.Validate(); err != nil {
 				return limitUsage(err)
@@ -61,6 +63,8 @@ func newLimitSetCmd() *cobra.Command {
 	cmd.Flags().StringVar(&l.Kind, "kind", "", "limit the jobs of this kind, in any queue")
 	cmd.Flags().StringVar(&l.Partition, "partition", "", "count per value: tenant, entity or arg:FIELD (a top-level payload field)")
 	cmd.Flags().IntVar(&l.Concurrency, "concurrency", 0, "most running jobs at once (per partition value)")
+	cmd.Flags().IntVar(&l.Rate, "rate", 0, "most job starts within any window of --per (per partition value)")
+	cmd.Flags().DurationVar(&l.Per, "per", 0, "the rate limit's sliding window (1s to 24h)")
 	addJSON(cmd)
 	return cmd
 }
@@ -92,7 +96,7 @@ func newLimitListCmd() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tCOVERS\tPARTITION\tCONCURRENCY\tRUNNING\tFULLEST\tAT LIMIT\tREADY")
+			fmt.Fprintln(w, "NAME\tCOVERS\tPARTITION\tCAP\tUSED\tFULLEST\tAT LIMIT\tREADY")
 			for _, l := range ls {
 				covers := "queue " + l.Queue
 				if l.Kind != "" {
@@ -102,8 +106,12 @@ func newLimitListCmd() *cobra.Command {
 				if part == "" {
 					part = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", l.Name, covers, part, l.Concurrency,
-					l.Running, l.MaxUsed, l.FullValues, l.Ready)
+				capText := fmt.Sprintf("%d running", l.Concurrency)
+				if l.Rate > 0 {
+					capText = fmt.Sprintf("%d per %s", l.Rate, l.Per)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", l.Name, covers, part, capText,
+					l.Used, l.MaxUsed, l.FullValues, l.Ready)
 			}
 			return w.Flush()
 		},
@@ -165,13 +173,16 @@ func describeLimit(l skiplock.Limit) string {
 	case l.Partition != "":
 		per = " per payload " + l.Partition[len("arg:"):]
 	}
+	if l.Rate > 0 {
+		return fmt.Sprintf("at most %d %s started per %s%s", l.Rate, covers, l.Per, per)
+	}
 	return fmt.Sprintf("at most %d running %s%s", l.Concurrency, covers, per)
 }
 
 func limitJSON(l skiplock.LimitStatus) map[string]any {
 	return map[string]any{
 		"name": l.Name, "queue": l.Queue, "kind": l.Kind, "partition": l.Partition,
-		"concurrency": l.Concurrency, "running": l.Running, "max_used": l.MaxUsed,
+		"concurrency": l.Concurrency, "rate": l.Rate, "per_seconds": l.Per.Seconds(), "used": l.Used, "max_used": l.MaxUsed,
 		"values_at_limit": l.FullValues, "ready": l.Ready,
 	}
 }

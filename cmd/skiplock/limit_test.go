@@ -18,6 +18,10 @@ func TestLimitCLI(t *testing.T) {
 	code, _, errOut = runCLI(t, "limit", "set", "per-customer", "--database-url", db.URL, "--kind", "sync",
 		"--partition", "arg:customer_id", "--concurrency", "1")
 	require.Equal(t, 0, code, errOut)
+	code, out, errOut = runCLI(t, "limit", "set", "partner", "--database-url", db.URL, "--kind", "partner-call",
+		"--rate", "100", "--per", "1m")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "at most 100 jobs of kind partner-call started per 1m0s")
 
 	// Bad input: exit 2, the flag named, nothing stored.
 	for _, tc := range []struct {
@@ -29,6 +33,8 @@ func TestLimitCLI(t *testing.T) {
 		{[]string{"bad", "--queue", "q"}, "--concurrency"},
 		{[]string{"bad", "--queue", "q", "--partition", "customer", "--concurrency", "2"}, "--partition"},
 		{[]string{"bad name", "--queue", "q", "--concurrency", "2"}, "NAME"},
+		{[]string{"bad", "--kind", "k", "--rate", "5"}, "--per"},
+		{[]string{"bad", "--kind", "k", "--rate", "5", "--per", "1m", "--concurrency", "2"}, "--concurrency"},
 	} {
 		code, _, errOut := runCLI(t, append([]string{"limit", "set", "--database-url", db.URL}, tc.args...)...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, errOut)
@@ -39,9 +45,11 @@ func TestLimitCLI(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	var ls []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &ls))
-	require.Len(t, ls, 2, "the refused limits were not stored")
+	require.Len(t, ls, 3, "the refused limits were not stored")
 	require.Equal(t, "email", ls[0]["name"])
-	require.Equal(t, "arg:customer_id", ls[1]["partition"])
+	require.Equal(t, "partner", ls[1]["name"])
+	require.EqualValues(t, 60, ls[1]["per_seconds"])
+	require.Equal(t, "arg:customer_id", ls[2]["partition"])
 	code, out, _ = runCLI(t, "limit", "list", "--database-url", db.URL)
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "kind send-email")

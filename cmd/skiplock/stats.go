@@ -42,14 +42,16 @@ type statsOut struct {
 
 // limitStat is one concurrency limit in stats --json.
 type limitStat struct {
-	Name          string `json:"name"`
-	Queue         string `json:"queue,omitempty"`
-	Kind          string `json:"kind,omitempty"`
-	Partition     string `json:"partition,omitempty"`
-	Concurrency   int    `json:"concurrency"`
-	Running       int64  `json:"running"`
-	MaxUsed       int64  `json:"max_used"`
-	ValuesAtLimit int64  `json:"values_at_limit"`
+	Name          string  `json:"name"`
+	Queue         string  `json:"queue,omitempty"`
+	Kind          string  `json:"kind,omitempty"`
+	Partition     string  `json:"partition,omitempty"`
+	Concurrency   int     `json:"concurrency,omitempty"`
+	Rate          int     `json:"rate,omitempty"`
+	PerSeconds    float64 `json:"per_seconds,omitempty"`
+	Used          int64   `json:"used"`
+	MaxUsed       int64   `json:"max_used"`
+	ValuesAtLimit int64   `json:"values_at_limit"`
 }
 
 // statsDatabase is one database's part of `skiplock stats` over several.
@@ -118,7 +120,8 @@ added, the oldest ready age the largest, paused when paused in any).`,
 			limits := make([]limitStat, len(ls))
 			for i, l := range ls {
 				limits[i] = limitStat{Name: l.Name, Queue: l.Queue, Kind: l.Kind, Partition: l.Partition,
-					Concurrency: l.Concurrency, Running: l.Running, MaxUsed: l.MaxUsed, ValuesAtLimit: l.FullValues}
+					Concurrency: l.Concurrency, Rate: l.Rate, PerSeconds: l.Per.Seconds(), Used: l.Used,
+					MaxUsed: l.MaxUsed, ValuesAtLimit: l.FullValues}
 			}
 			if g.jsonOut {
 				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled, Replica: replica, Limits: limits})
@@ -138,8 +141,13 @@ added, the oldest ready age the largest, paused when paused in any).`,
 					u.Kind, u.Queue, u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
 			}
 			for _, l := range limits {
+				if l.Rate > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "limit %s: %d started in the last %gs (fullest value %d of %d), %d value(s) at the limit\n",
+						l.Name, l.Used, l.PerSeconds, l.MaxUsed, l.Rate, l.ValuesAtLimit)
+					continue
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "limit %s: %d running (fullest value %d of %d), %d value(s) at the limit\n",
-					l.Name, l.Running, l.MaxUsed, l.Concurrency, l.ValuesAtLimit)
+					l.Name, l.Used, l.MaxUsed, l.Concurrency, l.ValuesAtLimit)
 			}
 			return nil
 		},

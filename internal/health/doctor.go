@@ -765,22 +765,25 @@ func (d *doctor) checkLimits(ctx context.Context) Check {
 	if err != nil {
 		return broken(name, wrap("limits", err))
 	}
-	c := Check{Name: name, Status: StatusOK, Figure: fmt.Sprintf("%d concurrency limit(s); none holds jobs back for long", len(ls))}
+	c := Check{Name: name, Status: StatusOK, Figure: fmt.Sprintf("%d limit(s); none holds jobs back for long", len(ls))}
 	if len(ls) == 0 {
-		c.Figure = "no concurrency limits"
+		c.Figure = "no concurrency or rate limits"
 		return c
 	}
 	var held []string
 	for _, l := range ls {
 		if l.FullValues > 0 && secs(l.OldestDue) > limitHeldTooLong {
-			held = append(held, fmt.Sprintf("%s (%d running, %d value(s) at its limit of %d, oldest due job waiting %s)",
-				l.Name, l.Running, l.FullValues, l.Concurrency, dur(secs(l.OldestDue))))
+			what := fmt.Sprintf("%d running, %d value(s) at its limit of %d", l.Used, l.FullValues, l.Concurrency)
+			if l.Rate > 0 {
+				what = fmt.Sprintf("%d started in the last %s, %d value(s) at its limit of %d", l.Used, dur(l.Per), l.FullValues, l.Rate)
+			}
+			held = append(held, fmt.Sprintf("%s (%s, oldest due job waiting %s)", l.Name, what, dur(secs(l.OldestDue))))
 		}
 	}
 	if len(held) > 0 {
 		c.Status = StatusWarn
 		c.Figure = "full and holding due jobs back for over " + dur(limitHeldTooLong) + ": " + strings.Join(held, "; ")
-		c.Fix = "if the wait is not intended, raise the limit: skiplock limit set NAME ... --concurrency N (skiplock limit list shows each)"
+		c.Fix = "if the wait is not intended, raise the limit: skiplock limit set NAME ... --concurrency N or --rate N --per D (skiplock limit list shows each)"
 	}
 	return c
 }

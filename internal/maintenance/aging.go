@@ -48,3 +48,24 @@ func NewAging(cfg AgingConfig) service.Service {
 			return err
 		}}
 }
+
+// limitStartsBatch bounds the rows one prune deletes.
+const limitStartsBatch = 10_000
+
+// NewLimitPrune returns the pass that forgets the job starts no rate limit
+// counts any more (older than the limit's window, or of a removed limit),
+// so limit_starts stays about the size of the windows. Every started
+// client runs it, every DefaultAgingInterval.
+func NewLimitPrune(cfg AgingConfig) service.Service {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultAgingInterval
+	}
+	st := store.New(cfg.Schema)
+	return &service.Periodic{Name: "limit_starts_prune", Interval: cfg.Interval, Logger: cfg.Logger,
+		Tick: func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, agingTimeout)
+			defer cancel()
+			_, err := st.PruneLimitStarts(ctx, cfg.DB, limitStartsBatch)
+			return err
+		}}
+}

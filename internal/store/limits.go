@@ -12,16 +12,18 @@ type Limit struct {
 	Name        string
 	Queue       string // one of Queue and Kind is set
 	Kind        string
-	Partition   string // "", "tenant", "entity" or "arg:FIELD"
-	Concurrency int
+	Partition   string        // "", "tenant", "entity" or "arg:FIELD"
+	Concurrency int           // a concurrency limit: most running jobs; or
+	Rate        int           // a rate limit: most starts
+	Per         time.Duration // within this sliding window
 }
 
 // LimitUse is a limit with its use now.
 type LimitUse struct {
 	Limit
-	MaxUsed    int64   // running jobs in its fullest partition value
+	MaxUsed    int64   // what it counts (running jobs, or starts in the window) in its fullest partition value
 	FullValues int64   // partition values at the limit
-	Running    int64   // running jobs it counts
+	Used       int64   // what it counts, over all its partition values
 	Ready      int64   // ready jobs it covers (with backlog)
 	OldestDue  float64 // seconds the oldest due ready job it covers has waited (with backlog)
 	UpdatedAt  time.Time
@@ -30,7 +32,13 @@ type LimitUse struct {
 // SetLimit creates or replaces a limit (validated by the caller; the
 // table's constraints refuse what slips through).
 func (s *Store) SetLimit(ctx context.Context, db DBTX, l Limit) error {
-	_, err := db.Exec(ctx, s.SQL("limit_set"), l.Name, nullable(l.Queue), nullable(l.Kind), nullable(l.Partition), l.Concurrency)
+	var conc, rate, per any
+	if l.Rate > 0 {
+		rate, per = l.Rate, Micros(l.Per)
+	} else {
+		conc = l.Concurrency
+	}
+	_, err := db.Exec(ctx, s.SQL("limit_set"), l.Name, nullable(l.Queue), nullable(l.Kind), nullable(l.Partition), conc, rate, per)
 	return err
 }
 
@@ -53,8 +61,17 @@ func (s *Store) ListLimits(ctx context.Context, db DBTX, backlog bool) ([]LimitU
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LimitUse, error) {
 		var u LimitUse
-		err := r.Scan(&u.Name, &u.Queue, &u.Kind, &u.Partition, &u.Concurrency,
-			&u.MaxUsed, &u.FullValues, &u.Running, &u.Ready, &u.OldestDue, &u.UpdatedAt)
+		var perSeconds float64
+		err := r.Scan(&u.Name, &u.Queue, &u.Kind, &u.Partition, &u.Concurrency, &u.Rate, &perSeconds,
+			&u.MaxUsed, &u.FullValues, &u.Used, &u.Ready, &u.OldestDue, &u.UpdatedAt)
+		u.Per = time.Duration(perSeconds * float64(time.Second))
 		return u, err
 	})
+}
+
+// PruneLimitStarts forgets at most max recorded starts that no rate limit
+// counts any more, and returns how many.
+func (s *Store) PruneLimitStarts(ctx context.Context, db DBTX, max int) (int64, error) {
+	tag, err := db.Exec(ctx, s.SQL("limit_starts_prune"), max)
+	return tag.RowsAffected(), err
 }

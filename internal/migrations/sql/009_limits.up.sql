@@ -1,6 +1,8 @@
--- Concurrency limits (issue 18): at most `concurrency` running jobs of a
--- queue or of a kind, cluster-wide, either in total or per partition value
--- (the job's tenant, its entity, or a top-level field of its payload).
+-- Concurrency and rate limits (issue 18): at most `concurrency` running jobs
+-- of a queue or of a kind, cluster-wide, or at most `rate` job starts per
+-- `per` (a sliding window over limit_starts), either in total or per
+-- partition value (the job's tenant, its entity, or a top-level field of
+-- its payload).
 -- Enforced by the claim itself (claim.sql, claim_limited): claimers of work
 -- a limit covers take the limit's transaction-scoped advisory lock before
 -- their claim statement, so its snapshot sees every running job the previous
@@ -14,7 +16,9 @@ CREATE TABLE {{schema}}.limits (
     -- or 'arg:FIELD' (the payload's top-level FIELD as text): one count per
     -- value. Jobs without a value (no tenant, ...) are not limited by it.
     partition   text,
-    concurrency integer     NOT NULL,
+    concurrency integer,
+    rate        integer,
+    per         interval,
     created_at  timestamptz NOT NULL DEFAULT now(),
     updated_at  timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT limits_name_check CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$'),
@@ -22,8 +26,22 @@ CREATE TABLE {{schema}}.limits (
     CONSTRAINT limits_partition_check CHECK (
         partition IS NULL OR partition IN ('tenant', 'entity')
         OR partition ~ '^arg:[A-Za-z_][A-Za-z0-9_]{0,62}$'),
-    CONSTRAINT limits_concurrency_check CHECK (concurrency BETWEEN 1 AND 1000000)
+    CONSTRAINT limits_cap_check CHECK (
+        (concurrency BETWEEN 1 AND 1000000 AND rate IS NULL AND per IS NULL)
+        OR (concurrency IS NULL AND rate BETWEEN 1 AND 1000000
+            AND per BETWEEN interval '1 second' AND interval '1 day'))
 );
+
+-- The starts a rate limit counts: one row per job started under it, written
+-- by the claim that started it (under the limit's lock), read over the
+-- limit's window by the next claims, and pruned once older than the window
+-- (internal/maintenance, limits pass). Rows of other limits never exist.
+CREATE TABLE {{schema}}.limit_starts (
+    name text        NOT NULL,
+    key  text        NOT NULL,
+    at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX limit_starts_name_at ON {{schema}}.limit_starts (name, at);
 
 COMMENT ON TABLE {{schema}}.limits IS
     'skiplock: concurrency limits enforced by every claim (skiplock limit set|list|remove).';

@@ -16,11 +16,10 @@ AND (j.entity IS NULL OR (
        LIMIT 1) IS NULL
       AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0)))))
 
--- fragment: claim_rows
--- The end of every claim but the capped one: from the candidates in CTE
--- `picked` (id, priority, run_at, entity), at most one per entity and $3 in
--- all, in claim order, become running: the attempt counted, the lease and a
--- fresh fencing token set.
+-- fragment: claim_pick
+-- The last CTE of every claim but the capped one: from the candidates in
+-- CTE `picked` (id, priority, run_at, entity), at most one per entity and $3
+-- in all, in claim order.
 one_per_entity AS (
     -- Two ready jobs of one entity in a batch: keep the first in claim order.
     SELECT p.id FROM (
@@ -33,6 +32,11 @@ one_per_entity AS (
     ORDER BY p.priority DESC, p.run_at, p.id
     LIMIT $3
 )
+
+-- fragment: claim_update
+-- What claim_pick chose becomes running: the attempt counted, the lease and
+-- a fresh fencing token set. The RETURNING order is what store.scanClaimed
+-- reads.
 UPDATE {{schema}}.jobs AS j
 SET state            = 'running',
     attempts         = j.attempts + 1,
@@ -43,7 +47,7 @@ SET state            = 'running',
 FROM one_per_entity AS o
 WHERE j.id = o.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata;
+          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata
 
 -- fragment: limit_key
 -- The partition value under which limit l counts job j ('' when the limit
@@ -115,13 +119,16 @@ WITH picked AS (
     ) AS c
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
-{{claim_rows}}
+{{claim_pick}}
+{{claim_update}};
 
 -- name: claim_limited
--- The claim of a pool whose work concurrency limits cover (migration 009):
--- as claim, from the front, but a job is taken only while every limit that
--- covers it has room: running jobs of the limit's partition value, plus
--- those this batch takes before it, stay at most the limit's concurrency.
+-- The claim of a pool whose work limits cover (migration 009): as claim,
+-- from the front, but a job is taken only while every limit that covers it
+-- has room: running jobs (a concurrency limit) or starts within the window
+-- (a rate limit) of the limit's partition value, plus those this batch takes
+-- before it, stay at most the limit's cap; a rate limit's starts are
+-- recorded in limit_starts by this statement.
 -- Exactness comes from the caller: it holds each limit's transaction-scoped
 -- advisory lock (limit_locks) before this statement, in the same
 -- transaction, so this statement's snapshot includes every job the previous
@@ -131,9 +138,16 @@ WITH picked AS (
 -- tenant's backlog does not hide the others' jobs from the batch.
 --   $1..$5 as claim   $6 limit names text[]
 WITH lim AS (
-    SELECT l.name, l.queue, l.kind, l.partition, l.concurrency
+    -- cap: the most running jobs (a concurrency limit) or starts within the
+    -- window (a rate limit) per partition value.
+    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per, coalesce(l.concurrency, l.rate) AS cap
     FROM {{schema}}.limits AS l
     WHERE l.name = ANY ($6::text[])
+),
+clock AS MATERIALIZED (
+    -- The time of these starts, read after the locks are held (not now(),
+    -- which is the transaction's start, before the wait for the locks).
+    SELECT clock_timestamp() AS at
 ),
 running AS MATERIALIZED (
     -- The running set, read once through the jobs_running index: it is
@@ -145,17 +159,25 @@ running AS MATERIALIZED (
     WHERE j.state = 'running' AND COALESCE('e:' || j.entity, j.id::text) >= ''
 ),
 used AS (
-    -- Running jobs per limit and value.
+    -- What each limit counts per value: running jobs (concurrency limits),
+    -- starts within the window (rate limits: limit_starts, by its index).
     SELECT l.name, k.key, count(*) AS n
     FROM lim AS l
-    JOIN running AS j ON {{limit_covers}}
+    JOIN running AS j ON l.rate IS NULL AND {{limit_covers}}
     CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
     WHERE k.key IS NOT NULL
     GROUP BY l.name, k.key
+  UNION ALL
+    SELECT l.name, s.key, count(*)
+    FROM lim AS l
+    CROSS JOIN clock AS t
+    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > t.at - l.per
+    WHERE l.rate IS NOT NULL
+    GROUP BY l.name, s.key
 ),
 full_keys AS (
     SELECT u.name, u.key FROM used AS u JOIN lim AS l ON l.name = u.name
-    WHERE u.n >= l.concurrency
+    WHERE u.n >= l.cap
 ),
 candidates AS (
     SELECT c.id, c.priority, c.run_at, c.entity, c.queue, c.kind, c.tenant, c.payload
@@ -179,7 +201,7 @@ over_limit AS (
     -- one limit still counts in another's order: the batch may take fewer
     -- than it could, never more than it may.)
     SELECT DISTINCT r.id FROM (
-        SELECT j.id, l.concurrency,
+        SELECT j.id, l.cap,
                coalesce(u.n, 0) + row_number() OVER (PARTITION BY l.name, k.key
                                                      ORDER BY j.priority DESC, j.run_at, j.id) AS nth
         FROM candidates AS j
@@ -188,13 +210,27 @@ over_limit AS (
         LEFT JOIN used AS u ON u.name = l.name AND u.key = k.key
         WHERE k.key IS NOT NULL
     ) AS r
-    WHERE r.nth > r.concurrency
+    WHERE r.nth > r.cap
 ),
 picked AS (
     SELECT c.id, c.priority, c.run_at, c.entity FROM candidates AS c
     WHERE c.id NOT IN (SELECT o.id FROM over_limit AS o)
 ),
-{{claim_rows}}
+{{claim_pick}},
+claimed AS (
+{{claim_update}}
+),
+started AS (
+    -- The starts rate limits count, written under their locks.
+    INSERT INTO {{schema}}.limit_starts (name, key, at)
+    SELECT l.name, k.key, t.at
+    FROM claimed AS j
+    CROSS JOIN clock AS t
+    JOIN lim AS l ON l.rate IS NOT NULL AND {{limit_covers}}
+    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+    WHERE k.key IS NOT NULL
+)
+SELECT * FROM claimed;
 
 -- name: claim_no_jit
 -- First in the limited claim's pipeline (one implicit transaction): no JIT
