@@ -37,7 +37,7 @@ func TestLimitValidationNamesTheField(t *testing.T) {
 		{"concurrency", func(l *skiplock.Limit) { l.Rate, l.Per = 5, time.Second }},
 		{"rate", func(l *skiplock.Limit) { l.Concurrency, l.Per = 0, time.Second }},
 		{"per", func(l *skiplock.Limit) { l.Concurrency, l.Rate = 0, 5 }},
-		{"per", func(l *skiplock.Limit) { l.Concurrency, l.Rate, l.Per = 0, 5, 25 * time.Hour }},
+		{"per", func(l *skiplock.Limit) { l.Concurrency, l.Rate, l.Per = 0, 5, 25*time.Hour }},
 	} {
 		l := ok
 		tc.edit(&l)
