@@ -13,20 +13,23 @@ import (
 )
 
 // TestLimitHoldsThroughKill9AndSIGSTOP runs three worker processes under a
-// concurrency limit of 3 on the jobs' kind while one is killed with
+// concurrency limit of 3 on the jobs' kind and a rate limit of 25 starts a
+// second on their queue while one is killed with
 // SIGKILL and another frozen past its lease with SIGSTOP. The limit is
 // never exceeded: not in the jobs table, sampled continuously, and not in
 // the run history (the audit trail replayed in order: +1 per claim, -1 per
 // job leaving running; replay order never counts a job as running that the
 // claimer had already seen leave). The dead worker's slots come back when
-// its leases are reaped, the queue drains, and the checker's invariants
-// hold.
+// its leases are reaped, the queue drains, no one-second window of the
+// recorded starts holds more than 25, and the checker's invariants hold.
 func TestLimitHoldsThroughKill9AndSIGSTOP(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	const limit = 3
 	require.NoError(t, e.client.SetLimit(ctx, skiplock.Limit{Name: "cap", Kind: "job", Concurrency: limit}))
+	const rate = 25 // starts per second, on the same jobs: checked over every window of the run
+	require.NoError(t, e.client.SetLimit(ctx, skiplock.Limit{Name: "pace", Queue: "default", Rate: rate, Per: time.Second}))
 	ids := e.enqueue(60, job{Sleep: []int{60, 120}}, 10)
 
 	sampleCtx, stop := context.WithCancel(ctx)
@@ -88,5 +91,15 @@ func TestLimitHoldsThroughKill9AndSIGSTOP(t *testing.T) {
 	require.LessOrEqual(t, replayMax, limit, "the run history shows the limit exceeded")
 	require.Greater(t, claims, len(ids), "the faults should have cost re-claims")
 	require.Positive(t, e.count("SELECT count(*) FROM public.audit WHERE tbl = 'jobs' AND reaper"), "the killed or frozen worker's leases should have been reaped")
+	// The rate limit over every one-second window ending at a recorded start.
+	var worstWindow, starts int
+	require.NoError(t, e.pool.QueryRow(ctx, `
+		SELECT coalesce(max(n), 0), count(*) FROM (
+			SELECT (SELECT count(*) FROM skiplock.limit_starts AS o
+			        WHERE o.name = s.name AND o.at > s.at - interval '1 second' AND o.at <= s.at) AS n
+			FROM skiplock.limit_starts AS s WHERE s.name = 'pace') AS x`).Scan(&worstWindow, &starts))
+	t.Logf("rate limit: %d recorded starts, at most %d in any one-second window (limit %d)", starts, worstWindow, rate)
+	require.Equal(t, claims, starts, "every claim recorded its start")
+	require.LessOrEqual(t, worstWindow, rate)
 	checkInvariants(t, e, checkOpts{committed: ids})
 }
