@@ -61,6 +61,17 @@
 // the handler's own transaction, so its database side effects happen exactly
 // once. See docs/lease-protocol.md.
 //
+// # Workflows, durable steps and signals
+//
+// EnqueueWorkflowTx enqueues a graph of tasks (jobs) in your transaction; a
+// task becomes a job when every task it depends on has completed, in the
+// transaction that completed the last of them, and reads their typed outputs
+// with TaskOutput. EnqueueBatch runs a callback once when N jobs finished.
+// Inside any handler, Step and StepTx checkpoint progress so a retry skips
+// what completed, Sleep and WaitSignal put the job back in the table until a
+// time or a signal (Client.Signal, or SELECT skiplock.signal(...) from any
+// language). See docs/workflows.md.
+//
 // # Operations
 //
 // The schema ships SQL views for lag, backlog, dead letters and vacuum state;

@@ -60,6 +60,9 @@ type jobRun struct {
 	completedTx atomic.Bool // a CompleteTx succeeded (its transaction may still roll back)
 	leaseLost   atomic.Bool // a CompleteTx found the lease gone
 	returned    atomic.Bool // the handler returned: CompleteTx is refused from now on
+	snoozedTx   atomic.Bool // WaitSignal returned the job to ready in its own transaction
+
+	taskState taskState // the workflow task the job runs, looked up once (workflow.go)
 
 	meta Metadata // the job's metadata, decoded once per run (metadata.go)
 }
@@ -248,6 +251,8 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		defer cancel()
 	}
 	run := &jobRun{client: c, id: j.ID, token: j.LeaseToken, worker: c.cfg.WorkerID}
+	// Workflow and durable-step functions find the run through ctx.
+	ctx = context.WithValue(ctx, runKey{}, run)
 	err, panicked := func() (err error, panicked bool) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -261,6 +266,7 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 	run.returned.Store(true)
 	res := worker.Result{
 		Err: err, Panicked: panicked, CompletedTx: run.completedTx.Load(), LeaseLostInTx: run.leaseLost.Load(),
+		SnoozedTx:   run.snoozedTx.Load(),
 		MaxAttempts: h.maxAttempts, Backoff: c.cfg.Backoff,
 	}
 	if h.backoff != nil {

@@ -122,7 +122,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// 1. Queue lag per queue, with the pools (worker queue sets) serving it.
-	workers, werr := health.Workers(ctx, d.pool, d.opts.Schema)
+	workers, werr := health.Workers(ctx, d.read, d.opts.Schema)
 	qs, err := d.queueRows(ctx, workers)
 	if err != nil {
 		o.QueueErr = broken("queue stats", err)
@@ -144,7 +144,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// Kinds no live worker handles wait forever: name them under the lag.
-	if u, err := health.UnhandledKinds(ctx, d.pool, d.opts.Schema); err != nil {
+	if u, err := health.UnhandledKinds(ctx, d.read, d.opts.Schema); err != nil {
 		o.UnhandledErr = broken("unhandled kinds", err)
 	} else {
 		o.Unhandled = u
@@ -185,7 +185,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 
 	// 3. Running jobs: the longest runners and leases the reaper has yet to
 	// return.
-	runners, err := health.LongRunners(ctx, d.pool, d.opts.Schema, 200)
+	runners, err := health.LongRunners(ctx, d.read, d.opts.Schema, 200)
 	if err != nil {
 		o.RunErr = broken("running jobs", err)
 		o.RunningStatus = statusFail
@@ -208,10 +208,10 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// 4. Dead-letter size and daily delta.
-	size, err := health.DeadLetterSizeOf(ctx, d.pool, d.opts.Schema)
+	size, err := health.DeadLetterSizeOf(ctx, d.read, d.opts.Schema)
 	if err == nil {
 		var days []health.DeadDay
-		days, err = health.DeadLetterDaily(ctx, d.pool, d.opts.Schema, 7)
+		days, err = health.DeadLetterDaily(ctx, d.read, d.opts.Schema, 7)
 		o.DeadDays = perDay(days, o.Now, 7)
 	}
 	if err != nil {
@@ -315,11 +315,11 @@ func (d *Dashboard) completionsStalled() bool {
 // queueRows joins queue stats, wait percentiles and the live workers'
 // queue sets.
 func (d *Dashboard) queueRows(ctx context.Context, workers []health.Worker) ([]queueRow, error) {
-	stats, err := health.QueueStats(ctx, d.pool, d.opts.Schema)
+	stats, err := health.QueueStats(ctx, d.read, d.opts.Schema)
 	if err != nil {
 		return nil, err
 	}
-	waits, err := health.WaitP99(ctx, d.pool, d.opts.Schema)
+	waits, err := health.WaitP99(ctx, d.read, d.opts.Schema)
 	if err != nil {
 		return nil, err
 	}

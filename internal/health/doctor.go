@@ -30,7 +30,8 @@ const (
 type Check struct {
 	// Name identifies the check: schema, queue_lag, dead_tuples,
 	// table_settings, claim_index, xmin_horizon, notify_queue, stuck_jobs,
-	// workers, unhandled_kinds, dead_letters.
+	// workers, unhandled_kinds, dead_letters, and replica_lag when
+	// DoctorOptions.Replica is set.
 	Name string `json:"name"`
 	// Status is StatusOK, StatusWarn or StatusFail.
 	Status string `json:"status"`
@@ -64,6 +65,18 @@ type DoctorOptions struct {
 	NotifyWarn, NotifyFail float64
 	// StatementTimeout bounds each query. Default 10s.
 	StatementTimeout time.Duration
+	// Replica, when set, is a connection to a streaming replica (hot
+	// standby) of the database: the checks that read replicated table
+	// contents (queue_lag, stuck_jobs, workers, unhandled_kinds,
+	// dead_letters) run there, their figures say how far behind it is, and
+	// a replica_lag check is added. The checks of what only the primary
+	// knows stay on db: its statistics (dead tuples, autovacuum), its
+	// sessions (xmin horizon), its NOTIFY queue, its settings and the
+	// claim's plan.
+	Replica DBTX
+	// ReplicaLagWarn and ReplicaLagFail bound the replica's lag. Default 30s
+	// and 5m.
+	ReplicaLagWarn, ReplicaLagFail time.Duration
 }
 
 func (o DoctorOptions) withDefaults() DoctorOptions {
@@ -78,6 +91,8 @@ func (o DoctorOptions) withDefaults() DoctorOptions {
 	def(&o.XactFail, 10*time.Minute)
 	def(&o.StuckAfter, 5*time.Minute)
 	def(&o.StatementTimeout, 10*time.Second)
+	def(&o.ReplicaLagWarn, 30*time.Second)
+	def(&o.ReplicaLagFail, 5*time.Minute)
 	if o.DeadWarn <= 0 {
 		o.DeadWarn = 10
 	}
@@ -119,7 +134,18 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 		return nil, err
 	}
 	o = o.withDefaults()
-	d := &doctor{db: db, schema: schema, o: o}
+	d := &doctor{db: db, read: db, schema: schema, o: o}
+	var replica *ReplicaStatus
+	if o.Replica != nil {
+		d.read = o.Replica
+		qctx, cancel := d.timeout(ctx)
+		st, err := Replica(qctx, o.Replica, schema)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("health: doctor: replica: %w", err)
+		}
+		replica = &st
+	}
 
 	first, ok, err := d.checkSchema(ctx)
 	if err != nil {
@@ -129,6 +155,7 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 	if !ok {
 		return checks, nil
 	}
+	onReplica := map[string]bool{"queue_lag": true, "stuck_jobs": true, "workers": true, "unhandled_kinds": true, "dead_letters": true}
 	for _, f := range []func(context.Context) Check{
 		d.checkQueueLag, d.checkDeadTuples, d.checkTableSettings, d.checkClaimIndex, d.checkFencedWrites, d.checkXmin,
 		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkDeadLetters,
@@ -136,9 +163,38 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 		if err := ctx.Err(); err != nil {
 			return checks, err
 		}
-		checks = append(checks, f(ctx))
+		c := f(ctx)
+		if replica != nil && onReplica[c.Name] {
+			c.Figure += " (" + replica.Describe() + ")"
+		}
+		checks = append(checks, c)
+	}
+	if replica != nil {
+		checks = append(checks, d.checkReplicaLag(*replica))
 	}
 	return checks, nil
+}
+
+// checkReplicaLag judges the replica the read checks ran on.
+func (d *doctor) checkReplicaLag(s ReplicaStatus) Check {
+	c := Check{Name: "replica_lag", Status: StatusOK, Figure: s.Describe()}
+	lag := secs(s.LagSeconds)
+	switch {
+	case !s.InRecovery:
+		c.Status = StatusWarn
+		c.Fix = "the replica URL reaches a primary: after a failover the old standby is the primary, so point --replica-url at the new standby " +
+			"(or at a read-only service name your HA manager keeps on a standby)"
+	case !s.Streaming || lag > d.o.ReplicaLagFail:
+		c.Status = StatusFail
+	case lag > d.o.ReplicaLagWarn:
+		c.Status = StatusWarn
+	}
+	if c.Status != StatusOK && c.Fix == "" {
+		c.Fix = "the figures read on the replica are this stale. Check the standby's log and pg_stat_replication on the primary " +
+			"(a broken connection, a missing WAL segment, a long query on the standby delaying replay: see max_standby_streaming_delay); " +
+			"until it catches up, run these commands without --replica-url"
+	}
+	return c
 }
 
 // Failed reports whether any check failed.
@@ -153,6 +209,7 @@ func Failed(checks []Check) bool {
 
 type doctor struct {
 	db     DBTX
+	read   DBTX // the replica when DoctorOptions.Replica is set, else db
 	schema string
 	o      DoctorOptions
 	stats  []QueueStat // read by queue_lag, reused by claim_index and workers
@@ -207,7 +264,7 @@ func (d *doctor) checkQueueLag(ctx context.Context) Check {
 	const name = "queue_lag"
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
-	stats, err := QueueStats(qctx, d.db, d.schema)
+	stats, err := QueueStats(qctx, d.read, d.schema)
 	if err != nil {
 		return broken(name, err)
 	}
@@ -452,7 +509,8 @@ func (d *doctor) claimPlan(ctx context.Context) ([]string, error) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(qctx)) }()
 	claim := store.New(d.schema).SQL("claim")
 	return explainScans(qctx, tx, claim,
-		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds())
+		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds(),
+		nil, nil, nil) // no bounds: the claim from the front, the one that must use jobs_ready
 }
 
 type planNode struct {
@@ -671,7 +729,7 @@ func (d *doctor) checkStuck(ctx context.Context) Check {
 	defer cancel()
 	var stuck, expired int64
 	var oldest float64
-	if err := d.db.QueryRow(qctx, q, d.o.StuckAfter.Microseconds()).Scan(&stuck, &expired, &oldest); err != nil {
+	if err := d.read.QueryRow(qctx, q, d.o.StuckAfter.Microseconds()).Scan(&stuck, &expired, &oldest); err != nil {
 		return broken(name, wrap("stuck jobs", err))
 	}
 	c := Check{Name: name, Status: StatusOK}
@@ -697,7 +755,7 @@ func (d *doctor) checkWorkers(ctx context.Context) Check {
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
 	var live int64
-	if err := d.db.QueryRow(qctx, q, LiveWindow.Microseconds()).Scan(&live); err != nil {
+	if err := d.read.QueryRow(qctx, q, LiveWindow.Microseconds()).Scan(&live); err != nil {
 		return broken(name, wrap("workers", err))
 	}
 	var due int64
@@ -719,7 +777,7 @@ func (d *doctor) checkDeadLetters(ctx context.Context) Check {
 	const name = "dead_letters"
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
-	s, err := DeadLetterSizeOf(qctx, d.db, d.schema)
+	s, err := DeadLetterSizeOf(qctx, d.read, d.schema)
 	if err != nil {
 		return broken(name, err)
 	}
@@ -734,7 +792,7 @@ func (d *doctor) checkDeadLetters(ctx context.Context) Check {
 	if c.Status == StatusOK {
 		return c
 	}
-	if gs, err := DeadLetterGroups(qctx, d.db, d.schema, "", 1); err == nil && len(gs) > 0 {
+	if gs, err := DeadLetterGroups(qctx, d.read, d.schema, "", 1); err == nil && len(gs) > 0 {
 		c.Figure += fmt.Sprintf("; biggest group: kind %s, %q ×%d", gs[0].Kind, gs[0].Signature, gs[0].Count)
 	}
 	c.Fix = "a growing dead-letter table is a broken handler: group it with `skiplock dlq list`, fix the cause, then " +

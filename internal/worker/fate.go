@@ -28,6 +28,10 @@ type Result struct {
 	// LeaseLostInTx: a CompleteTx found, inside the handler's transaction,
 	// that the lease was gone. Nothing is written.
 	LeaseLostInTx bool
+	// SnoozedTx: the handler sent its own job back to the table, fenced, in
+	// a transaction it committed (a signal wait: WaitSignal). Nothing more
+	// is written; the job settles as snoozed.
+	SnoozedTx bool
 	// MaxAttempts caps the job's attempts for this handler (the job's own
 	// max_attempts, if lower, wins); 0 means the job's own.
 	MaxAttempts int
@@ -72,7 +76,8 @@ const (
 // made storable by ErrorText.
 //
 // In order: a job that never reached its handler or whose handler was
-// abandoned is handed back; a lost lease writes nothing (a CompleteTx that
+// abandoned is handed back; a job the handler sent back to the table in its
+// own transaction (SnoozedTx) writes nothing; a lost lease writes nothing (a CompleteTx that
 // committed still counts as a completion, see Settle); a CompleteTx
 // completion stands whatever else happened; a cancelled or hard-stopped run
 // that did not succeed is dead-lettered as cancelled or handed back; then
@@ -88,6 +93,10 @@ func Decide(j *Job, res Result, st RunState) Outcome {
 		return Outcome{Kind: Release}
 	case res.LeaseLostInTx:
 		return Outcome{Kind: Nothing}
+	case res.SnoozedTx:
+		// The job is ready again already; any write would be refused by
+		// the fence, and must not be attempted.
+		return Outcome{Kind: Nothing, SnoozedTx: true}
 	}
 	out := handlerOutcome(j, res)
 	switch {
@@ -173,6 +182,8 @@ const (
 // write means the lease was gone.
 func Settle(out Outcome, held bool) Settled {
 	switch {
+	case out.SnoozedTx:
+		return Snoozed
 	case out.CompletedTx && !held:
 		return Completed
 	case !held || out.Kind == Nothing:

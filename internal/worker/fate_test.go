@@ -27,6 +27,10 @@ func TestDecide(t *testing.T) {
 		want Outcome
 	}{
 		{"success", first, Result{}, RunState{}, Outcome{Kind: Complete}},
+		{"a job the handler sent back to sleep itself writes nothing", first, Result{Err: boom, SnoozedTx: true}, RunState{},
+			Outcome{Kind: Nothing, SnoozedTx: true}},
+		{"a sleeping job's handler cancelled meanwhile writes nothing", first, Result{Err: boom, SnoozedTx: true},
+			RunState{CancelRequested: true}, Outcome{Kind: Nothing, SnoozedTx: true}},
 		{"failure with attempts left is retried after backoff", first, Result{Err: boom, Backoff: backoff}, RunState{},
 			Outcome{Kind: Retry, Reason: "error", Delay: time.Second, Error: "boom"}},
 		{"failure without backoff is retried at once", first, Result{Err: boom}, RunState{},
@@ -109,6 +113,8 @@ func TestSettle(t *testing.T) {
 		{Outcome{Kind: Complete}, false, LeaseLost},
 		{Outcome{Kind: DeadLetter}, false, LeaseLost},
 		{Outcome{Kind: Nothing}, false, LeaseLost},
+		// WaitSignal returned the job to ready in the handler's transaction.
+		{Outcome{Kind: Nothing, SnoozedTx: true}, false, Snoozed},
 		// The handler's own transaction completed (deleted) the job, so the
 		// fenced fallback matched nothing.
 		{Outcome{Kind: Retry, CompletedTx: true}, false, Completed},

@@ -75,6 +75,10 @@ type Outcome struct {
 	// matches no row once the completion committed, and then counts as a
 	// completion.
 	CompletedTx bool
+	// SnoozedTx: the handler already returned the job to ready in its own
+	// transaction (Result.SnoozedTx); Kind is Nothing and it settles as
+	// snoozed.
+	SnoozedTx bool
 }
 
 // Handler runs one job and reports what it returned; Decide makes that the

@@ -343,3 +343,21 @@ SELECT max(w.claim_p99_ms), max(w.claim_p99_baseline_ms), count(*)::int,
         WHERE s.relid = to_regclass({{schema_lit}} || '.jobs'))
 FROM {{schema}}.workers AS w
 WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond';
+
+-- name: replica_status
+-- How stale reads on this server are. On a standby: whether its WAL
+-- receiver runs, and the seconds since the last replayed transaction
+-- committed on the primary, or 0 when everything received is replayed while
+-- streaming (an idle primary sends nothing to replay, so
+-- now() - pg_last_xact_replay_timestamp() alone would keep growing while
+-- nothing is stale). Not a standby (a promoted one, or a primary given as
+-- the replica): in_recovery false, lag 0. Reads no table.
+SELECT r.in_recovery,
+       r.in_recovery AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver) AS streaming,
+       CASE WHEN NOT r.in_recovery THEN 0
+            WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver)
+                 AND pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            ELSE coalesce(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)
+       END::float8 AS lag_seconds,
+       pg_last_xact_replay_timestamp()
+FROM (SELECT pg_is_in_recovery() AS in_recovery) AS r;

@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
@@ -191,6 +192,11 @@ func work(args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := skiplock.Handle(c, "wfstep", func(ctx context.Context, j *skiplock.Job[wfSpec]) error {
+		return wfStep(ctx, c, pool, j)
+	}); err != nil {
+		return err
+	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	if err := c.Start(ctx); err != nil {
@@ -257,4 +263,107 @@ func child() error {
 		os.Exit(3)
 	}
 	return endRun(ctx, pool, run, "ok")
+}
+
+// wfSpec is the payload of a workflow task of the fault tests
+// (TestKill9MidWorkflow): how long to pause between its steps, and, for the
+// task that fans out, how many leaves to add (with a join after them).
+type wfSpec struct {
+	Sleep  int `json:"sleep"`
+	Fanout int `json:"fanout"`
+	Value  int `json:"value"`
+}
+
+// wfStep is one workflow task: a checkpointed step (at least once; it
+// records whether it ran although its checkpoint existed, which must never
+// happen), a StepTx (exactly once), then, in one transaction, the fan-out,
+// the task's output, a final effect and the completion (CompleteTx). Every
+// effect goes to public.wf_effects, so the test can count them per task.
+func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skiplock.Job[wfSpec]) error {
+	run, err := startRun(ctx, pool, j.ID, j.Attempt, j.WorkerID, j.LeaseToken)
+	if err != nil {
+		return fmt.Errorf("record run: %w", err)
+	}
+	info, err := skiplock.CurrentTask(ctx)
+	if err != nil {
+		return err
+	}
+	pause := func() error {
+		select {
+		case <-time.After(time.Duration(j.Args.Sleep) * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			cause := context.Cause(ctx)
+			_ = endRun(context.WithoutCancel(ctx), pool, run, "ctx: "+cause.Error())
+			return cause
+		}
+	}
+	if _, err := skiplock.Step(ctx, "one", func(ctx context.Context) (int, error) {
+		var recorded int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.job_steps WHERE job_id = $1 AND name = 'one'", j.ID).Scan(&recorded); err != nil {
+			return 0, err
+		}
+		_, err := pool.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step, replayed) VALUES ($1, $2, 'one', $3)",
+			j.ID, info.TaskID, recorded > 0)
+		return 1, err
+	}); err != nil {
+		return err
+	}
+	if err := pause(); err != nil {
+		return err
+	}
+	if _, err := skiplock.StepTx(ctx, "two", func(ctx context.Context, tx pgx.Tx) (int, error) {
+		_, err := tx.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step) VALUES ($1, $2, 'two')", j.ID, info.TaskID)
+		return 2, err
+	}); err != nil {
+		return err
+	}
+	if err := pause(); err != nil {
+		return err
+	}
+	out := j.Args.Value
+	var leaves []skiplock.Task
+	var names []string
+	for i := range j.Args.Fanout {
+		name := fmt.Sprintf("leaf-%d", i)
+		names = append(names, name)
+		leaves = append(leaves, skiplock.Task{Name: name, Kind: "wfstep", DependsOn: []string{info.Name},
+			Args: wfSpec{Sleep: j.Args.Sleep, Value: i + 1}})
+	}
+	if len(leaves) > 0 {
+		leaves = append(leaves, skiplock.Task{Name: "join", Kind: "wfstep", DependsOn: names,
+			Args: wfSpec{Sleep: j.Args.Sleep}})
+	}
+	if info.Name == "join" {
+		for i := 0; ; i++ {
+			v, err := skiplock.TaskOutput[int](ctx, fmt.Sprintf("leaf-%d", i))
+			if err != nil {
+				break
+			}
+			out += v
+		}
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if len(leaves) > 0 {
+		if err := skiplock.AddTasksTx(ctx, tx, leaves...); err != nil {
+			return err
+		}
+	}
+	if err := skiplock.SetOutputTx(ctx, tx, out); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step) VALUES ($1, $2, 'done')", j.ID, info.TaskID); err != nil {
+		return err
+	}
+	if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	return endRun(context.WithoutCancel(ctx), pool, run, "ok")
 }

@@ -1,0 +1,158 @@
+-- Workflows, their tasks' outputs, durable steps and signals (migration 007).
+-- The graph itself moves forward in the database: the trigger jobs_task_left
+-- ends a task in the transaction that removes its job, and enqueues the
+-- children it released. Statements a handler runs for its own job are
+-- fenced by (id, lease_token, locked_by), as lease.sql's are.
+
+-- name: workflow_create
+-- A workflow and its tasks (a JSON array, see add_tasks) in one call; the
+-- caller's transaction decides whether any of it exists.
+--   $1 name  $2 on_failure  $3 tasks  $4 metadata  $5 batch
+SELECT {{schema}}.create_workflow($1, $2, $3::jsonb, $4::jsonb, $5);
+
+-- name: task_context
+-- The workflow task a running job executes (NULL when it is a plain job).
+--   $1 job id  $2 token  $3 worker id
+SELECT j.task_id, t.workflow_id, t.name
+FROM {{schema}}.jobs AS j
+LEFT JOIN {{schema}}.workflow_tasks AS t ON t.id = j.task_id AND j.task_id > 0
+WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3;
+
+-- name: task_add
+-- Fan-out: a running task adds tasks to its own workflow. One row when the
+-- lease is held, with the ids of the tasks added (names already present are
+-- skipped, so a retried task adds nothing twice).
+--   $1 job id  $2 token  $3 worker id  $4 tasks
+SELECT t.workflow_id, ARRAY(SELECT {{schema}}.add_tasks(t.workflow_id, $4::jsonb))
+FROM {{schema}}.jobs AS j
+JOIN {{schema}}.workflow_tasks AS t ON t.id = j.task_id
+WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3;
+
+-- name: task_set_output
+-- The output of the task a job executes, written by its lease holder.
+--   $1 job id  $2 token  $3 worker id  $4 output
+UPDATE {{schema}}.workflow_tasks AS t
+SET output = $4::jsonb
+FROM {{schema}}.jobs AS j
+WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3 AND t.id = j.task_id
+RETURNING t.id;
+
+-- name: task_output
+-- A task's state and output, by workflow and name.
+--   $1 workflow id  $2 task name
+SELECT t.state, t.output FROM {{schema}}.workflow_tasks AS t
+WHERE t.workflow_id = $1 AND t.name = $2;
+
+-- name: step_get
+-- A step's checkpoint, with the database clock (timers compare against it).
+--   $1 job id  $2 step name
+SELECT s.output, now() FROM {{schema}}.job_steps AS s WHERE s.job_id = $1 AND s.name = $2;
+
+-- name: step_put
+-- Records a step's checkpoint, once: the primary key refuses a second one
+-- (23505), so of two runs of the same step only one can commit. A plain job
+-- is marked (task_id 0) so its checkpoints are removed when it ends.
+-- Returns the database clock; no row when the lease is gone.
+--   $1 job id  $2 token  $3 worker id  $4 step name  $5 output
+WITH held AS (
+    SELECT j.id, j.task_id FROM {{schema}}.jobs AS j
+    WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3
+), mark AS (
+    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h WHERE j.id = h.id AND h.task_id IS NULL
+)
+INSERT INTO {{schema}}.job_steps (job_id, name, output)
+SELECT h.id, $4, $5::jsonb FROM held AS h
+RETURNING now();
+
+-- name: timer_put
+-- Records a timer step: {"wake_at": ...}, the wake time by the database
+-- clock ($5 later than now, or at $6 when given). Returns the checkpoint and
+-- the database clock; no row when the lease is gone. Like step_put.
+--   $1 job id  $2 token  $3 worker id  $4 step name  $5 delay (microseconds)  $6 wake at (NULL: now + $5)
+WITH held AS (
+    SELECT j.id, j.task_id FROM {{schema}}.jobs AS j
+    WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3
+), mark AS (
+    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h WHERE j.id = h.id AND h.task_id IS NULL
+)
+INSERT INTO {{schema}}.job_steps (job_id, name, output)
+SELECT h.id, $4, jsonb_build_object('wake_at', COALESCE($6::timestamptz, now() + $5::bigint * interval '1 microsecond'))
+FROM held AS h
+RETURNING output, now();
+
+-- name: wait_lock
+-- First statement of a signal wait's transaction: locks the job's own row
+-- (fenced), which orders the wait against signal(), and says where a
+-- signal may be addressed (its workflow, if it is a task).
+--   $1 job id  $2 token  $3 worker id
+SELECT t.workflow_id, j.cancel_requested, now()
+FROM {{schema}}.jobs AS j
+LEFT JOIN {{schema}}.workflow_tasks AS t ON t.id = j.task_id AND j.task_id > 0
+WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3
+FOR NO KEY UPDATE OF j;
+
+-- name: signal_consume
+-- Takes the oldest unconsumed signal of this name addressed to the job or
+-- its workflow, for the job. Run after wait_lock, in its transaction.
+--   $1 job id  $2 name  $3 workflow id (NULL: a plain job)
+UPDATE {{schema}}.signals AS s
+SET consumed_by = $1, consumed_at = now()
+WHERE s.id = (
+    SELECT x.id FROM {{schema}}.signals AS x
+    WHERE x.name = $2 AND x.consumed_at IS NULL AND (x.job_id = $1 OR x.workflow_id = $3)
+    ORDER BY x.id LIMIT 1
+    FOR UPDATE SKIP LOCKED)
+RETURNING s.payload;
+
+-- name: wait_sleep
+-- A wait with nothing to receive yet goes back to the table until its
+-- deadline, without spending the attempt and without holding a worker slot.
+-- Fenced, and run in wait_lock's transaction: a signal sent from now on
+-- finds the job ready and makes it due (signal()).
+--   $1 job id  $2 token  $3 worker id  $4 wake at
+UPDATE {{schema}}.jobs AS j
+SET state = 'ready', attempts = j.attempts - 1, run_at = $4::timestamptz, locked_by = NULL,
+    lease_token = NULL, lease_expires_at = NULL
+WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3 AND NOT j.cancel_requested
+RETURNING j.id;
+
+-- name: signal_send
+--   $1 name  $2 workflow id  $3 job id  $4 payload
+SELECT {{schema}}.signal(name => $1, workflow_id => $2, job_id => $3, payload => $4::jsonb);
+
+-- name: workflow_get
+--   $1 id
+SELECT w.id, w.name, w.state, w.on_failure, w.is_batch, w.tasks_total, w.tasks_open, w.tasks_completed,
+       w.tasks_dead, w.tasks_cancelled, w.created_at, w.finished_at, w.metadata
+FROM {{schema}}.workflows AS w WHERE w.id = $1;
+
+-- name: workflow_tasks
+-- A workflow's tasks in the order they were added, with their parents'
+-- names; never a payload. The output only when asked for ($2).
+--   $1 workflow id  $2 with outputs
+SELECT t.id, t.name, t.state, t.queue, t.kind, t.job_id, t.created_at, t.enqueued_at, t.finished_at, t.error,
+       CASE WHEN $2::boolean THEN t.output END,
+       ARRAY(SELECT p.name FROM {{schema}}.workflow_deps AS d JOIN {{schema}}.workflow_tasks AS p ON p.id = d.parent_id
+             WHERE d.task_id = t.id ORDER BY p.id)
+FROM {{schema}}.workflow_tasks AS t
+WHERE t.workflow_id = $1
+ORDER BY t.id;
+
+-- name: workflow_list
+-- Newest first; filters are optional (NULL).
+--   $1 state  $2 name  $3 ids below this one  $4 limit
+SELECT w.id, w.name, w.state, w.on_failure, w.is_batch, w.tasks_total, w.tasks_open, w.tasks_completed,
+       w.tasks_dead, w.tasks_cancelled, w.created_at, w.finished_at, w.metadata
+FROM {{schema}}.workflows AS w
+WHERE ($1::text IS NULL OR w.state = $1) AND ($2::text IS NULL OR w.name = $2)
+  AND ($3::bigint IS NULL OR w.id < $3)
+ORDER BY w.id DESC
+LIMIT $4;
+
+-- name: workflow_cancel
+--   $1 id
+SELECT {{schema}}.cancel_workflow($1);
+
+-- name: workflow_retry
+--   $1 id
+SELECT {{schema}}.retry_workflow($1);

@@ -1,0 +1,258 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Workflow statements (workflow.sql). A handler's statements for its own job
+// take the job's Lease and worker id, like the fenced writes of lease.sql.
+
+// CreateWorkflow creates a workflow and its tasks (tasks: a JSON array, see
+// add_tasks in migration 007) and returns its id.
+func (s *Store) CreateWorkflow(ctx context.Context, db DBTX, name, onFailure string, tasks []byte, metadata *string, batch bool) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, s.SQL("workflow_create"), name, onFailure, string(tasks), metadata, batch).Scan(&id)
+	return id, err
+}
+
+// TaskContext is the workflow task a running job executes.
+type TaskContext struct {
+	TaskID     int64 // 0: a plain job
+	WorkflowID int64
+	Name       string
+}
+
+// TaskContext returns the task job l runs; held is false when the lease is gone.
+func (s *Store) TaskContext(ctx context.Context, db DBTX, l Lease, worker string) (tc TaskContext, held bool, err error) {
+	var task, wf *int64
+	var name *string
+	err = db.QueryRow(ctx, s.SQL("task_context"), l.ID, l.Token, worker).Scan(&task, &wf, &name)
+	if isNoRows(err) {
+		return tc, false, nil
+	}
+	if err != nil {
+		return tc, false, err
+	}
+	if task != nil && *task > 0 && wf != nil {
+		tc = TaskContext{TaskID: *task, WorkflowID: *wf, Name: deref(name)}
+	}
+	return tc, true, nil
+}
+
+// AddTasks adds tasks (a JSON array) to the workflow of the task job l runs;
+// held is false when the lease is gone or the job is no task.
+func (s *Store) AddTasks(ctx context.Context, db DBTX, l Lease, worker string, tasks []byte) (ids []int64, held bool, err error) {
+	var wf int64
+	err = db.QueryRow(ctx, s.SQL("task_add"), l.ID, l.Token, worker, string(tasks)).Scan(&wf, &ids)
+	if isNoRows(err) {
+		return nil, false, nil
+	}
+	return ids, err == nil, err
+}
+
+// SetTaskOutput stores the output of the task job l runs; held is false
+// when the lease is gone or the job is no task.
+func (s *Store) SetTaskOutput(ctx context.Context, db DBTX, l Lease, worker string, output []byte) (held bool, err error) {
+	var id int64
+	err = db.QueryRow(ctx, s.SQL("task_set_output"), l.ID, l.Token, worker, string(output)).Scan(&id)
+	if isNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// TaskOutput returns a task's state and output (nil when it has none);
+// found is false when the workflow has no task of that name.
+func (s *Store) TaskOutput(ctx context.Context, db DBTX, workflowID int64, name string) (state string, output []byte, found bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("task_output"), workflowID, name).Scan(&state, &output)
+	if isNoRows(err) {
+		return "", nil, false, nil
+	}
+	return state, output, err == nil, err
+}
+
+// StepGet returns a step's checkpoint (found false: none yet) and the
+// database clock.
+func (s *Store) StepGet(ctx context.Context, db DBTX, jobID int64, name string) (output []byte, now time.Time, found bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("step_get"), jobID, name).Scan(&output, &now)
+	if isNoRows(err) {
+		return nil, time.Time{}, false, nil
+	}
+	return output, now, err == nil, err
+}
+
+// StepPut records a step's checkpoint and returns the database clock; held
+// is false when the lease is gone. A second checkpoint of the same step
+// fails with a unique violation (23505).
+func (s *Store) StepPut(ctx context.Context, db DBTX, l Lease, worker, name string, output []byte) (now time.Time, held bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("step_put"), l.ID, l.Token, worker, name, string(output)).Scan(&now)
+	if isNoRows(err) {
+		return now, false, nil
+	}
+	return now, err == nil, err
+}
+
+// WaitLock locks job l's row for a signal wait and returns its workflow
+// (0: a plain job), whether it was asked to cancel, and the database clock;
+// held is false when the lease is gone.
+func (s *Store) WaitLock(ctx context.Context, db DBTX, l Lease, worker string) (workflowID int64, cancel bool, now time.Time, held bool, err error) {
+	var wf *int64
+	err = db.QueryRow(ctx, s.SQL("wait_lock"), l.ID, l.Token, worker).Scan(&wf, &cancel, &now)
+	if isNoRows(err) {
+		return 0, false, now, false, nil
+	}
+	if wf != nil {
+		workflowID = *wf
+	}
+	return workflowID, cancel, now, err == nil, err
+}
+
+// ConsumeSignal takes the oldest unconsumed signal name addressed to jobID
+// or workflowID (0: none) and returns its payload; found is false when there
+// is none.
+func (s *Store) ConsumeSignal(ctx context.Context, db DBTX, jobID int64, name string, workflowID int64) (payload []byte, found bool, err error) {
+	var wf *int64
+	if workflowID > 0 {
+		wf = &workflowID
+	}
+	err = db.QueryRow(ctx, s.SQL("signal_consume"), jobID, name, wf).Scan(&payload)
+	if isNoRows(err) {
+		return nil, false, nil
+	}
+	return payload, err == nil, err
+}
+
+// WaitSleep returns job l to ready until wakeAt without spending its
+// attempt; held is false when the lease is gone or the job was cancelled.
+func (s *Store) WaitSleep(ctx context.Context, db DBTX, l Lease, worker string, wakeAt time.Time) (held bool, err error) {
+	var id int64
+	err = db.QueryRow(ctx, s.SQL("wait_sleep"), l.ID, l.Token, worker, wakeAt).Scan(&id)
+	if isNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// SendSignal sends a signal to a workflow or a job (exactly one non-nil)
+// and returns its id.
+func (s *Store) SendSignal(ctx context.Context, db DBTX, name string, workflowID, jobID *int64, payload string) (int64, error) {
+	var id int64
+	err := db.QueryRow(ctx, s.SQL("signal_send"), name, workflowID, jobID, payload).Scan(&id)
+	return id, err
+}
+
+// WorkflowRow is one workflow with its task counts.
+type WorkflowRow struct {
+	ID                                      int64
+	Name, State, OnFailure                  string
+	Batch                                   bool
+	Total, Open, Completed, Dead, Cancelled int
+	CreatedAt                               time.Time
+	FinishedAt                              *time.Time
+	Metadata                                []byte
+}
+
+func scanWorkflow(row interface{ Scan(...any) error }) (WorkflowRow, error) {
+	var w WorkflowRow
+	err := row.Scan(&w.ID, &w.Name, &w.State, &w.OnFailure, &w.Batch, &w.Total, &w.Open, &w.Completed, &w.Dead,
+		&w.Cancelled, &w.CreatedAt, &w.FinishedAt, &w.Metadata)
+	return w, err
+}
+
+// WorkflowGet returns one workflow; found is false when there is none.
+func (s *Store) WorkflowGet(ctx context.Context, db DBTX, id int64) (WorkflowRow, bool, error) {
+	w, err := scanWorkflow(db.QueryRow(ctx, s.SQL("workflow_get"), id))
+	if isNoRows(err) {
+		return w, false, nil
+	}
+	return w, err == nil, err
+}
+
+// TaskRow is one task of a workflow, never with its payload.
+type TaskRow struct {
+	ID                     int64
+	Name, State            string
+	Queue, Kind            string
+	JobID                  *int64
+	CreatedAt              time.Time
+	EnqueuedAt, FinishedAt *time.Time
+	Error                  *string
+	Output                 []byte // only when asked for
+	DependsOn              []string
+}
+
+// WorkflowTasks returns a workflow's tasks in the order they were added.
+func (s *Store) WorkflowTasks(ctx context.Context, db DBTX, id int64, outputs bool) ([]TaskRow, error) {
+	rows, err := db.Query(ctx, s.SQL("workflow_tasks"), id, outputs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []TaskRow
+	for rows.Next() {
+		var t TaskRow
+		if err := rows.Scan(&t.ID, &t.Name, &t.State, &t.Queue, &t.Kind, &t.JobID, &t.CreatedAt, &t.EnqueuedAt,
+			&t.FinishedAt, &t.Error, &t.Output, &t.DependsOn); err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// WorkflowFilter selects workflows for WorkflowList; empty and zero match all.
+type WorkflowFilter struct {
+	State, Name string
+	BeforeID    int64
+	Limit       int
+}
+
+// WorkflowList returns workflows newest first.
+func (s *Store) WorkflowList(ctx context.Context, db DBTX, f WorkflowFilter) ([]WorkflowRow, error) {
+	var before any
+	if f.BeforeID > 0 {
+		before = f.BeforeID
+	}
+	rows, err := db.Query(ctx, s.SQL("workflow_list"), nullable(f.State), nullable(f.Name), before, f.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []WorkflowRow
+	for rows.Next() {
+		w, err := scanWorkflow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// WorkflowCancel cancels a running workflow and returns how many tasks it
+// stopped or asked to stop.
+func (s *Store) WorkflowCancel(ctx context.Context, db DBTX, id int64) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.SQL("workflow_cancel"), id).Scan(&n)
+	return n, err
+}
+
+// WorkflowRetry runs a finished workflow's dead and cancelled tasks again
+// and returns how many.
+func (s *Store) WorkflowRetry(ctx context.Context, db DBTX, id int64) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.SQL("workflow_retry"), id).Scan(&n)
+	return n, err
+}
+
+// TimerPut records a timer step waking after delay (or at wakeAt when
+// non-nil), by the database clock, and returns its checkpoint and the
+// database clock; held is false when the lease is gone.
+func (s *Store) TimerPut(ctx context.Context, db DBTX, l Lease, worker, name string, delay time.Duration, wakeAt *time.Time) (output []byte, now time.Time, held bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("timer_put"), l.ID, l.Token, worker, name, Micros(delay), wakeAt).Scan(&output, &now)
+	if isNoRows(err) {
+		return nil, now, false, nil
+	}
+	return output, now, err == nil, err
+}

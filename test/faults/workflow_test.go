@@ -1,0 +1,121 @@
+package faults
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// TestKill9MidWorkflow kills worker processes with SIGKILL while they run
+// workflows (a root task that fans out leaves at run time, and a join that
+// reads every leaf's output), each task made of a checkpointed step, a
+// StepTx, and a final transaction that fans out, sets the output and
+// completes the job (CompleteTx). After the faults heal every workflow must
+// have completed, and the checker's invariants hold for every task's job.
+// Besides:
+//   - no task started before every parent completed (by the database's
+//     clock: a task's first run starts after its parents' completions);
+//   - a step whose checkpoint was recorded never ran again (step "one"
+//     records whether its checkpoint existed when it ran);
+//   - the StepTx effect and the final effect exist exactly once per task;
+//   - the join's output is the sum of the leaves' outputs.
+func TestKill9MidWorkflow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
+		job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	require.NoError(t, err)
+
+	const workflows, fanout = 6, 5
+	var wfIDs []int64
+	for range workflows {
+		id, err := e.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "chaos", Tasks: []skiplock.Task{
+			{Name: "split", Kind: "wfstep", Args: map[string]int{"sleep": 150, "fanout": fanout}, MaxAttempts: 20},
+		}})
+		require.NoError(t, err)
+		wfIDs = append(wfIDs, id)
+	}
+	names := []string{"a", "b", "c"}
+	ws := map[string]*proc{}
+	for _, n := range names {
+		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
+	}
+
+	kills := 0
+	for i := 0; i < 6; i++ {
+		n := names[i%len(names)]
+		p := ws[n]
+		waitFor(t, 20*time.Second, p.app+" to be running tasks", func() bool {
+			return e.inFlight(p.app) > 0 || e.count("SELECT count(*) FROM skiplock.jobs") == 0
+		})
+		if e.inFlight(p.app) == 0 {
+			break
+		}
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond) // land the kill at different steps
+		p.kill9(t)
+		kills++
+		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, kills, 3, "the kills must land on workers with tasks in flight")
+
+	waitFor(t, 90*time.Second, "every workflow to finish", func() bool {
+		n, err := e.tryCount("SELECT count(*) FROM skiplock.workflows WHERE state = 'running'")
+		return err == nil && n == 0
+	})
+	e.waitDrained(30 * time.Second)
+	for _, p := range ws {
+		p.signal(syscall.SIGTERM)
+	}
+	for _, p := range ws {
+		require.True(t, p.wait(15*time.Second), "%s did not drain", p.app)
+	}
+
+	// Every task's job, for the checker: each was committed (by the
+	// transaction that released its task) and must have completed.
+	var jobs []int64
+	rows, err := e.pool.Query(ctx, "SELECT job_id FROM skiplock.workflow_tasks ORDER BY job_id")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		jobs = append(jobs, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, jobs, workflows*(fanout+2))
+	r := checkInvariants(t, e, checkOpts{committed: jobs, archive: true})
+	require.Equal(t, len(jobs), r.Completed)
+
+	for _, id := range wfIDs {
+		st, err := e.client.WorkflowGet(ctx, id, true)
+		require.NoError(t, err)
+		require.Equal(t, "completed", st.State, "workflow %d", id)
+		require.Equal(t, fanout+2, st.Completed, "workflow %d", id)
+		for _, task := range st.TaskList {
+			if task.Name == "join" {
+				require.JSONEq(t, "15", string(task.Output), "workflow %d: the join sums the leaves 1..5", id)
+			}
+		}
+	}
+	require.Zero(t, e.count(`SELECT count(*) FROM skiplock.workflow_tasks AS c
+		JOIN skiplock.workflow_deps AS d ON d.task_id = c.id
+		JOIN skiplock.workflow_tasks AS p ON p.id = d.parent_id
+		WHERE (SELECT min(started_at) FROM public.runs WHERE job_id = c.job_id) <= p.finished_at`),
+		"a task started before a parent completed")
+	require.Zero(t, e.count("SELECT count(*) FROM public.wf_effects WHERE replayed"), "a recorded step ran again")
+	require.Zero(t, e.count(`SELECT count(*) FROM (SELECT task_id, step FROM public.wf_effects WHERE step IN ('two', 'done')
+		GROUP BY task_id, step HAVING count(*) <> 1) AS x`), "a StepTx or final effect exists other than once")
+	require.Equal(t, len(jobs), e.count("SELECT count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'done'"))
+	require.Zero(t, e.count("SELECT count(*) FROM skiplock.job_steps"), "finished jobs leave no checkpoints")
+	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL")
+	require.Positive(t, cut, "no task execution was cut by a kill")
+	t.Logf("kill -9 mid-workflow: %d kills cut %d task executions; %d workflows of %d tasks completed; %d step-one reruns before their checkpoint",
+		kills, cut, workflows, fanout+2, e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"))
+}

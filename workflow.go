@@ -1,0 +1,687 @@
+package skiplock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// MaxOutputBytes bounds a task's output and a durable step's result, as
+// JSON text (the database refuses more: migration 007).
+const MaxOutputBytes = 256 << 10
+
+// FailurePolicy says what a workflow does when one of its tasks dies (its
+// job reached the dead-letter table) or is cancelled.
+type FailurePolicy string
+
+// The failure policies.
+const (
+	// CancelDependents (the default) cancels every task that depends on the
+	// failed one, directly or not, at once: none of them ever runs. Tasks on
+	// other branches run on, and the workflow ends "failed".
+	CancelDependents FailurePolicy = "cancel"
+	// RunDependents runs the dependents anyway once their other parents
+	// finished; TaskOutput tells them which parent did not complete.
+	RunDependents FailurePolicy = "continue"
+)
+
+// Task is one task of a workflow: a job that is enqueued when every task it
+// depends on has completed, in the transaction that completed the last of
+// them. Until then it exists only in the workflow, never in the jobs table.
+type Task struct {
+	// Name identifies the task within its workflow (1 to 128 bytes, no
+	// control characters); dependents and TaskOutput refer to it.
+	Name string
+	// DependsOn names the tasks that must complete first.
+	DependsOn []string
+	// Queue, Kind, Args (the payload), Priority, MaxAttempts, Tenant, Entity
+	// and Metadata are the job's, as in EnqueueParams.
+	Queue       string
+	Kind        string
+	Args        any
+	Priority    int
+	MaxAttempts int
+	Tenant      string
+	Entity      string
+	Metadata    Metadata
+}
+
+// Workflow is a graph of tasks, enqueued together by EnqueueWorkflow.
+type Workflow struct {
+	// Name says what the workflow is ("order", "nightly-export"); it need
+	// not be unique. 1 to 128 bytes.
+	Name string
+	// Tasks may come in any order; each DependsOn must name a task of the
+	// list, and the graph must have no cycle.
+	Tasks []Task
+	// OnFailure is the failure policy; empty means CancelDependents.
+	OnFailure FailurePolicy
+	// Metadata is a small JSON object kept with the workflow.
+	Metadata Metadata
+}
+
+// taskSpec is a task as add_tasks (migration 007) takes it.
+type taskSpec struct {
+	Name        string          `json:"name"`
+	Queue       string          `json:"queue"`
+	Kind        string          `json:"kind"`
+	Payload     json.RawMessage `json:"payload"`
+	Priority    int             `json:"priority"`
+	MaxAttempts *int            `json:"max_attempts,omitempty"`
+	Tenant      *string         `json:"tenant,omitempty"`
+	Entity      *string         `json:"entity,omitempty"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	DependsOn   []string        `json:"depends_on,omitempty"`
+	Callback    bool            `json:"callback,omitempty"`
+}
+
+func validateTaskName(field, v string) error {
+	switch {
+	case v == "":
+		return invalidJob(field, "must not be empty")
+	case len(v) > MaxNameBytes:
+		return invalidJob(field, "longer than %d bytes", MaxNameBytes)
+	case strings.ContainsFunc(v, func(r rune) bool { return unicode.IsControl(r) || r == unicode.ReplacementChar }):
+		return invalidJob(field, "must be valid UTF-8 without control characters")
+	}
+	return nil
+}
+
+// specs validates tasks as Enqueue would validate their jobs and returns
+// them in an order where every task follows its parents. known reports
+// whether a name outside tasks may be depended on (a task added at run
+// time may depend on the workflow's existing tasks, which the database
+// checks).
+func (c *Client) specs(tasks []Task, known bool) ([]taskSpec, error) {
+	if len(tasks) == 0 {
+		return nil, invalidJob("tasks", "must not be empty")
+	}
+	index := make(map[string]int, len(tasks))
+	out := make([]taskSpec, len(tasks))
+	for i, t := range tasks {
+		field := fmt.Sprintf("tasks[%d]", i)
+		if err := validateTaskName(field+".name", t.Name); err != nil {
+			return nil, err
+		}
+		if _, dup := index[t.Name]; dup {
+			return nil, invalidJob(field+".name", "%q is named twice", t.Name)
+		}
+		index[t.Name] = i
+		a, err := c.prepare(EnqueueParams{Queue: t.Queue, Kind: t.Kind, Payload: t.Args, Priority: t.Priority,
+			MaxAttempts: t.MaxAttempts, Tenant: t.Tenant, Entity: t.Entity, Metadata: t.Metadata})
+		if err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				return nil, &FieldError{Field: field + "." + fe.Field, Message: fe.Message, base: ErrInvalidJob}
+			}
+			return nil, err
+		}
+		s := taskSpec{Name: t.Name, Queue: a.Queue, Kind: a.Kind, Payload: json.RawMessage(a.Payload),
+			Priority: a.Priority, MaxAttempts: a.MaxAttempts, Tenant: a.Tenant, Entity: a.Entity, DependsOn: t.DependsOn}
+		if a.Metadata != nil {
+			s.Metadata = json.RawMessage(*a.Metadata)
+		}
+		out[i] = s
+	}
+	for i, t := range tasks {
+		for _, d := range t.DependsOn {
+			if _, ok := index[d]; !ok && !known {
+				return nil, invalidJob(fmt.Sprintf("tasks[%d].depends_on", i), "%q names no task of the workflow", d)
+			}
+			if d == t.Name {
+				return nil, invalidJob(fmt.Sprintf("tasks[%d].depends_on", i), "a task cannot depend on itself")
+			}
+		}
+	}
+	return topoSort(out, index)
+}
+
+// topoSort orders specs so that every task follows its parents in the list
+// (what add_tasks requires, which makes a cycle impossible to store), keeping
+// the given order where it can; a cycle is reported by the name of a task on it.
+func topoSort(specs []taskSpec, index map[string]int) ([]taskSpec, error) {
+	const (
+		unseen = iota
+		visiting
+		done
+	)
+	mark := make([]int, len(specs))
+	out := make([]taskSpec, 0, len(specs))
+	var visit func(i int) error
+	visit = func(i int) error {
+		switch mark[i] {
+		case done:
+			return nil
+		case visiting:
+			return invalidJob(fmt.Sprintf("tasks[%d].depends_on", i), "the tasks form a cycle through %q", specs[i].Name)
+		}
+		mark[i] = visiting
+		for _, d := range specs[i].DependsOn {
+			if j, ok := index[d]; ok {
+				if err := visit(j); err != nil {
+					return err
+				}
+			}
+		}
+		mark[i] = done
+		out = append(out, specs[i])
+		return nil
+	}
+	for i := range specs {
+		if err := visit(i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func validatePolicy(p FailurePolicy) (string, error) {
+	switch p {
+	case "":
+		return string(CancelDependents), nil
+	case CancelDependents, RunDependents:
+		return string(p), nil
+	}
+	return "", invalidJob("on_failure", "must be %q or %q, got %q", CancelDependents, RunDependents, p)
+}
+
+// EnqueueWorkflow enqueues wf with the client's pool and returns its id. See
+// EnqueueWorkflowTx.
+func (c *Client) EnqueueWorkflow(ctx context.Context, wf Workflow) (int64, error) {
+	return c.EnqueueWorkflowTx(ctx, c.pool, wf)
+}
+
+// EnqueueWorkflowTx enqueues wf inside the caller's transaction (a pgx.Tx or
+// a database/sql *sql.Tx, as EnqueueTx takes): the workflow and its tasks
+// exist if and only if that transaction commits. Tasks without parents are
+// enqueued as jobs at once; the others when their parents complete. Every
+// task is validated as Enqueue validates a job, and nothing is written when
+// one is invalid: the error is a *FieldError naming it ("tasks[2].queue").
+// Enqueue middleware does not run for tasks.
+func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx any, wf Workflow) (int64, error) {
+	policy, err := validatePolicy(wf.OnFailure)
+	if err != nil {
+		return 0, err
+	}
+	return c.createWorkflow(ctx, tx, wf.Name, policy, wf.Tasks, wf.Metadata, nil)
+}
+
+func (c *Client) createWorkflow(ctx context.Context, tx any, name, policy string, tasks []Task, meta Metadata, callback *Task) (int64, error) {
+	if err := validateTaskName("name", name); err != nil {
+		return 0, err
+	}
+	specs, err := c.specs(tasks, false)
+	if err != nil {
+		return 0, err
+	}
+	if callback != nil {
+		cb, err := c.specs([]Task{*callback}, true)
+		if err != nil {
+			return 0, fmt.Errorf("callback: %w", err)
+		}
+		cb[0].Callback = true
+		for _, s := range specs {
+			cb[0].DependsOn = append(cb[0].DependsOn, s.Name)
+		}
+		specs = append(specs, cb[0])
+	}
+	raw, err := json.Marshal(specs)
+	if err != nil {
+		return 0, err
+	}
+	m, err := encodeMetadata(meta)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	q := c.store.SQL("workflow_create")
+	switch db := tx.(type) {
+	case store.DBTX:
+		id, err = c.store.CreateWorkflow(ctx, db, name, policy, raw, m, callback != nil)
+	case SQLQueryer:
+		err = db.QueryRowContext(ctx, q, sqlArgs([]any{name, policy, string(raw), m, callback != nil})...).Scan(&id)
+	default:
+		return 0, fmt.Errorf("skiplock: EnqueueWorkflowTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
+	}
+	if err != nil {
+		return 0, workflowError("enqueue", err)
+	}
+	return id, nil
+}
+
+// Batch is a set of jobs with a callback: the callback job is enqueued
+// exactly once, when every member has finished, completed or dead. It is a
+// workflow whose callback depends on every member under RunDependents; in
+// the callback, BatchResult gives the counts.
+type Batch struct {
+	// Name says what the batch is; 1 to 128 bytes.
+	Name string
+	// Members are the batch's jobs; their names must be unique (their
+	// DependsOn may order members among themselves).
+	Members []Task
+	// Callback is the job enqueued when every member has finished. Its name
+	// defaults to "callback"; its DependsOn is ignored.
+	Callback Task
+	// Metadata is a small JSON object kept with the batch.
+	Metadata Metadata
+}
+
+// EnqueueBatch enqueues b with the client's pool; see EnqueueBatchTx.
+func (c *Client) EnqueueBatch(ctx context.Context, b Batch) (int64, error) {
+	return c.EnqueueBatchTx(ctx, c.pool, b)
+}
+
+// EnqueueBatchTx enqueues b inside the caller's transaction and returns its
+// id (a workflow id: WorkflowGet shows its progress).
+func (c *Client) EnqueueBatchTx(ctx context.Context, tx any, b Batch) (int64, error) {
+	cb := b.Callback
+	if cb.Name == "" {
+		cb.Name = "callback"
+	}
+	cb.DependsOn = nil
+	return c.createWorkflow(ctx, tx, b.Name, string(RunDependents), b.Members, b.Metadata, &cb)
+}
+
+// Errors of the workflow functions called from a handler.
+var (
+	// ErrNotInHandler: the context is not a handler's, run by a Client.
+	ErrNotInHandler = errors.New("skiplock: not called with the context of a running handler")
+	// ErrNotATask: the running job is not a workflow task.
+	ErrNotATask = errors.New("skiplock: the running job is not a workflow task")
+	// ErrTaskNotFinished: TaskOutput asked for a task that has not completed.
+	ErrTaskNotFinished = errors.New("skiplock: the task has not completed")
+	// ErrWorkflowNotFound: no workflow has this id.
+	ErrWorkflowNotFound = errors.New("skiplock: workflow not found")
+)
+
+type runKey struct{}
+
+// runFrom returns the run of the handler whose context ctx is.
+func runFrom(ctx context.Context) (*jobRun, error) {
+	run, _ := ctx.Value(runKey{}).(*jobRun)
+	if run == nil {
+		return nil, ErrNotInHandler
+	}
+	return run, nil
+}
+
+func (r *jobRun) lease() store.Lease { return store.Lease{ID: r.id, Token: r.token} }
+
+// taskState is a run's workflow task, looked up once (taskMu guards it).
+type taskState struct {
+	mu     sync.Mutex
+	loaded bool
+	tc     store.TaskContext
+}
+
+// task returns the workflow task the run's job executes (TaskID 0: none).
+func (r *jobRun) task(ctx context.Context) (store.TaskContext, error) {
+	r.taskState.mu.Lock()
+	defer r.taskState.mu.Unlock()
+	if r.taskState.loaded {
+		return r.taskState.tc, nil
+	}
+	tc, held, err := r.client.store.TaskContext(ctx, r.client.pool, r.lease(), r.worker)
+	switch {
+	case err != nil:
+		return tc, fmt.Errorf("skiplock: job %d: %w", r.id, err)
+	case !held:
+		return tc, fmt.Errorf("skiplock: job %d: %w", r.id, ErrLeaseLost)
+	}
+	r.taskState.loaded, r.taskState.tc = true, tc
+	return tc, nil
+}
+
+// TaskInfo is where a running task stands in its workflow.
+type TaskInfo struct {
+	WorkflowID int64
+	TaskID     int64
+	Name       string
+}
+
+// CurrentTask returns the workflow task the handler of ctx runs;
+// ErrNotATask when its job is a plain job.
+func CurrentTask(ctx context.Context) (TaskInfo, error) {
+	run, err := runFrom(ctx)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	tc, err := run.task(ctx)
+	if err != nil {
+		return TaskInfo{}, err
+	}
+	if tc.TaskID == 0 {
+		return TaskInfo{}, ErrNotATask
+	}
+	return TaskInfo{WorkflowID: tc.WorkflowID, TaskID: tc.TaskID, Name: tc.Name}, nil
+}
+
+// TaskOutput decodes into T the output of task name of the workflow the
+// handler of ctx runs in (normally one it depends on, which has completed).
+// It returns ErrTaskNotFinished, wrapped with the task's state, when that
+// task has not completed (under RunDependents a dead parent's dependents
+// run and see this), and the zero T when it completed without an output.
+func TaskOutput[T any](ctx context.Context, name string) (T, error) {
+	var v T
+	run, err := runFrom(ctx)
+	if err != nil {
+		return v, err
+	}
+	tc, err := run.task(ctx)
+	if err != nil {
+		return v, err
+	}
+	if tc.TaskID == 0 {
+		return v, ErrNotATask
+	}
+	state, out, found, err := run.client.store.TaskOutput(ctx, run.client.pool, tc.WorkflowID, name)
+	switch {
+	case err != nil:
+		return v, fmt.Errorf("skiplock: TaskOutput %q: %w", name, err)
+	case !found:
+		return v, fmt.Errorf("skiplock: TaskOutput: workflow %d has no task %q", tc.WorkflowID, name)
+	case state != "completed":
+		return v, fmt.Errorf("skiplock: TaskOutput %q: it is %s: %w", name, state, ErrTaskNotFinished)
+	case len(out) == 0:
+		return v, nil
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		return v, fmt.Errorf("skiplock: TaskOutput %q: the output does not decode into %T: %w", name, v, err)
+	}
+	return v, nil
+}
+
+func marshalOutput(field string, v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, invalidJob(field, "cannot be marshalled to JSON: %v", err)
+	}
+	if len(raw) > MaxOutputBytes {
+		return nil, invalidJob(field, "%d bytes exceeds the limit of %d bytes", len(raw), MaxOutputBytes)
+	}
+	if err := ValidatePayload(raw, MaxOutputBytes); err != nil && !isObjectError(err) {
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return nil, invalidJob(field, "%s", fe.Message)
+		}
+		return nil, err
+	}
+	return raw, nil
+}
+
+// isObjectError: ValidatePayload insists on an object; an output may be any
+// JSON value.
+func isObjectError(err error) bool {
+	var fe *FieldError
+	return errors.As(err, &fe) && strings.Contains(fe.Message, "object")
+}
+
+// SetOutput stores v (marshalled to JSON, at most MaxOutputBytes) as the
+// output of the task the handler of ctx runs, for its dependents to read
+// with TaskOutput. It is written at once, fenced by the job's lease; a later
+// call replaces it, and a retried task writes it again. For an output that
+// commits exactly when the task's own writes do, use SetOutputTx.
+func SetOutput(ctx context.Context, v any) error {
+	run, err := runFrom(ctx)
+	if err != nil {
+		return err
+	}
+	return setOutput(ctx, run, run.client.pool, v)
+}
+
+// SetOutputTx is SetOutput inside tx (a pgx.Tx), typically the transaction
+// that also calls CompleteTx: the output, the task's writes and its
+// completion commit together.
+func SetOutputTx(ctx context.Context, tx store.DBTX, v any) error {
+	run, err := runFrom(ctx)
+	if err != nil {
+		return err
+	}
+	return setOutput(ctx, run, tx, v)
+}
+
+func setOutput(ctx context.Context, run *jobRun, db store.DBTX, v any) error {
+	raw, err := marshalOutput("output", v)
+	if err != nil {
+		return err
+	}
+	held, err := run.client.store.SetTaskOutput(ctx, db, run.lease(), run.worker, raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("skiplock: SetOutput: job %d: %w", run.id, err)
+	case !held:
+		if _, terr := run.task(ctx); terr != nil {
+			return fmt.Errorf("skiplock: SetOutput: %w", terr)
+		}
+		return fmt.Errorf("skiplock: SetOutput: job %d: %w", run.id, ErrNotATask)
+	}
+	return nil
+}
+
+// AddTasks adds tasks to the workflow of the task the handler of ctx runs:
+// fan-out decided at run time. A new task may depend on the new ones and on
+// the workflow's existing tasks, the running one included (it then waits
+// for this task to complete). Adding is idempotent by name: a task whose
+// name the workflow already has is skipped, so a retried handler adds
+// nothing twice. Use AddTasksTx to add them in the transaction that
+// completes the task.
+func AddTasks(ctx context.Context, tasks ...Task) error {
+	run, err := runFrom(ctx)
+	if err != nil {
+		return err
+	}
+	return addTasks(ctx, run, run.client.pool, tasks)
+}
+
+// AddTasksTx is AddTasks inside tx (a pgx.Tx).
+func AddTasksTx(ctx context.Context, tx store.DBTX, tasks ...Task) error {
+	run, err := runFrom(ctx)
+	if err != nil {
+		return err
+	}
+	return addTasks(ctx, run, tx, tasks)
+}
+
+func addTasks(ctx context.Context, run *jobRun, db store.DBTX, tasks []Task) error {
+	specs, err := run.client.specs(tasks, true)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(specs)
+	if err != nil {
+		return err
+	}
+	_, held, err := run.client.store.AddTasks(ctx, db, run.lease(), run.worker, raw)
+	switch {
+	case err != nil:
+		return workflowError("AddTasks", err)
+	case !held:
+		if _, terr := run.task(ctx); terr != nil {
+			return fmt.Errorf("skiplock: AddTasks: %w", terr)
+		}
+		return fmt.Errorf("skiplock: AddTasks: job %d: %w", run.id, ErrNotATask)
+	}
+	return nil
+}
+
+// BatchCounts are a batch's members by how they finished.
+type BatchCounts struct {
+	BatchID   int64
+	Members   int
+	Completed int
+	Dead      int
+	Cancelled int
+}
+
+// BatchResult returns the counts of the batch whose callback the handler of
+// ctx runs. Every member has finished by then, so they are final.
+func BatchResult(ctx context.Context) (BatchCounts, error) {
+	run, err := runFrom(ctx)
+	if err != nil {
+		return BatchCounts{}, err
+	}
+	tc, err := run.task(ctx)
+	if err != nil {
+		return BatchCounts{}, err
+	}
+	if tc.TaskID == 0 {
+		return BatchCounts{}, ErrNotATask
+	}
+	w, found, err := run.client.store.WorkflowGet(ctx, run.client.pool, tc.WorkflowID)
+	if err != nil || !found {
+		return BatchCounts{}, fmt.Errorf("skiplock: BatchResult: workflow %d: %w", tc.WorkflowID, errors.Join(err, ErrWorkflowNotFound))
+	}
+	// The callback itself is the one open task.
+	return BatchCounts{BatchID: w.ID, Members: w.Total - 1, Completed: w.Completed, Dead: w.Dead, Cancelled: w.Cancelled}, nil
+}
+
+// WorkflowStatus is a workflow and its tasks, as WorkflowGet returns it.
+type WorkflowStatus struct {
+	ID         int64          `json:"id"`
+	Name       string         `json:"name"`
+	State      string         `json:"state"` // running, completed, failed, cancelled
+	OnFailure  FailurePolicy  `json:"on_failure"`
+	Batch      bool           `json:"batch"`
+	Tasks      int            `json:"tasks"`
+	Open       int            `json:"open"` // pending or enqueued
+	Completed  int            `json:"completed"`
+	Dead       int            `json:"dead"`
+	Cancelled  int            `json:"cancelled"`
+	CreatedAt  time.Time      `json:"created_at"`
+	FinishedAt *time.Time     `json:"finished_at,omitempty"`
+	Metadata   Metadata       `json:"metadata,omitempty"`
+	TaskList   []TaskStatus   `json:"task_list,omitempty"`
+	States     map[string]int `json:"states,omitempty"` // tasks per state (WorkflowGet only)
+}
+
+// TaskStatus is one task of a workflow. Output is set only when asked for:
+// like a payload, it may hold personal data.
+type TaskStatus struct {
+	ID         int64           `json:"id"`
+	Name       string          `json:"name"`
+	State      string          `json:"state"` // pending, enqueued, completed, dead, cancelled
+	Queue      string          `json:"queue"`
+	Kind       string          `json:"kind"`
+	JobID      *int64          `json:"job_id,omitempty"`
+	DependsOn  []string        `json:"depends_on,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	EnqueuedAt *time.Time      `json:"enqueued_at,omitempty"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+}
+
+func workflowStatus(w store.WorkflowRow) WorkflowStatus {
+	meta, _ := decodeMetadata(w.Metadata)
+	return WorkflowStatus{ID: w.ID, Name: w.Name, State: w.State, OnFailure: FailurePolicy(w.OnFailure), Batch: w.Batch,
+		Tasks: w.Total, Open: w.Open, Completed: w.Completed, Dead: w.Dead, Cancelled: w.Cancelled,
+		CreatedAt: w.CreatedAt, FinishedAt: w.FinishedAt, Metadata: meta}
+}
+
+// WorkflowGet returns a workflow with its tasks; their outputs only when
+// withOutputs is set. ErrWorkflowNotFound when there is none.
+func (c *Client) WorkflowGet(ctx context.Context, id int64, withOutputs bool) (WorkflowStatus, error) {
+	w, found, err := c.store.WorkflowGet(ctx, c.pool, id)
+	if err != nil {
+		return WorkflowStatus{}, fmt.Errorf("skiplock: workflow get: %w", err)
+	}
+	if !found {
+		return WorkflowStatus{}, ErrWorkflowNotFound
+	}
+	ts, err := c.store.WorkflowTasks(ctx, c.pool, id, withOutputs)
+	if err != nil {
+		return WorkflowStatus{}, fmt.Errorf("skiplock: workflow get: %w", err)
+	}
+	st := workflowStatus(w)
+	st.States = map[string]int{}
+	for _, t := range ts {
+		st.States[t.State]++
+		s := TaskStatus{ID: t.ID, Name: t.Name, State: t.State, Queue: t.Queue, Kind: t.Kind, JobID: t.JobID,
+			DependsOn: t.DependsOn, CreatedAt: t.CreatedAt, EnqueuedAt: t.EnqueuedAt, FinishedAt: t.FinishedAt,
+			Output: t.Output}
+		if t.Error != nil {
+			s.Error = *t.Error
+		}
+		st.TaskList = append(st.TaskList, s)
+	}
+	return st, nil
+}
+
+// WorkflowFilter selects workflows for WorkflowList; zero values match all.
+type WorkflowFilter struct {
+	State    string // running, completed, failed, cancelled
+	Name     string
+	BeforeID int64 // for paging: ids below this one
+	Limit    int   // default 50
+}
+
+// WorkflowList returns workflows newest first, without their tasks.
+func (c *Client) WorkflowList(ctx context.Context, f WorkflowFilter) ([]WorkflowStatus, error) {
+	switch f.State {
+	case "", "running", "completed", "failed", "cancelled":
+	default:
+		return nil, invalidJob("state", "must be running, completed, failed or cancelled, got %q", f.State)
+	}
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	rows, err := c.store.WorkflowList(ctx, c.pool, store.WorkflowFilter{State: f.State, Name: f.Name, BeforeID: f.BeforeID, Limit: f.Limit})
+	if err != nil {
+		return nil, fmt.Errorf("skiplock: workflow list: %w", err)
+	}
+	out := make([]WorkflowStatus, 0, len(rows))
+	for _, w := range rows {
+		out = append(out, workflowStatus(w))
+	}
+	return out, nil
+}
+
+// WorkflowCancel cancels a running workflow: its pending tasks never run,
+// its ready jobs go to the dead-letter table as cancelled, and its running
+// jobs' handlers are cancelled (their jobs dead-lettered as cancelled when
+// they return). It returns how many tasks it stopped or asked to stop (0
+// for a workflow that already finished); ErrWorkflowNotFound when there is none.
+func (c *Client) WorkflowCancel(ctx context.Context, id int64) (int, error) {
+	n, err := c.store.WorkflowCancel(ctx, c.pool, id)
+	if err != nil {
+		return 0, workflowError("cancel", err)
+	}
+	return n, nil
+}
+
+// WorkflowRetry runs a finished workflow's dead and cancelled tasks again
+// (completed ones keep their outputs and do not run again) and returns how
+// many. A running workflow is refused.
+func (c *Client) WorkflowRetry(ctx context.Context, id int64) (int, error) {
+	n, err := c.store.WorkflowRetry(ctx, c.pool, id)
+	if err != nil {
+		return 0, workflowError("retry", err)
+	}
+	return n, nil
+}
+
+func workflowError(op string, err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) && pg.Code == "22023" {
+		if f, m, ok := cutField(pg.Message); ok {
+			if f == "id" {
+				return fmt.Errorf("skiplock: workflow %s: %w (%s)", op, ErrWorkflowNotFound, m)
+			}
+			return &FieldError{Field: f, Message: m, base: ErrInvalidJob}
+		}
+	}
+	if errors.As(err, &pg) {
+		// The message only: PostgreSQL's detail can echo row values.
+		return fmt.Errorf("skiplock: workflow %s: %s (SQLSTATE %s)", op, strings.TrimPrefix(pg.Message, "skiplock: "), pg.Code)
+	}
+	return fmt.Errorf("skiplock: workflow %s: %w", op, err)
+}
