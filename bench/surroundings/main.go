@@ -201,8 +201,20 @@ func statements(ctx context.Context, pool *pgxpool.Pool, st *store.Store, schema
 	}
 	live := health.LiveWindow.Microseconds()
 	return []statement{
-		{name: "claim (reference)", sql: st.SQL("claim"), args: func() []any {
-			return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000)}
+		{name: "claim from the front (reference, §1)", sql: st.SQL("claim"), args: func() []any {
+			return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000), nil, nil, nil}
+		}},
+		{name: "claim after the last claimed job (reference, §1)", sql: st.SQL("claim"), args: func() []any {
+			var prio int32
+			var runAt time.Time
+			var id int64
+			err := pool.QueryRow(ctx, "SELECT priority, run_at, id FROM "+st.Table("jobs_done")+
+				" WHERE queue = $1 ORDER BY id DESC LIMIT 1", queue).Scan(&prio, &runAt, &id)
+			if err != nil {
+				return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000), nil, nil, nil}
+			}
+			return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000),
+				[]int32{prio}, []time.Time{runAt}, []int64{id}}
 		}},
 		{name: "heartbeat (8 running jobs)", sql: st.SQL("heartbeat"), args: func() []any {
 			ids, toks := running()
