@@ -57,3 +57,9 @@ func (c *Client) vacuumServices() []service.Service {
 		DeadTuples: c.cfg.VacuumDeadTuples,
 	})}
 }
+
+// agingServices is the priority-aging pass (SetQueueAging), run by every
+// started client.
+func (c *Client) agingServices() []service.Service {
+	return []service.Service{maintenance.NewAging(maintenance.AgingConfig{DB: c.pool, Schema: c.cfg.Schema, Logger: c.cfg.Logger})}
+}

@@ -26,7 +26,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/health"
-	"github.com/skiplock/skiplock/internal/maintenance"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -225,7 +224,7 @@ func statements(ctx context.Context, pool *pgxpool.Pool, st *store.Store, schema
 			return []any{ids, toks, "surroundings"}
 		}},
 		{name: "reap (batch 1000)", sql: st.SQL("reap"), args: func() []any { return []any{1000} }},
-		{name: "scheduler: due schedules", sql: maintenance.SchedulerDueSQL(schema), args: func() []any { return []any{nil, 100} }},
+		{name: "scheduler: due schedules", sql: st.SQL("scheduler_due"), args: func() []any { return []any{nil, 100} }},
 		{name: "scheduler: fire (enqueue with unique key)", sql: "SELECT * FROM " + pgx.Identifier{schema, "enqueue"}.Sanitize() +
 			"(queue => $1, kind => $2, unique_key => $3)",
 			args: func() []any {
