@@ -26,7 +26,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/health"
-	"github.com/skiplock/skiplock/internal/maintenance"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -201,8 +200,20 @@ func statements(ctx context.Context, pool *pgxpool.Pool, st *store.Store, schema
 	}
 	live := health.LiveWindow.Microseconds()
 	return []statement{
-		{name: "claim (reference)", sql: st.SQL("claim"), args: func() []any {
-			return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000)}
+		{name: "claim from the front (reference, §1)", sql: st.SQL("claim"), args: func() []any {
+			return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000), nil, nil, nil}
+		}},
+		{name: "claim after the last claimed job (reference, §1)", sql: st.SQL("claim"), args: func() []any {
+			var prio int32
+			var runAt time.Time
+			var id int64
+			err := pool.QueryRow(ctx, "SELECT priority, run_at, id FROM "+st.Table("jobs_done")+
+				" WHERE queue = $1 ORDER BY id DESC LIMIT 1", queue).Scan(&prio, &runAt, &id)
+			if err != nil {
+				return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000), nil, nil, nil}
+			}
+			return []any{[]string{queue}, nil, 50, "surroundings-explain", int64(30_000_000),
+				[]int32{prio}, []time.Time{runAt}, []int64{id}}
 		}},
 		{name: "heartbeat (8 running jobs)", sql: st.SQL("heartbeat"), args: func() []any {
 			ids, toks := running()
@@ -213,7 +224,7 @@ func statements(ctx context.Context, pool *pgxpool.Pool, st *store.Store, schema
 			return []any{ids, toks, "surroundings"}
 		}},
 		{name: "reap (batch 1000)", sql: st.SQL("reap"), args: func() []any { return []any{1000} }},
-		{name: "scheduler: due schedules", sql: maintenance.SchedulerDueSQL(schema), args: func() []any { return []any{nil, 100} }},
+		{name: "scheduler: due schedules", sql: st.SQL("scheduler_due"), args: func() []any { return []any{nil, 100} }},
 		{name: "scheduler: fire (enqueue with unique key)", sql: "SELECT * FROM " + pgx.Identifier{schema, "enqueue"}.Sanitize() +
 			"(queue => $1, kind => $2, unique_key => $3)",
 			args: func() []any {

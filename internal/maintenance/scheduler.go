@@ -342,8 +342,3 @@ func renderSchedulerSQL(schema string) schedulerSQL {
 	st := store.New(schema)
 	return schedulerSQL{due: st.SQL("scheduler_due"), fire: st.SQL("scheduler_fire")}
 }
-
-// SchedulerDueSQL returns the scheduler's due-schedules statement rendered
-// for schema ($1 at or NULL for now, $2 limit), for tools that EXPLAIN it
-// (bench/surroundings).
-func SchedulerDueSQL(schema string) string { return renderSchedulerSQL(schema).due }
