@@ -652,10 +652,10 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	for _, stmt := range []string{"claim", "claim after bounds", "claim_capped", "claim_limited"} {
+	for _, stmt := range []string{"claim", "claim after bounds", "claim_capped", "claim_capped after a cursor", "claim_limited"} {
 		want := []string{"jobs_ready"}
 		switch stmt {
-		case "claim_capped":
+		case "claim_capped", "claim_capped after a cursor":
 			want = []string{"jobs_ready_tenant", "jobs_ready_no_tenant"}
 		case "claim_limited":
 			want = []string{"jobs_ready", "jobs_running"} // the running set through its index
@@ -668,7 +668,9 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 			args := []any{p.queues, kinds, 50, "w", int64(30_000_000)}
 			switch stmt {
 			case "claim_capped":
-				args = append(args, 5)
+				args = append(args, 5, nil) // round robin from the first tenant
+			case "claim_capped after a cursor":
+				args = append(args, 5, rawSQL("array_fill('t17'::text, ARRAY["+fmt.Sprint(len(p.queues))+"])"))
 			case "claim_limited":
 				args = append(args, []string{"per-tenant"})
 			case "claim":

@@ -47,6 +47,10 @@ type ClaimParams struct {
 	// locks, from the front, and takes only what they allow. The
 	// tenant-capped claim does not apply limits.
 	Limits []string
+	// TenantCursor holds, per queue, the last tenant the tenant-capped
+	// claim visited: the next capped claim starts after it (round robin).
+	// Claim updates it in place; nil: from the first tenant, not kept.
+	TenantCursor map[string]string
 }
 
 // Bound is a position in claim order: priority descending, then run_at,
@@ -80,7 +84,23 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 	args := []any{p.Queues, kinds, p.Batch, p.WorkerID, Micros(p.Lease)}
 	switch {
 	case p.TenantCap > 0:
-		return s.claim(ctx, db, p.Batch, s.SQL("claim_capped"), append(args, p.TenantCap)...)
+		cursors := make([]*string, len(p.Queues))
+		for i, q := range p.Queues {
+			if c, ok := p.TenantCursor[q]; ok {
+				cursors[i] = &c
+			}
+		}
+		rows, err := db.Query(ctx, s.SQL("claim_capped"), append(args, p.TenantCap, cursors)...)
+		if err != nil {
+			return nil, err
+		}
+		var cursor *string
+		out, err := scanClaimed(rows, p.Batch, &cursor, func(j ClaimedJob) {
+			if cursor != nil && p.TenantCursor != nil {
+				p.TenantCursor[j.Queue] = *cursor
+			}
+		})
+		return out, err
 	case len(p.Limits) > 0:
 		return s.claimLimited(ctx, db, p, append(args, p.Limits)...)
 	default:
@@ -109,7 +129,7 @@ func (s *Store) claimLimited(ctx context.Context, db DBTX, p ClaimParams, args .
 	batch.Queue(s.SQL("limit_locks"), p.Limits)
 	batch.Queue(s.SQL("claim_limited"), args...).Query(func(rows pgx.Rows) error {
 		var err error
-		out, err = scanClaimed(rows, p.Batch)
+		out, err = scanClaimed(rows, p.Batch, nil, nil)
 		return err
 	})
 	if err := b.SendBatch(ctx, batch).Close(); err != nil {
@@ -123,22 +143,31 @@ func (s *Store) claim(ctx context.Context, db DBTX, batch int, q string, args ..
 	if err != nil {
 		return nil, err
 	}
-	return scanClaimed(rows, batch)
+	return scanClaimed(rows, batch, nil, nil)
 }
 
-// scanClaimed reads a claim's RETURNING rows (the claim_rows fragment's
-// column order) and closes rows.
-func scanClaimed(rows pgx.Rows, batch int) ([]ClaimedJob, error) {
+// scanClaimed reads a claim's rows (the claim_update fragment's RETURNING
+// order) and closes rows. A statement that returns one more column (the
+// capped claim's cursor) gives its destination in extra and sees each row
+// in each.
+func scanClaimed(rows pgx.Rows, batch int, extra any, each func(ClaimedJob)) ([]ClaimedJob, error) {
 	defer rows.Close()
 	out := make([]ClaimedJob, 0, batch)
 	for rows.Next() {
 		var j ClaimedJob
 		var tenant, entity, unique *string
-		if err := rows.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Priority, &j.Attempt, &j.MaxAttempts,
-			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata); err != nil {
+		dest := []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Priority, &j.Attempt, &j.MaxAttempts,
+			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata}
+		if extra != nil {
+			dest = append(dest, extra)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		j.Tenant, j.Entity, j.UniqueKey = deref(tenant), deref(entity), deref(unique)
+		if each != nil {
+			each(j)
+		}
 		out = append(out, j)
 	}
 	return out, rows.Err()

@@ -30,6 +30,10 @@ type pool struct {
 
 	keys keyset // where claims start reading; the producer's alone
 
+	// tenantCursor is, per queue, the last tenant the capped claim visited
+	// (round-robin fair share); the producer's alone.
+	tenantCursor map[string]string
+
 	// The concurrency limits covering this pool's work, re-read every
 	// limitsRefresh (the producer's alone).
 	limits   []string
@@ -47,6 +51,8 @@ func newPool(r *Runner, cfg PoolConfig) *pool {
 		wakeCh: make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		keys:   keyset{cheap: keysetCheap},
+
+		tenantCursor: map[string]string{},
 	}
 }
 
@@ -188,6 +194,7 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	jobs, err := p.r.cfg.Store.Claim(ctx, p.r.cfg.Pool, store.ClaimParams{
 		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
 		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after, Limits: limits,
+		TenantCursor: p.tenantCursor,
 	})
 	if err != nil {
 		return nil, err

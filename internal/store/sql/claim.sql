@@ -249,36 +249,72 @@ FROM (SELECT DISTINCT hashtextextended({{schema_lit}} || '.limit.' || n, 0) AS k
       FROM unnest($1::text[]) AS n ORDER BY 1) AS h;
 
 -- name: claim_capped
--- Tenant-capped claim: no tenant takes more than $6 jobs of one batch while
--- others have work. Tenants are enumerated with a skip scan over the
--- per-tenant ready index (one probe per tenant, however deep one tenant's
--- burst is), each contributes its first $6 jobs in claim order, and jobs
+-- Tenant-capped claim with round-robin fair share: no tenant takes more than
+-- $6 jobs of one batch while others have work, and every tenant with ready
+-- jobs gets its share within ceil(tenants / batch) claims. Each claim
+-- visits the next $3 tenants in name order after the claimer's cursor ($7,
+-- per queue: the last tenant its previous claim visited), wrapping around,
+-- with a skip scan over the per-tenant ready index: one probe per tenant,
+-- however deep one tenant's burst is and however many tenants there are, so
+-- the claim's cost does not grow with the number of ready tenants. Each
+-- visited tenant contributes its first $6 jobs in claim order, and jobs
 -- without a tenant form one more group (read from their own partial index).
 -- Those shares rank first; the queue's next jobs in plain claim order rank
 -- after them as spare capacity, so a batch the shares do not fill still goes
 -- to whoever has work (a lone tenant is not throttled to $6 per claim). The
 -- best $3, shares first, are then locked with SKIP LOCKED (re-checked
--- against the newest row version) and claimed.
---   $1..$5 as claim, $6 cap per tenant
+-- against the newest row version) and claimed. Each row returned carries its
+-- queue's new cursor (the last tenant visited).
+--   $1..$5 as claim, $6 cap per tenant, $7 cursor text[] (one per queue in
+--   $1's order; NULL: from the first tenant)
 WITH RECURSIVE open_queues AS (
-    SELECT q.name FROM unnest($1::text[]) AS q(name)
+    SELECT q.name, q.cursor FROM unnest($1::text[], $7::text[]) AS q(name, cursor)
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
-tenants (queue, tenant, n) AS (
-    SELECT o.name,
-           (SELECT j.tenant FROM {{schema}}.jobs AS j
-            WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
-            ORDER BY j.tenant LIMIT 1),
-           1
+tenants (queue, tenant, n, cursor, wrapped) AS (
+    -- The first tenant after the cursor, else (wrapping) the first of all.
+    SELECT o.name, f.tenant, 1, o.cursor, f.wrapped
     FROM open_queues AS o
+    CROSS JOIN LATERAL (
+        SELECT x.tenant, x.wrapped FROM (
+            -- Tenants are never '' (enqueue_job), so '' is "before all":
+            -- a plain range, an index condition (an OR would be a filter).
+            (SELECT j.tenant, false AS wrapped FROM {{schema}}.jobs AS j
+             WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
+               AND j.tenant > coalesce(o.cursor, '')
+             ORDER BY j.tenant LIMIT 1)
+          UNION ALL
+            (SELECT j.tenant, true FROM {{schema}}.jobs AS j
+             WHERE o.cursor IS NOT NULL AND j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
+               AND j.tenant <= o.cursor
+             ORDER BY j.tenant LIMIT 1)
+        ) AS x LIMIT 1
+    ) AS f
   UNION ALL
-    SELECT t.queue,
-           (SELECT j.tenant FROM {{schema}}.jobs AS j
-            WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = t.queue AND j.tenant > t.tenant
-            ORDER BY j.tenant LIMIT 1),
-           t.n + 1
+    -- The next one, wrapping once, up to the cursor; $3 tenants at most.
+    SELECT t.queue, nx.tenant, t.n + 1, t.cursor, nx.wrapped
     FROM tenants AS t
-    WHERE t.tenant IS NOT NULL AND t.n < 1000
+    CROSS JOIN LATERAL (
+        SELECT x.tenant, x.wrapped FROM (
+            -- The probe, then the stop past the cursor once wrapped (as a
+            -- filter inside the probe it would read every tenant after it).
+            (SELECT p.tenant, t.wrapped AS wrapped FROM (
+                 SELECT j.tenant FROM {{schema}}.jobs AS j
+                 WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = t.queue AND j.tenant > t.tenant
+                 ORDER BY j.tenant LIMIT 1) AS p
+             WHERE NOT t.wrapped OR p.tenant <= t.cursor)
+          UNION ALL
+            (SELECT j.tenant, true FROM {{schema}}.jobs AS j
+             WHERE NOT t.wrapped AND t.cursor IS NOT NULL
+               AND j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = t.queue AND j.tenant <= t.cursor
+             ORDER BY j.tenant LIMIT 1)
+        ) AS x LIMIT 1
+    ) AS nx
+    WHERE t.n < $3
+),
+visited AS (
+    -- Per queue, the last tenant visited: the next claim's cursor.
+    SELECT DISTINCT ON (t.queue) t.queue, t.tenant FROM tenants AS t ORDER BY t.queue, t.n DESC
 ),
 candidates AS (
     SELECT 0 AS rank, c.id, c.priority, c.run_at, c.entity
@@ -291,7 +327,6 @@ candidates AS (
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
-    WHERE t.tenant IS NOT NULL
   UNION ALL
     SELECT 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
@@ -333,18 +368,15 @@ locked AS (
     SELECT j.id FROM {{schema}}.jobs AS j
     WHERE j.id IN (SELECT b.id FROM best AS b) AND j.state = 'ready'
     FOR NO KEY UPDATE SKIP LOCKED
+),
+picked AS (
+    SELECT j.id, j.priority, j.run_at, j.entity FROM {{schema}}.jobs AS j JOIN locked AS l ON l.id = j.id
+),
+{{claim_pick}},
+claimed AS (
+{{claim_update}}
 )
-UPDATE {{schema}}.jobs AS j
-SET state            = 'running',
-    attempts         = j.attempts + 1,
-    locked_by        = $4,
-    lease_token      = nextval('{{schema}}.lease_tokens'::regclass),
-    lease_expires_at = now() + $5::bigint * interval '1 microsecond',
-    attempted_at     = now()
-FROM locked AS l
-WHERE j.id = l.id
-RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata;
+SELECT c.*, v.tenant FROM claimed AS c LEFT JOIN visited AS v ON v.queue = c.queue;
 
 -- name: ready_queues
 -- The queues that hold ready jobs (due or scheduled). Client.Drain only: a
