@@ -24,6 +24,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,15 @@ type Result struct {
 	// and the lifetime high-water mark (VmHWM, seeding included).
 	DrainPeakRSSBytes int64 `json:"drain_peak_rss_bytes"`
 	MaxRSSBytes       int64 `json:"max_rss_bytes"`
+
+	// With --tenants: the tenants, the burst ahead of them, the cap, how
+	// long after the drain started every tenant had had a job started, and
+	// how many burst jobs had started by then (FIFO: the whole burst).
+	Tenants               int      `json:"tenants,omitempty"`
+	Burst                 int      `json:"burst,omitempty"`
+	TenantCap             int      `json:"tenant_cap,omitempty"`
+	AllTenantsStartedS    *float64 `json:"all_tenants_started_s,omitempty"`
+	BurstStartedBeforeAll *int64   `json:"burst_started_before_all_tenants,omitempty"`
 }
 
 // SeedChunk is how many jobs one seeding transaction (one COPY) loads.
@@ -141,11 +151,34 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	defer bp.Close()
 
-	res := Result{Queue: queue, Jobs: o.Jobs, Workers: o.Workers, Batch: o.Batch, Handler: h.String()}
+	res := Result{Queue: queue, Jobs: o.Jobs + o.Burst, Workers: o.Workers, Batch: o.Batch, Handler: h.String(),
+		Tenants: o.Tenants, Burst: o.Burst, TenantCap: o.TenantCap}
+	seeded := o.Jobs + o.Burst
+	var (
+		tenantsSeen  sync.Map
+		tenantsCount atomic.Int64
+		burstStarted atomic.Int64
+		allStarted   atomic.Int64 // unix nanoseconds; 0 until every tenant had a job
+		burstAtAll   atomic.Int64
+	)
+	noteTenant := func(tenant string) {
+		if o.Tenants == 0 {
+			return
+		}
+		if tenant == "a-burst" {
+			burstStarted.Add(1)
+			return
+		}
+		if _, seen := tenantsSeen.LoadOrStore(tenant, true); !seen && tenantsCount.Add(1) == int64(o.Tenants) {
+			burstAtAll.Store(burstStarted.Load())
+			allStarted.Store(time.Now().UnixNano())
+		}
+	}
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: orQuiet(o.Logger, progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
 		DeleteCompleted: o.DeleteCompleted, ListenURL: o.ListenURL,
-		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch,
+			TenantCap: o.TenantCap}},
 	})
 	if err != nil {
 		return res, err
@@ -164,6 +197,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	err = skiplock.Handle(c, benchKind, func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
 		start := time.Now()
 		waits.Add(start.Sub(j.RunAt))
+		noteTenant(j.Tenant)
 		if j.Attempt > 1 {
 			reaped.Add(1)
 		}
@@ -194,11 +228,16 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	res.WALStartLSN = lsn0
 	seedStart := time.Now()
-	if err := seed(ctx, c, queue, o.Jobs, progress); err != nil {
+	if o.Burst > 0 {
+		if err := seed(ctx, c, queue, o.Burst, 0, "a-burst", progress); err != nil {
+			return res, err
+		}
+	}
+	if err := seed(ctx, c, queue, o.Jobs, o.Tenants, "", progress); err != nil {
 		return res, err
 	}
 	res.SeedSeconds = time.Since(seedStart).Seconds()
-	res.SeedJobsPerS = float64(o.Jobs) / res.SeedSeconds
+	res.SeedJobsPerS = float64(seeded) / res.SeedSeconds
 	lsn1, err := walLSN(ctx, pool)
 	if err != nil {
 		return res, err
@@ -220,7 +259,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	if err := c.Start(ctx); err != nil {
 		return res, err
 	}
-	peakRSS, err := waitDone(ctx, c, o.Jobs, start, progress)
+	peakRSS, err := waitDone(ctx, c, seeded, start, progress)
 	res.Seconds = time.Since(start).Seconds()
 	if o.CPUProfile != nil {
 		pprof.StopCPUProfile()
@@ -252,8 +291,12 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	res.AutovacuumsDuring -= avBefore
 
-	n := float64(o.Jobs)
+	n := float64(seeded)
 	res.JobsPerS = n / res.Seconds
+	if at := allStarted.Load(); at != 0 {
+		s, b := time.Duration(at-start.UnixNano()).Seconds(), burstAtAll.Load()
+		res.AllTenantsStartedS, res.BurstStartedBeforeAll = &s, &b
+	}
 	if !h.Noop {
 		ideal := float64(o.Workers) / h.Mean().Seconds()
 		pct := 100 * res.JobsPerS / ideal
@@ -332,15 +375,24 @@ func orQuiet(l *slog.Logger, w io.Writer) *slog.Logger {
 }
 
 // seed loads n due jobs into queue with EnqueueMany (COPY), SeedChunk per
-// transaction, priorities 0..10 like the articles' seed.
-func seed(ctx context.Context, c *skiplock.Client, queue string, n int, progress io.Writer) error {
+// transaction, priorities 0..10 like the articles' seed; spread round-robin
+// over tenants tenants when tenants > 0, else all of tenant (may be "").
+func seed(ctx context.Context, c *skiplock.Client, queue string, n, tenants int, tenant string, progress io.Writer) error {
 	ps := make([]skiplock.EnqueueParams, 0, min(n, SeedChunk))
 	last := time.Now()
 	for done := 0; done < n; {
 		ps = ps[:0]
 		for i := done; i < n && len(ps) < SeedChunk; i++ {
-			ps = append(ps, skiplock.EnqueueParams{Queue: queue, Kind: benchKind, Priority: mrand.IntN(11),
-				Payload: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`)})
+			t := tenant
+			if tenants > 0 {
+				t = "t" + strconv.Itoa(i%tenants)
+			}
+			p := skiplock.EnqueueParams{Queue: queue, Kind: benchKind, Priority: mrand.IntN(11), Tenant: t,
+				Payload: json.RawMessage(`{"n":` + strconv.Itoa(i) + `}`)}
+			if tenant == "a-burst" {
+				p.Priority = 10 // ahead of every other job in claim order
+			}
+			ps = append(ps, p)
 		}
 		if _, err := c.EnqueueMany(ctx, ps); err != nil {
 			return fmt.Errorf("bench: seed: %w", err)

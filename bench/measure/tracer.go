@@ -79,17 +79,60 @@ func (t *Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQ
 	}
 }
 
-// TraceBatchStart implements pgx.BatchTracer: a batch is one round trip.
+type batchKey struct{}
+
+// batchTrace is one batch in flight: when it started and the timed
+// statement it carries, if any (a claim sent as a pipeline).
+type batchTrace struct {
+	start time.Time
+	mu    sync.Mutex
+	timed string
+}
+
+// TraceBatchStart implements pgx.BatchTracer: a batch is one round trip,
+// counted as "batch", or under the name of the timed statement it carries
+// (and timed as that statement).
 func (t *Tracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	t.count("batch")
-	return ctx
+	return context.WithValue(ctx, batchKey{}, &batchTrace{start: time.Now()})
 }
 
 // TraceBatchQuery implements pgx.BatchTracer.
-func (t *Tracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (t *Tracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	b, ok := ctx.Value(batchKey{}).(*batchTrace)
+	if !ok {
+		return
+	}
+	if n := t.name(data.SQL); t.timed(n) {
+		b.mu.Lock()
+		b.timed = n
+		b.mu.Unlock()
+	}
+}
 
 // TraceBatchEnd implements pgx.BatchTracer.
-func (t *Tracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (t *Tracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	b, ok := ctx.Value(batchKey{}).(*batchTrace)
+	if !ok {
+		t.count("batch")
+		return
+	}
+	b.mu.Lock()
+	name := b.timed
+	b.mu.Unlock()
+	if name == "" {
+		t.count("batch")
+		return
+	}
+	t.mu.Lock()
+	on := t.on
+	if on {
+		t.counts[name]++
+	}
+	t.mu.Unlock()
+	if on && data.Err == nil {
+		t.Timed.Add(time.Since(b.start))
+	}
+}
 
 // TraceCopyFromStart implements pgx.CopyFromTracer: a COPY is one round trip.
 func (t *Tracer) TraceCopyFromStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceCopyFromStartData) context.Context {

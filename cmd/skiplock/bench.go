@@ -23,6 +23,8 @@ type benchFlags struct {
 	samples              int
 	cpuProfile           string
 	deleteCompleted      bool
+	tenants, burst       int
+	tenantCap            int
 	listenURL            string
 
 	// --pressure and its knobs.
@@ -79,6 +81,9 @@ JSON line per second. --clean 0 or --recovery 0 skips that phase.`,
 	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
 	fl.BoolVar(&f.latency, "latency", false, "measure enqueue → handler start on an idle queue instead")
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")
+	fl.IntVar(&f.tenants, "tenants", 0, "spread the seeded jobs round-robin over N tenants, and report when every tenant had a job started")
+	fl.IntVar(&f.burst, "burst", 0, "with --tenants: seed N jobs of one more tenant first, ahead in claim order (the carrier replay)")
+	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "run the pool with this tenant cap (round-robin fair share; 0: none)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
 	fl.StringVar(&f.pressure, "pressure", "", "run the pressure suite: clean, idle-tx, rr-readers, overload or all")
@@ -213,7 +218,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		}
 	}
 	if f.latency {
-		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed"} {
+		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "tenants", "burst", "tenant-cap"} {
 			if fl.Changed(name) {
 				return usageError("--%s: not used with --latency", name)
 			}
@@ -243,7 +248,8 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	}
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
 		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(),
-		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL)}
+		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL),
+		Tenants: f.tenants, Burst: f.burst, TenantCap: f.tenantCap}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}
@@ -304,6 +310,13 @@ func printBench(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "  reaped leases   %.2f %%  (lease lost %d, failed %d)\n", r.ReapedLeasesPct, r.LeaseLost, r.Failed)
 	fmt.Fprintf(w, "  memory          peak RSS %.1f MB during the drain, %.1f MB high-water\n",
 		float64(r.DrainPeakRSSBytes)/(1<<20), float64(r.MaxRSSBytes)/(1<<20))
+	if r.Tenants > 0 {
+		fmt.Fprintf(w, "  tenants         %d behind a burst of %d, tenant cap %d", r.Tenants, r.Burst, r.TenantCap)
+		if r.AllTenantsStartedS != nil {
+			fmt.Fprintf(w, ": every tenant had a job started %.2f s into the drain, after %d burst jobs", *r.AllTenantsStartedS, *r.BurstStartedBeforeAll)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func printLatency(w io.Writer, r bench.LatencyResult) {

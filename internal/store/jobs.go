@@ -75,13 +75,29 @@ func (b Bound) Before(o Bound) bool {
 	return b.ID < o.ID
 }
 
-// Claim claims up to p.Batch ready jobs in one statement.
+// Claim claims up to p.Batch ready jobs in one round trip: the claim
+// statement (claim, claim_capped or claim_limited, with the limits' locks
+// first) in one pipeline, one implicit transaction, after claim_no_jit.
 func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob, error) {
+	b, ok := db.(batcher)
+	if !ok {
+		return nil, fmt.Errorf("store: a claim needs a pool, connection or transaction, got %T", db)
+	}
 	var kinds any
 	if p.Kinds != nil {
 		kinds = p.Kinds
 	}
 	args := []any{p.Queues, kinds, p.Batch, p.WorkerID, Micros(p.Lease)}
+	batch := &pgx.Batch{}
+	batch.Queue(s.SQL("claim_no_jit"))
+	var out []ClaimedJob
+	scan := func(extra any, each func(ClaimedJob)) func(pgx.Rows) error {
+		return func(rows pgx.Rows) error {
+			var err error
+			out, err = scanClaimed(rows, p.Batch, extra, each)
+			return err
+		}
+	}
 	switch {
 	case p.TenantCap > 0:
 		cursors := make([]*string, len(p.Queues))
@@ -90,60 +106,31 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 				cursors[i] = &c
 			}
 		}
-		rows, err := db.Query(ctx, s.SQL("claim_capped"), append(args, p.TenantCap, cursors)...)
-		if err != nil {
-			return nil, err
-		}
 		var cursor *string
-		out, err := scanClaimed(rows, p.Batch, &cursor, func(j ClaimedJob) {
+		batch.Queue(s.SQL("claim_capped"), append(args, p.TenantCap, cursors)...).Query(scan(&cursor, func(j ClaimedJob) {
 			if cursor != nil && p.TenantCursor != nil {
 				p.TenantCursor[j.Queue] = *cursor
 			}
-		})
-		return out, err
+		}))
 	case len(p.Limits) > 0:
-		return s.claimLimited(ctx, db, p, append(args, p.Limits)...)
+		// The limits' locks before the claim: its snapshot is then taken
+		// after they are held, so it includes every job claimed by their
+		// previous holder, and no limit is exceeded by two claimers at once.
+		batch.Queue(s.SQL("limit_locks"), p.Limits)
+		batch.Queue(s.SQL("claim_limited"), append(args, p.Limits)...).Query(scan(nil, nil))
 	default:
-		return s.claim(ctx, db, p.Batch, s.SQL("claim"), append(args, BoundArgs(p.Queues, p.After)...)...)
+		batch.Queue(s.SQL("claim"), append(args, BoundArgs(p.Queues, p.After)...)...).Query(scan(nil, nil))
 	}
-}
-
-// batcher is a DBTX that can pipeline statements (a pool, a connection or
-// a transaction).
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// claimLimited takes the limits' locks and claims in one pipeline, so one
-// round trip and one implicit transaction: claim_limited's snapshot is taken
-// after the locks are held, so it includes every job claimed by the locks'
-// previous holder, and no limit is exceeded by two claimers at once.
-func (s *Store) claimLimited(ctx context.Context, db DBTX, p ClaimParams, args ...any) ([]ClaimedJob, error) {
-	b, ok := db.(batcher)
-	if !ok {
-		return nil, fmt.Errorf("store: a limited claim needs a pool, connection or transaction, got %T", db)
-	}
-	var out []ClaimedJob
-	batch := &pgx.Batch{}
-	batch.Queue(s.SQL("claim_no_jit"))
-	batch.Queue(s.SQL("limit_locks"), p.Limits)
-	batch.Queue(s.SQL("claim_limited"), args...).Query(func(rows pgx.Rows) error {
-		var err error
-		out, err = scanClaimed(rows, p.Batch, nil, nil)
-		return err
-	})
 	if err := b.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (s *Store) claim(ctx context.Context, db DBTX, batch int, q string, args ...any) ([]ClaimedJob, error) {
-	rows, err := db.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	return scanClaimed(rows, batch, nil, nil)
+// batcher is a DBTX that can pipeline statements (a pool, a connection or
+// a transaction).
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // scanClaimed reads a claim's rows (the claim_update fragment's RETURNING
