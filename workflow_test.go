@@ -647,3 +647,33 @@ func TestWorkflowSignalReceivedOnce(t *testing.T) {
 	require.Equal(t, "completed", st.State)
 	require.ElementsMatch(t, []string{`{"by": "ann"}`, `{"by": "bob"}`}, got)
 }
+
+// Tasks added below a failed task under CancelDependents are cancelled at
+// once, and so are the new tasks below them; the others wait as usual.
+func TestAddTasksBelowFailedTask(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{})
+	id, err := c.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.Task{{Name: "a", Kind: "k"}, {Name: "b", Kind: "k"}}})
+	require.NoError(t, err)
+	st, err := c.WorkflowGet(ctx, id, false)
+	require.NoError(t, err)
+	_, err = c.Cancel(ctx, *taskByName(st, "a").JobID)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `SELECT skiplock.add_tasks($1, '[
+		{"name": "x", "queue": "default", "kind": "k", "depends_on": ["a"]},
+		{"name": "y", "queue": "default", "kind": "k", "depends_on": ["x", "b"]},
+		{"name": "z", "queue": "default", "kind": "k", "depends_on": ["b"]}]')`, id)
+	require.NoError(t, err)
+	st, err = c.WorkflowGet(ctx, id, false)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", taskByName(st, "a").State)
+	require.Equal(t, "cancelled", taskByName(st, "x").State)
+	require.Equal(t, "cancelled", taskByName(st, "y").State)
+	require.Equal(t, "pending", taskByName(st, "z").State)
+	require.Equal(t, 5, st.Tasks)
+	require.Equal(t, 2, st.Open) // b and z
+	require.Equal(t, 3, st.Cancelled)
+	require.Equal(t, "running", st.State)
+}

@@ -139,3 +139,40 @@ func TestRunRejectsUnmigratedSchema(t *testing.T) {
 	_, err = RunLatency(context.Background(), db.Pool, LatencyOptions{Samples: 1, Schema: "nothing_here"})
 	require.ErrorContains(t, err, "not migrated")
 }
+
+func TestParseShape(t *testing.T) {
+	s, err := ParseShape("fanout:10")
+	require.NoError(t, err)
+	require.Equal(t, Shape{Fanout: 10}, s)
+	require.Equal(t, 12, s.Tasks())
+	require.Equal(t, "fanout:10", s.String())
+	for _, in := range []string{"", "fanout", "fanout:", "fanout:0", "fanout:-2", "fanout:x", "chain:3", "fanout:10001"} {
+		_, err := ParseShape(in)
+		var oe *OptionError
+		require.True(t, errors.As(err, &oe), "%q: %v", in, err)
+		require.Equal(t, "workflow", oe.Option, in)
+	}
+	var oe *OptionError
+	require.True(t, errors.As(WorkflowOptions{Shape: "fanout:3", Workers: -1}.Validate(), &oe))
+	require.Equal(t, "workers", oe.Option)
+}
+
+// TestRunWorkflowEndToEnd runs a few small workflows and checks the
+// figures are plausible and nothing is left behind.
+func TestRunWorkflowEndToEnd(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	res, err := RunWorkflow(ctx, db.Pool, WorkflowOptions{Shape: "fanout:3", Tasks: 100, Workers: 4, Batch: 5})
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Workflows)
+	require.Equal(t, 100, res.Tasks)
+	require.Greater(t, res.TasksPerS, 0.0)
+	require.InDelta(t, res.TasksPerS/5, res.WorkflowsPerS, 0.001)
+	require.Greater(t, res.StatementsPerTask, 0.0)
+	require.Greater(t, res.WALBytesPerTask, 0.0)
+	require.Zero(t, res.Failed)
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs) + (SELECT count(*) FROM skiplock.workflows)
+		+ (SELECT count(*) FROM skiplock.workflow_tasks) + (SELECT count(*) FROM skiplock.workflow_deps)`).Scan(&left))
+	require.Zero(t, left, "the run cleans up after itself")
+}

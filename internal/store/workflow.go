@@ -256,3 +256,11 @@ func (s *Store) TimerPut(ctx context.Context, db DBTX, l Lease, worker, name str
 	}
 	return output, now, err == nil, err
 }
+
+// DeleteWorkflowsNamed deletes every finished workflow named name, with its
+// tasks, edges and signals, and returns how many.
+func (s *Store) DeleteWorkflowsNamed(ctx context.Context, db DBTX, name string) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.SQL("workflow_delete_named"), name).Scan(&n)
+	return n, err
+}

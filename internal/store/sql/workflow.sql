@@ -156,3 +156,9 @@ SELECT {{schema}}.cancel_workflow($1);
 -- name: workflow_retry
 --   $1 id
 SELECT {{schema}}.retry_workflow($1);
+
+-- name: workflow_delete_named
+-- Deletes every finished workflow of this name (the benchmark's cleanup).
+--   $1 name
+SELECT count(*) FILTER (WHERE {{schema}}.delete_workflow(w.id))
+FROM {{schema}}.workflows AS w WHERE w.name = $1 AND w.state <> 'running';
