@@ -15,17 +15,47 @@ import (
 // workflows (a root task that fans out leaves at run time, and a join that
 // reads every leaf's output), each task made of a checkpointed step, a
 // StepTx, and a final transaction that fans out, sets the output and
-// completes the job (CompleteTx). After the faults heal every workflow must
-// have completed, and the checker's invariants hold for every task's job.
-// Besides:
-//   - no task started before every parent completed (by the database's
-//     clock: a task's first run starts after its parents' completions);
-//   - a step whose checkpoint was recorded never ran again (step "one"
-//     records whether its checkpoint existed when it ran);
-//   - the StepTx effect and the final effect exist exactly once per task;
-//   - the join's output is the sum of the leaves' outputs.
+// completes the job (CompleteTx), with replacements started as a new
+// process would be. See runWorkflowFaults for what is checked.
 func TestKill9MidWorkflow(t *testing.T) {
 	t.Parallel()
+	runWorkflowFaults(t, "kill -9", 150, func(e *env, ws map[string]*proc, n string, i int) bool {
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond) // land the kill at different steps
+		ws[n].kill9(t)
+		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
+		time.Sleep(200 * time.Millisecond)
+		return i < 5
+	})
+}
+
+// TestSIGSTOPMidWorkflow freezes workers (SIGSTOP) past their lease while
+// they run workflow tasks, and lets them resume: the other workers' reapers
+// hand the frozen tasks back and finish them; the resumed workers' writes
+// are refused by the fence. The same checks as TestKill9MidWorkflow.
+func TestSIGSTOPMidWorkflow(t *testing.T) {
+	t.Parallel()
+	runWorkflowFaults(t, "SIGSTOP", 500, func(e *env, ws map[string]*proc, n string, i int) bool {
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond)
+		ws[n].signal(syscall.SIGSTOP)
+		time.Sleep(lease + 2*reaper + time.Second) // past the lease: the others reap its tasks
+		ws[n].signal(syscall.SIGCONT)
+		return i < 1
+	})
+}
+
+// runWorkflowFaults runs 6 workflows (a root that fans out five leaves at
+// run time, and a join that sums their outputs; every task pauses pause ms
+// twice) on three workers, strikes
+// a worker that has tasks in flight with fault until fault says stop, and
+// checks, once every workflow finished, the checker's invariants for every
+// task's job and the workflow ones:
+//   - no task started before every parent completed (by the database's
+//     clock: a task's first run starts after its parents' completions);
+//   - the lease holder never ran a step whose checkpoint was recorded (step
+//     "one" records whether its checkpoint existed when it ran);
+//   - the StepTx effect and the final effect exist exactly once per task;
+//   - every workflow completed, and the join's output is the leaves' sum.
+func runWorkflowFaults(t *testing.T, what string, pause int, fault func(e *env, ws map[string]*proc, n string, i int) bool) {
 	e := newEnv(t)
 	ctx := context.Background()
 	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
@@ -37,7 +67,7 @@ func TestKill9MidWorkflow(t *testing.T) {
 	var wfIDs []int64
 	for range workflows {
 		id, err := e.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "chaos", Tasks: []skiplock.Task{
-			{Name: "split", Kind: "wfstep", Args: map[string]int{"sleep": 150, "fanout": fanout}, MaxAttempts: 20},
+			{Name: "split", Kind: "wfstep", Args: map[string]int{"sleep": pause, "fanout": fanout}, MaxAttempts: 20},
 		}})
 		require.NoError(t, err)
 		wfIDs = append(wfIDs, id)
@@ -48,8 +78,8 @@ func TestKill9MidWorkflow(t *testing.T) {
 		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
 	}
 
-	kills := 0
-	for i := 0; i < 6; i++ {
+	strikes := 0
+	for i := 0; ; i++ {
 		n := names[i%len(names)]
 		p := ws[n]
 		waitFor(t, 20*time.Second, p.app+" to be running tasks", func() bool {
@@ -58,13 +88,12 @@ func TestKill9MidWorkflow(t *testing.T) {
 		if e.inFlight(p.app) == 0 {
 			break
 		}
-		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond) // land the kill at different steps
-		p.kill9(t)
-		kills++
-		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
-		time.Sleep(200 * time.Millisecond)
+		strikes++
+		if !fault(e, ws, n, i) {
+			break
+		}
 	}
-	require.GreaterOrEqual(t, kills, 3, "the kills must land on workers with tasks in flight")
+	require.GreaterOrEqual(t, strikes, 2, "the faults must land on workers with tasks in flight")
 
 	waitFor(t, 90*time.Second, "every workflow to finish", func() bool {
 		n, err := e.tryCount("SELECT count(*) FROM skiplock.workflows WHERE state = 'running'")
@@ -114,8 +143,9 @@ func TestKill9MidWorkflow(t *testing.T) {
 		GROUP BY task_id, step HAVING count(*) <> 1) AS x`), "a StepTx or final effect exists other than once")
 	require.Equal(t, len(jobs), e.count("SELECT count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'done'"))
 	require.Zero(t, e.count("SELECT count(*) FROM skiplock.job_steps"), "finished jobs leave no checkpoints")
-	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL")
-	require.Positive(t, cut, "no task execution was cut by a kill")
-	t.Logf("kill -9 mid-workflow: %d kills cut %d task executions; %d workflows of %d tasks completed; %d step-one reruns before their checkpoint",
-		kills, cut, workflows, fanout+2, e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"))
+	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL OR outcome LIKE 'ctx:%'")
+	require.Positive(t, cut, "no task execution was cut by a fault")
+	t.Logf("%s mid-workflow: %d strikes cut %d task executions; %d workflows of %d tasks completed; reaped %d; %d step-one runs beyond one per task",
+		what, strikes, cut, workflows, fanout+2, r.Reaped,
+		e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"))
 }

@@ -299,8 +299,12 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 		}
 	}
 	if _, err := skiplock.Step(ctx, "one", func(ctx context.Context) (int, error) {
+		// A violation is the lease holder running a step whose checkpoint
+		// exists; a worker that lost its lease (frozen past it) may still be
+		// inside a step the job's new owner recorded meanwhile.
 		var recorded int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.job_steps WHERE job_id = $1 AND name = 'one'", j.ID).Scan(&recorded); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.job_steps WHERE job_id = $1 AND name = 'one'
+			AND EXISTS (SELECT 1 FROM skiplock.jobs WHERE id = $1 AND lease_token = $2)`, j.ID, j.LeaseToken).Scan(&recorded); err != nil {
 			return 0, err
 		}
 		_, err := pool.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step, replayed) VALUES ($1, $2, 'one', $3)",
