@@ -243,6 +243,8 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /schedules", d.schedules)
 	m.HandleFunc("GET /workers", d.workers)
 	m.HandleFunc("GET /health", d.doctor)
+	m.HandleFunc("GET /workflows", d.workflows)
+	m.HandleFunc("GET /workflows/{id}", d.workflow)
 
 	m.Handle("POST /queues/pause", d.action(d.pauseQueue))
 	m.Handle("POST /queues/resume", d.action(d.resumeQueue))

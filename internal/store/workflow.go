@@ -264,3 +264,31 @@ func (s *Store) DeleteWorkflowsNamed(ctx context.Context, db DBTX, name string) 
 	err := db.QueryRow(ctx, s.SQL("workflow_delete_named"), name).Scan(&n)
 	return n, err
 }
+
+// WorkflowWait is something a workflow's tasks wait for: a signal sent and
+// not received yet ("signal"), a sleep ("timer") or a signal wait ("signal
+// wait") with its wake time.
+type WorkflowWait struct {
+	What string
+	Name string
+	Task *string
+	At   time.Time
+}
+
+// WorkflowWaits returns a workflow's pending signals and timers, oldest first.
+func (s *Store) WorkflowWaits(ctx context.Context, db DBTX, id int64) ([]WorkflowWait, error) {
+	rows, err := db.Query(ctx, s.SQL("workflow_waits"), id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []WorkflowWait
+	for rows.Next() {
+		var w WorkflowWait
+		if err := rows.Scan(&w.What, &w.Name, &w.Task, &w.At); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}

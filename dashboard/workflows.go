@@ -1,0 +1,102 @@
+package dashboard
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// workflowsPage is the list of workflows and batches, newest first.
+type workflowsPage struct {
+	State string
+	Rows  []skiplock.WorkflowStatus
+}
+
+func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	p := workflowsPage{State: r.URL.Query().Get("state")}
+	list, err := d.client.WorkflowList(ctx, skiplock.WorkflowFilter{State: p.State, Limit: 200})
+	var fe *skiplock.FieldError
+	if errors.As(err, &fe) {
+		d.fail(w, r, http.StatusBadRequest, fe.Error())
+		return
+	}
+	if err != nil {
+		d.dbFail(w, r, "workflows", err)
+		return
+	}
+	p.Rows = list
+	d.render(w, r, http.StatusOK, "workflows", "", d.view("workflows", "Workflows", p))
+}
+
+// workflowPage is one workflow: its tasks by level of the graph (a task's
+// level is one more than its deepest parent's), with states and timings,
+// and what its tasks wait for. Outputs are never shown (like payloads,
+// they may hold personal data: `skiplock workflow get --outputs` shows
+// them); error text is hidden on a read-only dashboard.
+type workflowPage struct {
+	skiplock.WorkflowStatus
+	Levels [][]skiplock.TaskStatus
+	Waits  []store.WorkflowWait
+	Hidden bool
+}
+
+func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || n <= 0 {
+		d.fail(w, r, http.StatusBadRequest, "workflow id must be a positive whole number")
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	st, err := d.client.WorkflowGet(ctx, n, false)
+	if errors.Is(err, skiplock.ErrWorkflowNotFound) {
+		d.fail(w, r, http.StatusNotFound, "no workflow "+strconv.FormatInt(n, 10))
+		return
+	}
+	if err != nil {
+		d.dbFail(w, r, "workflow", err)
+		return
+	}
+	waits, err := d.store.WorkflowWaits(ctx, d.pool, n)
+	if err != nil {
+		d.dbFail(w, r, "workflow waits", err)
+		return
+	}
+	if d.opts.ReadOnly {
+		st.Metadata = nil
+		for i := range st.TaskList {
+			st.TaskList[i].Error = ""
+		}
+	}
+	p := workflowPage{WorkflowStatus: st, Levels: levels(st.TaskList), Waits: waits, Hidden: d.opts.ReadOnly}
+	p.TaskList = nil
+	d.render(w, r, http.StatusOK, "workflow", "", d.view("workflows", "Workflow "+strconv.FormatInt(n, 10), p))
+}
+
+// levels groups tasks by their depth in the graph, each level in the order
+// the tasks were added. Parents are always added before their children.
+func levels(tasks []skiplock.TaskStatus) [][]skiplock.TaskStatus {
+	depth := make(map[string]int, len(tasks))
+	var out [][]skiplock.TaskStatus
+	for _, t := range tasks {
+		l := 0
+		for _, p := range t.DependsOn {
+			l = max(l, depth[p]+1)
+		}
+		depth[t.Name] = l
+		for len(out) <= l {
+			out = append(out, nil)
+		}
+		out[l] = append(out[l], t)
+	}
+	for _, l := range out {
+		slices.SortStableFunc(l, func(a, b skiplock.TaskStatus) int { return int(a.ID - b.ID) })
+	}
+	return out
+}
