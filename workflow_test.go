@@ -677,3 +677,34 @@ func TestAddTasksBelowFailedTask(t *testing.T) {
 	require.Equal(t, 3, st.Cancelled)
 	require.Equal(t, "running", st.State)
 }
+
+// Drain runs a signal wait like the workers do: the job goes to sleep in
+// its wait (settled as snoozed, no lease-lost warning) and, once signalled,
+// the next Drain receives the signal and completes it.
+func TestDrainWaitSignal(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	var got string
+	require.NoError(t, skiplock.Handle(c, "waiter", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		p, err := skiplock.WaitSignal(ctx, "go", time.Hour)
+		if err != nil {
+			return err
+		}
+		got = string(p)
+		return nil
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "waiter"})
+	require.NoError(t, err)
+	res, err := c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Snoozed)
+	require.Zero(t, res.LeaseLost)
+	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: r.ID}, map[string]int{"n": 1})
+	require.NoError(t, err)
+	res, err = c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Completed)
+	require.JSONEq(t, `{"n": 1}`, got)
+}
