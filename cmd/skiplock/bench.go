@@ -35,8 +35,8 @@ func newBenchCmd() *cobra.Command {
 --workers workers claiming batches of --batch, and reports throughput against the ideal rate
 (workers ÷ mean handler time), wait p50/p99 (handler start − run_at), claim p99, WAL bytes per
 job (pg_current_wal_insert_lsn before and after; server-wide), dead tuples of the jobs table
-after the run and the share of reaped leases. --handler is noop, completetx (no work, completed with CompleteTx in a transaction of its own) or
-sleep:MIN-MAX (uniform).
+after the run and the share of reaped leases. --handler is noop, completetx (no work, completed with CompleteTx in a transaction of its own),
+steps:N (N checkpointed no-op steps, skiplock.Step) or sleep:MIN-MAX (uniform).
 
 --latency instead enqueues --samples jobs one at a time into an idle queue and times enqueue →
 handler start with the client's default settings (LISTEN/NOTIFY wake-up). Behind a
@@ -61,7 +61,7 @@ dead letters and worker row when it ends. The schema must be migrated.`,
 	fl.IntVar(&f.jobs, "jobs", bench.DefaultJobs, "jobs to seed and drain")
 	fl.IntVar(&f.workers, "workers", bench.DefaultWorkers, "worker pool concurrency")
 	fl.IntVar(&f.batch, "batch", bench.DefaultBatch, "most jobs per claim")
-	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
+	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), steps:N (N checkpointed steps), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
 	fl.BoolVar(&f.latency, "latency", false, "measure enqueue → handler start on an idle queue instead")
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")

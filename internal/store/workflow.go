@@ -292,3 +292,22 @@ func (s *Store) WorkflowWaits(ctx context.Context, db DBTX, id int64) ([]Workflo
 	}
 	return out, rows.Err()
 }
+
+// StepsOfJob returns every checkpoint of a job by step name.
+func (s *Store) StepsOfJob(ctx context.Context, db DBTX, jobID int64) (map[string][]byte, error) {
+	rows, err := db.Query(ctx, s.SQL("steps_of_job"), jobID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var name string
+		var output []byte
+		if err := rows.Scan(&name, &output); err != nil {
+			return nil, err
+		}
+		out[name] = output
+	}
+	return out, rows.Err()
+}

@@ -183,3 +183,8 @@ WHERE t.workflow_id = $1 AND t.state = 'enqueued' AND (s.name LIKE 'sleep:%' OR 
   AND NOT EXISTS (SELECT 1 FROM {{schema}}.job_steps AS r
                   WHERE r.job_id = s.job_id AND r.name = 'signal:' || substr(s.name, 6) AND s.name LIKE 'wait:%')
 ORDER BY 4;
+
+-- name: steps_of_job
+-- Every checkpoint of a job, read once per run (durable.go caches them).
+--   $1 job id
+SELECT s.name, s.output FROM {{schema}}.job_steps AS s WHERE s.job_id = $1;
