@@ -5,7 +5,7 @@ GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
 
-.PHONY: run test lint test-go bench bench-peers build chaos chaos-long fuzz e2e
+.PHONY: run test lint test-go bench bench-peers pressure build chaos chaos-long fuzz e2e
 
 run:
 	$(GO) run ./cmd/skiplock dev
@@ -35,6 +35,13 @@ bench:
 # (about 25 minutes; see bench/peers/run.sh and docs/performance.md).
 bench-peers:
 	bash bench/peers/run.sh
+
+# The pressure suite (issue 15): every scenario (clean, idle-tx, rr-readers,
+# overload) at 2,000 jobs/s with the default phases, about 22 minutes, against
+# $$DATABASE_URL (migrated). PRESSURE_FLAGS adds flags, e.g. --json or
+# --pressure-timeline pressure.ndjson.
+pressure:
+	$(GO) run ./cmd/skiplock bench --pressure all $(PRESSURE_FLAGS)
 
 build:
 	$(GO) build -o bin/skiplock ./cmd/skiplock

@@ -318,11 +318,14 @@ func TestClaimUsesPartialIndex(t *testing.T) {
 		name, query string
 		args        []any
 	}{
-		{"claim one queue", st.SQL("claim"), []any{[]string{"q"}, nil, 50, "w", int64(30e6)}},
-		{"claim queues and kinds", st.SQL("claim"), []any{[]string{"q", "other"}, []string{"k"}, 50, "w", int64(30e6)}},
+		{"claim one queue", st.SQL("claim"), []any{[]string{"q"}, nil, 50, "w", int64(30e6), nil, nil, nil}},
+		{"claim queues and kinds", st.SQL("claim"), []any{[]string{"q", "other"}, []string{"k"}, 50, "w", int64(30e6), nil, nil, nil}},
 	} {
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
+		// Released whatever happens: a connection left in a transaction
+		// would hang the pool's Close in the test's cleanup.
+		defer func() { _ = tx.Rollback(ctx) }()
 		rows, err := tx.Query(ctx, "EXPLAIN (COSTS OFF) "+tc.query, tc.args...)
 		require.NoError(t, err)
 		var plan []string

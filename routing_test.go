@@ -651,7 +651,7 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	for _, stmt := range []string{"claim", "claim_capped"} {
+	for _, stmt := range []string{"claim", "claim after bounds", "claim_capped"} {
 		want := []string{"jobs_ready"}
 		if stmt == "claim_capped" {
 			want = []string{"jobs_ready_tenant", "jobs_ready_no_tenant"}
@@ -662,8 +662,19 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 				kinds = p.kinds
 			}
 			args := []any{p.queues, kinds, 50, "w", int64(30_000_000)}
-			if stmt == "claim_capped" {
+			switch stmt {
+			case "claim_capped":
 				args = append(args, 5)
+			case "claim":
+				args = append(args, nil, nil, nil) // from the front
+			default:
+				// A bound on every queue (the keyset claim while a pinned
+				// horizon makes the front expensive).
+				n := len(p.queues)
+				args = append(args,
+					rawSQL("array_fill(0, ARRAY["+fmt.Sprint(n)+"])"),
+					rawSQL("array_fill(now() - interval '1 minute', ARRAY["+fmt.Sprint(n)+"])"),
+					rawSQL("array_fill(1::bigint, ARRAY["+fmt.Sprint(n)+"])"))
 			}
 			// EXPLAIN takes no bind parameters: prepare the statement and
 			// explain its execution with literal arguments, once with the
@@ -675,7 +686,7 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 			}
 			_, err := conn.Exec(ctx, "DEALLOCATE ALL")
 			require.NoError(t, err)
-			_, err = conn.Exec(ctx, "PREPARE claim_plan AS "+st.SQL(stmt))
+			_, err = conn.Exec(ctx, "PREPARE claim_plan AS "+st.SQL(strings.Fields(stmt)[0]))
 			require.NoError(t, err)
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 				_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
@@ -695,9 +706,14 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 	}
 }
 
+// rawSQL is a test argument already written as SQL.
+type rawSQL string
+
 // sqlLiteral renders a test argument as an SQL literal.
 func sqlLiteral(a any) string {
 	switch v := a.(type) {
+	case rawSQL:
+		return string(v)
 	case nil:
 		return "NULL"
 	case []string:

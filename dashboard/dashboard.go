@@ -84,6 +84,14 @@ type Options struct {
 	ReplayRate float64
 	// QueryTimeout bounds each page's database work. Default 5s.
 	QueryTimeout time.Duration
+	// Replica, when set, is a pool on a streaming replica (hot standby) of
+	// the database: every page's figures and lists, the health page's
+	// checks of table contents and the charts' sampler read there, and
+	// every page says how far behind the primary it is. Actions (pause,
+	// resume, cancel, replay, purge, payload reveal), /readyz and what only
+	// the primary knows (its vacuum statistics, the sessions holding back
+	// its xmin horizon) stay on the primary pool. The caller owns it.
+	Replica *pgxpool.Pool
 }
 
 func (o Options) withDefaults() Options {
@@ -143,7 +151,8 @@ func (o Options) authConfigured() bool { return o.User != "" || o.Token != "" }
 // Dashboard is the handler New returns. Close stops its background work: the
 // throughput sampler and any dead-letter replay in progress.
 type Dashboard struct {
-	pool    *pgxpool.Pool
+	pool    *pgxpool.Pool // the primary: actions and the primary's own figures
+	read    *pgxpool.Pool // where pages read: Options.Replica, else pool
 	opts    Options
 	log     *slog.Logger
 	client  *skiplock.Client
@@ -186,8 +195,13 @@ func New(pool *pgxpool.Pool, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	read := pool
+	if opts.Replica != nil {
+		read = opts.Replica
+	}
 	d := &Dashboard{
 		pool:   pool,
+		read:   read,
 		opts:   opts,
 		log:    opts.Logger,
 		client: client,
@@ -203,7 +217,7 @@ func New(pool *pgxpool.Pool, opts Options) (http.Handler, error) {
 	d.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusForbidden, "cross-origin request refused")
 	}))
-	d.sampler = newSampler(pool, opts.Schema, opts.SampleInterval, d.log)
+	d.sampler = newSampler(read, opts.Schema, opts.SampleInterval, d.log)
 	d.replays = newReplays()
 	d.routes()
 	d.sampler.start()

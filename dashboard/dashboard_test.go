@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -842,4 +843,35 @@ func TestOverviewNamesUnhandledKinds(t *testing.T) {
 		assert.Contains(t, body, `kind=email.sned&amp;state=ready">email.sned</a> in mail: 1 ready`, path)
 		assert.NotContains(t, body, marker, path)
 	}
+}
+
+// TestOverviewNamesThePin holds a transaction with an xid open and checks the
+// vacuum panel names its holder, its statement's first words (never a
+// literal) and the claim's p99 against its baseline.
+func TestOverviewNamesThePin(t *testing.T) {
+	f := newFixture(t, Options{})
+	f.seed()
+	ctx := context.Background()
+	_, err := f.db.Pool.Exec(ctx, `UPDATE skiplock.workers SET claim_p99_ms = 20, claim_p99_baseline_ms = 2.5`)
+	require.NoError(t, err)
+	cfg, err := pgx.ParseConfig(f.db.URL)
+	require.NoError(t, err)
+	cfg.RuntimeParams["application_name"] = "nightly-report"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT txid_current(), length('`+marker+`')`, pgx.QueryExecModeSimpleProtocol)
+	require.NoError(t, err)
+	// The panel lists holders older than xminListAfter: a real wait.
+	time.Sleep(time.Duration(xminListAfter*float64(time.Second)) + 200*time.Millisecond)
+	code, body := f.get("/overview/panels")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `id="pin-holder"`)
+	assert.Contains(t, body, "nightly-report")
+	assert.Contains(t, body, "<code>SELECT txid_current(), length(</code>")
+	assert.Contains(t, body, "claim p99 20.0 ms against a 2.5 ms baseline (8.0×)")
+	assert.NotContains(t, body, marker)
 }

@@ -78,21 +78,27 @@ type overviewData struct {
 	LagStatus status
 	MaxLag    float64
 
-	HaveSample                          bool
-	ClaimRate, CompleteRate, FailRate   float64
-	ClaimP99                            *float64
-	ClaimStatus                         status
-	LiveWorkers                         int
-	Running                             int64
-	Runners                             []health.LongRunner
-	ExpiredLeases                       int
-	RunningStatus                       status
-	RunningNote                         string
-	Dead                                health.DeadLetterSize
-	DeadDays                            []dayCount
-	DeadStatus                          status
-	Vacuum                              health.VacuumState
-	Holders                             []health.XminHolder
+	HaveSample                        bool
+	ClaimRate, CompleteRate, FailRate float64
+	ClaimP99                          *float64
+	ClaimStatus                       status
+	LiveWorkers                       int
+	Running                           int64
+	Runners                           []health.LongRunner
+	ExpiredLeases                     int
+	RunningStatus                     status
+	RunningNote                       string
+	Dead                              health.DeadLetterSize
+	DeadDays                          []dayCount
+	DeadStatus                        status
+	Vacuum                            health.VacuumState
+	Holders                           []health.HorizonHolder
+	// PinHolder is the oldest transaction holding the horizon (any
+	// database: an xid anywhere on the server is in every snapshot), and
+	// PinCost what it costs the claim, read once it has held for
+	// xminListAfter.
+	PinHolder                           *health.HorizonHolder
+	PinCost                             *health.ClaimCost
 	VacuumStatus                        status
 	DeadTuplesStatus, XminStatus        status
 	LastVacuum                          *time.Time
@@ -116,7 +122,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// 1. Queue lag per queue, with the pools (worker queue sets) serving it.
-	workers, werr := health.Workers(ctx, d.pool, d.opts.Schema)
+	workers, werr := health.Workers(ctx, d.read, d.opts.Schema)
 	qs, err := d.queueRows(ctx, workers)
 	if err != nil {
 		o.QueueErr = broken("queue stats", err)
@@ -138,7 +144,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// Kinds no live worker handles wait forever: name them under the lag.
-	if u, err := health.UnhandledKinds(ctx, d.pool, d.opts.Schema); err != nil {
+	if u, err := health.UnhandledKinds(ctx, d.read, d.opts.Schema); err != nil {
 		o.UnhandledErr = broken("unhandled kinds", err)
 	} else {
 		o.Unhandled = u
@@ -179,7 +185,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 
 	// 3. Running jobs: the longest runners and leases the reaper has yet to
 	// return.
-	runners, err := health.LongRunners(ctx, d.pool, d.opts.Schema, 200)
+	runners, err := health.LongRunners(ctx, d.read, d.opts.Schema, 200)
 	if err != nil {
 		o.RunErr = broken("running jobs", err)
 		o.RunningStatus = statusFail
@@ -202,10 +208,10 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// 4. Dead-letter size and daily delta.
-	size, err := health.DeadLetterSizeOf(ctx, d.pool, d.opts.Schema)
+	size, err := health.DeadLetterSizeOf(ctx, d.read, d.opts.Schema)
 	if err == nil {
 		var days []health.DeadDay
-		days, err = health.DeadLetterDaily(ctx, d.pool, d.opts.Schema, 7)
+		days, err = health.DeadLetterDaily(ctx, d.read, d.opts.Schema, 7)
 		o.DeadDays = perDay(days, o.Now, 7)
 	}
 	if err != nil {
@@ -225,14 +231,24 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	// 5. Vacuum state of the hot table and the xmin horizon holders.
 	v, err := health.Vacuum(ctx, d.pool, d.opts.Schema)
 	if err == nil {
-		var holders []health.XminHolder
-		holders, err = health.XminHolders(ctx, d.pool, d.opts.Schema, 10)
-		for _, h := range holders {
+		var holders []health.HorizonHolder
+		holders, err = health.HorizonHolders(ctx, d.pool, d.opts.Schema, 10)
+		for i, h := range holders {
 			// Short statements come and go; list what actually pins the
 			// horizon (slots and prepared transactions always).
 			if (h.XactAgeSeconds >= xminListAfter || h.Holder != "backend") && len(o.Holders) < 3 {
 				o.Holders = append(o.Holders, h)
 			}
+			if h.Holder != "replication_slot" && h.XactAgeSeconds >= xminListAfter &&
+				(o.PinHolder == nil || h.XactAgeSeconds > o.PinHolder.XactAgeSeconds) {
+				o.PinHolder = &holders[i]
+			}
+		}
+		if err == nil && o.PinHolder != nil {
+			if cost, cerr := health.ClaimCostNow(ctx, d.pool, d.opts.Schema); cerr == nil {
+				o.PinCost = &cost
+			}
+			v.OldestXminAgeSeconds = max(v.OldestXminAgeSeconds, o.PinHolder.XactAgeSeconds)
 		}
 	}
 	if err != nil {
@@ -299,11 +315,11 @@ func (d *Dashboard) completionsStalled() bool {
 // queueRows joins queue stats, wait percentiles and the live workers'
 // queue sets.
 func (d *Dashboard) queueRows(ctx context.Context, workers []health.Worker) ([]queueRow, error) {
-	stats, err := health.QueueStats(ctx, d.pool, d.opts.Schema)
+	stats, err := health.QueueStats(ctx, d.read, d.opts.Schema)
 	if err != nil {
 		return nil, err
 	}
-	waits, err := health.WaitP99(ctx, d.pool, d.opts.Schema)
+	waits, err := health.WaitP99(ctx, d.read, d.opts.Schema)
 	if err != nil {
 		return nil, err
 	}

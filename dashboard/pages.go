@@ -72,7 +72,7 @@ func (d *Dashboard) withFlash(r *http.Request, v view) view {
 func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	workers, err := health.Workers(ctx, d.pool, d.opts.Schema)
+	workers, err := health.Workers(ctx, d.read, d.opts.Schema)
 	if err != nil {
 		d.dbFail(w, r, "workers", err)
 		return
@@ -215,7 +215,7 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	data.Search = s
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	rows, err := d.pool.Query(ctx, d.store.SQL("search_jobs"), id, nullable(s.Queue), nullable(s.Kind),
+	rows, err := d.read.Query(ctx, d.store.SQL("search_jobs"), id, nullable(s.Queue), nullable(s.Kind),
 		nullable(s.State), nullable(s.Tenant), before, s.Limit+1)
 	if err != nil {
 		d.dbFail(w, r, "job search", err)
@@ -307,7 +307,7 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.timeout(r)
 	defer cancel()
 	var j jobDetail
-	err := d.pool.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
+	err := d.read.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
 		&j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseExpiresAt, &j.LockedBy,
 		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt,
 		&j.Metadata)
@@ -423,12 +423,12 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 	replays := d.replays.status() // before the groups: see status
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	groups, err := health.DeadLetterGroups(ctx, d.pool, d.opts.Schema, kind, 200)
+	groups, err := health.DeadLetterGroups(ctx, d.read, d.opts.Schema, kind, 200)
 	if err != nil {
 		d.dbFail(w, r, "dead-letter groups", err)
 		return
 	}
-	size, err := health.DeadLetterSizeOf(ctx, d.pool, d.opts.Schema)
+	size, err := health.DeadLetterSizeOf(ctx, d.read, d.opts.Schema)
 	if err != nil {
 		d.dbFail(w, r, "dead-letter size", err)
 		return
@@ -557,12 +557,12 @@ type workerRow struct {
 func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	list, err := health.Workers(ctx, d.pool, d.opts.Schema)
+	list, err := health.Workers(ctx, d.read, d.opts.Schema)
 	if err != nil {
 		d.dbFail(w, r, "workers", err)
 		return
 	}
-	running, err := health.LongRunners(ctx, d.pool, d.opts.Schema, 1000)
+	running, err := health.LongRunners(ctx, d.read, d.opts.Schema, 1000)
 	if err != nil {
 		d.dbFail(w, r, "running jobs", err)
 		return
@@ -582,7 +582,11 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) doctor(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*d.opts.QueryTimeout)
 	defer cancel()
-	checks, err := health.Doctor(ctx, d.pool, d.opts.Schema)
+	var o health.DoctorOptions
+	if d.opts.Replica != nil {
+		o.Replica = d.opts.Replica
+	}
+	checks, err := health.DoctorWith(ctx, d.pool, d.opts.Schema, o)
 	if err != nil {
 		d.dbFail(w, r, "doctor", err)
 		return

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"fmt"
 	"html/template"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/health"
 )
 
 //go:embed templates
@@ -43,7 +46,32 @@ type view struct {
 	Reveal   bool // payload reveal allowed
 	Schema   string
 	Flash    string
-	Data     any
+	// ReplicaNote says how stale the page's figures are when they were read
+	// on Options.Replica (empty without one); ReplicaStale marks a replica
+	// that is not streaming or is more than replicaStaleAfter behind.
+	ReplicaNote  string
+	ReplicaStale bool
+	Data         any
+}
+
+// replicaStaleAfter is the lag at which the replica note turns to a warning.
+const replicaStaleAfter = 30 * time.Second
+
+// replicaNote reads the replica's lag for the note every page shows.
+func (d *Dashboard) replicaNote(r *http.Request, v *view) {
+	if d.opts.Replica == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	st, err := health.Replica(ctx, d.opts.Replica, d.opts.Schema)
+	if err != nil {
+		d.log.Error("dashboard: replica status", slog.String("error", err.Error()))
+		v.ReplicaNote, v.ReplicaStale = "read on a replica whose lag could not be read (see the server log)", true
+		return
+	}
+	v.ReplicaNote = st.Describe()
+	v.ReplicaStale = st.InRecovery && (!st.Streaming || st.LagSeconds > replicaStaleAfter.Seconds())
 }
 
 func (d *Dashboard) view(active, title string, data any) view {
@@ -60,6 +88,9 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, p
 	}
 	if block == "" {
 		block = "layout.html"
+	}
+	if page != "error" {
+		d.replicaNote(r, &v)
 	}
 	var buf bytes.Buffer
 	if err := pt.t.ExecuteTemplate(&buf, block, v); err != nil {

@@ -30,6 +30,12 @@ type Options struct {
 	// Fast turns off fsync, synchronous_commit and full_page_writes: for
 	// tests only, never for data you want to keep.
 	Fast bool
+	// Settings are extra server settings (name → value), passed to the
+	// server as -c options after Fast's, so they win over it. Tests that
+	// start several clusters use them to stay small (shared_buffers) or to
+	// turn fsync off while keeping synchronous_commit on (a streaming
+	// standby's synchronous replication needs it on).
+	Settings map[string]string
 	// Logger receives progress lines; nil discards them.
 	Logger *slog.Logger
 }
@@ -74,6 +80,27 @@ func versionOf(p string) int {
 
 // Start initialises (if needed) and starts a cluster.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	c, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "PG_VERSION")); err != nil {
+		c.logf("devdb: initdb", "dir", c.dir)
+		if out, err := c.run(ctx, "initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions"); err != nil {
+			c.removeTemp()
+			return nil, fmt.Errorf("devdb: initdb: %w: %s", err, out)
+		}
+	}
+	if err := c.start(ctx); err != nil {
+		c.removeTemp()
+		return nil, err
+	}
+	return c, nil
+}
+
+// prepare finds the binaries, the OS user, the directories and the port of
+// a cluster about to be created or started.
+func prepare(opts Options) (*Cluster, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -101,27 +128,28 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	c.logFile = filepath.Join(filepath.Dir(c.dir), "postgres.log")
 	for _, d := range []string{filepath.Dir(c.dir), c.sockDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
+			c.removeTemp()
 			return nil, err
 		}
 		if err := c.chown(d); err != nil {
+			c.removeTemp()
 			return nil, err
 		}
 	}
 	if c.port == 0 {
-		if c.port, err = freePort(); err != nil {
+		if c.port, err = FreePort(); err != nil {
+			c.removeTemp()
 			return nil, err
 		}
 	}
-	if _, err := os.Stat(filepath.Join(c.dir, "PG_VERSION")); err != nil {
-		c.logf("devdb: initdb", "dir", c.dir)
-		if out, err := c.run(ctx, "initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions"); err != nil {
-			return nil, fmt.Errorf("devdb: initdb: %w: %s", err, out)
-		}
-	}
-	if err := c.start(ctx); err != nil {
-		return nil, err
-	}
 	return c, nil
+}
+
+// removeTemp deletes a temporary directory of a cluster that never started.
+func (c *Cluster) removeTemp() {
+	if c.tempDir {
+		_ = os.RemoveAll(filepath.Dir(c.dir))
+	}
 }
 
 func (c *Cluster) chown(p string) error {
@@ -152,6 +180,15 @@ func (c *Cluster) start(ctx context.Context) error {
 	o := fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c max_connections=200", c.port, c.sockDir)
 	if c.opts.Fast {
 		o += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	names := make([]string, 0, len(c.opts.Settings))
+	for name := range c.opts.Settings {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		// pg_ctl runs the server through the shell: quote the value.
+		o += fmt.Sprintf(" -c %s='%s'", name, strings.ReplaceAll(c.opts.Settings[name], "'", `'\''`))
 	}
 	c.logf("devdb: starting PostgreSQL", "port", c.port)
 	if out, err := c.run(ctx, "pg_ctl", "-D", c.dir, "-l", c.logFile, "-w", "-t", "60", "-o", o, "start"); err != nil {
@@ -199,7 +236,9 @@ func (c *Cluster) Remove() error {
 	return nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on at the
+// moment of the call.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

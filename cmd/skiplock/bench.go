@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,6 +25,14 @@ type benchFlags struct {
 	deleteCompleted      bool
 	listenURL            string
 	workflow             string
+
+	// --pressure and its knobs.
+	pressure                                     string
+	rate, payloadBytes, readers                  int
+	handlerTime, warmup, clean, stress, recovery time.Duration
+	pinDuration, drainCap                        time.Duration
+	overloadFactor                               float64
+	timeline                                     string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -49,11 +58,24 @@ by default). It reports tasks_per_s, workflows_per_s, statements_per_task and
 wal_bytes_per_task beside jobs_per_s and the claim figures.
 
 Progress goes to stderr, the summary (or --json) to stdout. The benchmark deletes its jobs,
-dead letters and worker row when it ends. The schema must be migrated.`,
+dead letters and worker row when it ends. The schema must be migrated.
+
+--pressure clean|idle-tx|rr-readers|overload|all runs the pressure suite instead: a fixed
+offered rate (--rate jobs/s through EnqueueMany, --payload-bytes each), --workers workers with a
+--handler-time sleep, and four phases per scenario: --warmup, --clean, --stress, --recovery.
+Only the stress phase differs: idle-tx holds BEGIN; SELECT txid_current(); open on one
+connection (for --pin-duration if set), rr-readers holds --readers REPEATABLE READ
+transactions that scan the jobs table every 100 ms, overload offers --overload-factor × the
+rate. Per phase it reports completions against offers, pickup p50/p99 (enqueue → handler
+start), backlog max, the jobs table's dead tuples and size, then the backlog's drain time
+after the stress and whether every offered job finished. --pressure-timeline FILE writes one
+JSON line per second. --clean 0 or --recovery 0 skips that phase.`,
 		Example: `  skiplock bench
   skiplock bench --handler noop --workers 64 --batch 200 --json
   skiplock bench --latency --samples 2000
-  skiplock bench --workflow fanout:10 --json`,
+  skiplock bench --workflow fanout:10 --json
+  skiplock bench --pressure all --json > pressure.json
+  skiplock bench --pressure idle-tx --pin-duration 10m --pressure-timeline pin.ndjson`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
 	}
@@ -67,13 +89,137 @@ dead letters and worker row when it ends. The schema must be migrated.`,
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
 	fl.StringVar(&f.workflow, "workflow", "", "run workflows of this shape instead: fanout:N (a root, N leaves, a join)")
+	fl.StringVar(&f.pressure, "pressure", "", "run the pressure suite: clean, idle-tx, rr-readers, overload or all")
+	fl.IntVar(&f.rate, "rate", bench.DefaultPressureRate, "--pressure: offered jobs/s")
+	fl.IntVar(&f.payloadBytes, "payload-bytes", bench.DefaultPayloadBytes, "--pressure: payload size in bytes")
+	fl.DurationVar(&f.handlerTime, "handler-time", bench.DefaultPressureHandler, "--pressure: how long the handler sleeps")
+	fl.DurationVar(&f.warmup, "warmup", bench.DefaultWarmup, "--pressure: warm-up phase")
+	fl.DurationVar(&f.clean, "clean", bench.DefaultCleanPhase, "--pressure: clean phase (0 skips it)")
+	fl.DurationVar(&f.stress, "stress", bench.DefaultStressPhase, "--pressure: stress phase")
+	fl.DurationVar(&f.recovery, "recovery", bench.DefaultRecoveryPhase, "--pressure: recovery phase (0 skips it)")
+	fl.DurationVar(&f.pinDuration, "pin-duration", 0, "--pressure: how long idle-tx and rr-readers hold the horizon (their stress phase; default --stress)")
+	fl.Float64Var(&f.overloadFactor, "overload-factor", bench.DefaultOverloadFactor, "--pressure: offered rate multiplier of the overload scenario")
+	fl.IntVar(&f.readers, "readers", bench.DefaultReaders, "--pressure: REPEATABLE READ readers of the rr-readers scenario")
+	fl.DurationVar(&f.drainCap, "drain-cap", bench.DefaultPressureDrainCap, "--pressure: longest wait after recovery for the last jobs")
+	fl.StringVar(&f.timeline, "pressure-timeline", "", "--pressure: write one JSON line per second to this file")
 	listenURLFlag(cmd, &f.listenURL)
 	addJSON(cmd)
 	return cmd
 }
 
+// pressureFlags are the flags only --pressure reads.
+var pressureFlags = []string{"rate", "payload-bytes", "handler-time", "warmup", "clean", "stress", "recovery",
+	"pin-duration", "overload-factor", "readers", "drain-cap", "pressure-timeline"}
+
+func runPressure(cmd *cobra.Command, f benchFlags) error {
+	fl := cmd.Flags()
+	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow"} {
+		if fl.Changed(name) {
+			return usageError("--%s: not used with --pressure", name)
+		}
+	}
+	o := bench.PressureOptions{Scenario: f.pressure, Rate: f.rate, PayloadBytes: f.payloadBytes, Workers: f.workers,
+		Batch: f.batch, HandlerTime: f.handlerTime, Warmup: f.warmup, Clean: f.clean, Stress: f.stress,
+		Recovery: f.recovery, PinDuration: f.pinDuration, OverloadFactor: f.overloadFactor, Readers: f.readers,
+		DrainCap: f.drainCap, DeleteCompleted: f.deleteCompleted, Schema: g.schema, Progress: cmd.ErrOrStderr(),
+		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL)}
+	// Zero means "the default" in the options; on the command line it is
+	// what the user typed, so it is refused (or, for --clean and
+	// --recovery, skips the phase) before the options see it.
+	for name, v := range map[string]int{"rate": f.rate, "payload-bytes": f.payloadBytes, "workers": f.workers,
+		"batch": f.batch, "readers": f.readers} {
+		if v < 1 {
+			return usageError("--%s: must be positive, got %d", name, v)
+		}
+	}
+	if f.overloadFactor <= 0 {
+		return usageError("--overload-factor: must be positive, got %g", f.overloadFactor)
+	}
+	for name, d := range map[string]*time.Duration{"clean": &o.Clean, "recovery": &o.Recovery} {
+		if *d == 0 {
+			*d = -1
+		} else if *d < 0 {
+			return usageError("--%s: must not be negative, got %s", name, *d)
+		}
+	}
+	for name, v := range map[string]time.Duration{"warmup": f.warmup, "stress": f.stress, "handler-time": f.handlerTime} {
+		if v <= 0 && !(name == "handler-time" && v == 0) {
+			return usageError("--%s: must be positive, got %s", name, v)
+		}
+	}
+	if f.handlerTime == 0 {
+		o.HandlerTime = time.Nanosecond // the options' zero is the default; 1 ns is no sleep
+	}
+	if f.drainCap <= 0 {
+		return usageError("--drain-cap: must be positive, got %s", f.drainCap)
+	}
+	if err := o.Validate(); err != nil {
+		return benchUsage(err)
+	}
+	if f.timeline != "" {
+		tf, err := os.Create(f.timeline)
+		if err != nil {
+			return usageError("--pressure-timeline: %v", err)
+		}
+		defer tf.Close()
+		o.Timeline = tf
+	}
+	pool, err := connect(cmd.Context(), 4)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rep, err := bench.RunPressure(cmd.Context(), pool, o)
+	if err != nil {
+		return benchUsage(err)
+	}
+	if g.jsonOut {
+		return printJSON(cmd.OutOrStdout(), rep)
+	}
+	printPressure(cmd.OutOrStdout(), rep)
+	return nil
+}
+
+func printPressure(w io.Writer, r bench.PressureReport) {
+	fmt.Fprintf(w, "skiplock bench --pressure: %d jobs/s offered, %d-byte payloads, %d workers, batch %d, handler %.1f ms\n",
+		r.Rate, r.PayloadBytes, r.Workers, r.Batch, r.HandlerMS)
+	fmt.Fprintf(w, "  phases: warm-up %gs, clean %gs, stress %gs, recovery %gs", r.WarmupSeconds, r.CleanSeconds,
+		r.StressSeconds, r.RecoverySeconds)
+	if r.PinSeconds > 0 {
+		fmt.Fprintf(w, ", pin %gs", r.PinSeconds)
+	}
+	fmt.Fprintf(w, "; overload ×%g; %d RR readers\n\n", r.OverloadFactor, r.Readers)
+	fmt.Fprintf(w, "%-11s %-8s %9s %9s %6s %10s %10s %8s %8s %10s %9s %4s\n", "scenario", "phase", "offered/s",
+		"done/s", "%", "pickup p50", "pickup p99", "backlog", "stall s", "dead tup", "size MiB", "av")
+	for _, s := range r.Scenarios {
+		for _, p := range s.Phases {
+			fmt.Fprintf(w, "%-11s %-8s %9.0f %9.0f %6.1f %8.1fms %8.1fms %8d %8.1f %10d %9.0f %4d\n", s.Scenario, p.Phase,
+				p.OfferedPerS, p.CompletedPerS, p.PctOfOffered, p.PickupP50MS, p.PickupP99MS, p.BacklogMax,
+				p.LongestStallSeconds, p.DeadTuplesMax, float64(p.TotalBytesMax)/(1<<20), p.Autovacuums)
+			if p.OtherXactMaxSeconds >= 5 {
+				fmt.Fprintf(w, "%-11s %-8s warning: another session held an xid for %.0f s during this phase (its figures include that pin)\n",
+					s.Scenario, p.Phase, p.OtherXactMaxSeconds)
+			}
+		}
+		drain := "not within recovery"
+		if s.DrainSeconds != nil {
+			drain = fmt.Sprintf("%.1f s", *s.DrainSeconds)
+		}
+		fmt.Fprintf(w, "%-11s drain after stress: %s (to backlog ≤ %d); offered %d, completed %d, dead-lettered %d, lost %d (tail %.1f s)\n\n",
+			s.Scenario, drain, s.DrainThreshold, s.Offered, s.Completed, s.DeadLettered, s.Lost, s.TailSeconds)
+	}
+}
+
 func runBench(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
+	if f.pressure != "" {
+		return runPressure(cmd, f)
+	}
+	for _, name := range pressureFlags {
+		if fl.Changed(name) {
+			return usageError("--%s: only used with --pressure", name)
+		}
+	}
 	if f.latency {
 		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "workflow"} {
 			if fl.Changed(name) {

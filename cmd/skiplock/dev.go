@@ -68,8 +68,8 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 			}
 			_ = cl.Remove()
 		}()
-		g.databaseURL = cl.URL("postgres")
-		fmt.Fprintln(stderr, "dev: PostgreSQL running:", g.databaseURL)
+		g.databaseURLs = []string{cl.URL("postgres")}
+		fmt.Fprintln(stderr, "dev: PostgreSQL running:", databaseURL())
 	}
 	pool, err := connect(ctx, 20)
 	if err != nil {

@@ -24,6 +24,7 @@ type doctorOut struct {
 
 func newDoctorCmd() *cobra.Command {
 	var o health.DoctorOptions
+	var replicaFlag string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Run the vacuum-debt runbook as checks: each prints its status, figure and fix (exit 3 when one fails)",
@@ -33,14 +34,21 @@ the claim's partial index (present, valid and used by the real claim plan), tran
 the xmin horizon, NOTIFY queue usage, jobs stuck running past their lease, live workers and
 dead-letter growth. Every check prints its status (ok, warn, fail), the figure behind it and,
 when not ok, the fix. It only reads. Exit 3 when any check fails; warnings exit 0.
-See docs/operations.md for what each check means.`,
+See docs/operations.md for what each check means.
+
+With --replica-url the checks that read table contents (queue_lag, stuck_jobs,
+workers, unhandled_kinds, dead_letters) run on that streaming replica, their
+figures say how far behind it is, and a replica_lag check judges that lag;
+the checks of the primary's own statistics, sessions, settings and plans stay
+on --database-url.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []struct {
 				name string
 				d    time.Duration
 			}{{"lag-warn", o.LagWarn}, {"lag-fail", o.LagFail}, {"xact-warn", o.XactWarn}, {"xact-fail", o.XactFail},
-				{"stuck-after", o.StuckAfter}, {"statement-timeout", o.StatementTimeout}} {
+				{"stuck-after", o.StuckAfter}, {"statement-timeout", o.StatementTimeout},
+				{"replica-lag-warn", o.ReplicaLagWarn}, {"replica-lag-fail", o.ReplicaLagFail}} {
 				if f.d < 0 {
 					return usageError("--%s: must not be negative, got %s", f.name, f.d)
 				}
@@ -50,6 +58,14 @@ See docs/operations.md for what each check means.`,
 				return err
 			}
 			defer pool.Close()
+			replica, err := connectReplica(cmd.Context(), replicaFlag, 2)
+			if err != nil {
+				return err
+			}
+			if replica != nil {
+				defer replica.Close()
+				o.Replica = replica
+			}
 			checks, err := health.DoctorWith(cmd.Context(), pool, g.schema, o)
 			if err != nil {
 				return err
@@ -83,6 +99,9 @@ See docs/operations.md for what each check means.`,
 	f.DurationVar(&o.XactFail, "xact-fail", 0, "fail when a transaction has held back the xmin horizon longer (default 10m)")
 	f.DurationVar(&o.StuckAfter, "stuck-after", 0, "fail when a running job's lease expired longer ago (default 5m)")
 	f.DurationVar(&o.StatementTimeout, "statement-timeout", 0, "bound on each check's queries (default 10s)")
+	f.DurationVar(&o.ReplicaLagWarn, "replica-lag-warn", 0, "with --replica-url: warn when the replica is further behind (default 30s)")
+	f.DurationVar(&o.ReplicaLagFail, "replica-lag-fail", 0, "with --replica-url: fail when the replica is further behind (default 5m)")
+	replicaURLFlag(cmd, &replicaFlag)
 	addJSON(cmd)
 	return cmd
 }

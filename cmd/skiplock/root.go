@@ -19,11 +19,13 @@ import (
 
 // globals are the flags every command shares.
 type globals struct {
-	databaseURL string
-	schema      string
-	jsonOut     bool
-	logLevel    string
-	logFormat   string
+	// databaseURLs are the --database-url values in order: `work` serves
+	// every one; every other command uses the last (a later flag overrides).
+	databaseURLs []string
+	schema       string
+	jsonOut      bool
+	logLevel     string
+	logFormat    string
 }
 
 var g globals
@@ -57,7 +59,8 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.databaseURL, "database-url", "", "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables)")
+	pf.StringArrayVar(&g.databaseURLs, "database-url", nil, "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables); "+
+		"`work` takes it repeated, one per database it serves, others use the last")
 	pf.StringVar(&g.schema, "schema", envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
 	pf.StringVar(&g.logLevel, "log-level", envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", envOr("SKIPLOCK_LOG_FORMAT", "text"), "log format on stderr: text or json (one object per line)")
@@ -165,8 +168,8 @@ func loggerAt(w io.Writer, lvl slog.Level) *slog.Logger {
 // databaseURL resolves the connection: --database-url, $DATABASE_URL, or
 // "" (pgx then reads the libpq PG* variables).
 func databaseURL() string {
-	if g.databaseURL != "" {
-		return g.databaseURL
+	if n := len(g.databaseURLs); n > 0 && g.databaseURLs[n-1] != "" {
+		return g.databaseURLs[n-1]
 	}
 	return os.Getenv("DATABASE_URL")
 }
@@ -189,10 +192,16 @@ func listenURL(flag string) string {
 // The statement mode suits a transaction-mode pooler when the URL leads to
 // one (see skiplock.ParsePoolConfig).
 func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	if _, err := pgxpool.ParseConfig(databaseURL()); err != nil {
-		return nil, usageError("--database-url: cannot parse the connection string")
+	return connectTo(ctx, databaseURL(), "--database-url", maxConns, nil)
+}
+
+// connectTo is connect for the URL given with flag; tune, when set, edits
+// the pool's configuration before it connects.
+func connectTo(ctx context.Context, dbURL, flag string, maxConns int32, tune func(*pgxpool.Config)) (*pgxpool.Pool, error) {
+	if _, err := pgxpool.ParseConfig(dbURL); err != nil {
+		return nil, usageError("%s: cannot parse the connection string", flag)
 	}
-	cfg, err := skiplock.ParsePoolConfig(ctx, databaseURL())
+	cfg, err := skiplock.ParsePoolConfig(ctx, dbURL)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +213,9 @@ func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
 	}
 	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock"
+	}
+	if tune != nil {
+		tune(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -27,6 +27,7 @@ type serveFlags struct {
 	prefix         string
 	allowedHosts   []string
 	insecureNoAuth bool
+	replicaURL     string
 }
 
 func newServeCmd() *cobra.Command {
@@ -48,7 +49,11 @@ rebinding. Payloads are never shown unless --show-payloads lets an
 authenticated user reveal one job's payload at a time (it needs
 credentials, and is not allowed with --read-only). A read-only dashboard
 also hides error text, unique keys and entities. SIGINT or SIGTERM shuts
-down gracefully.`,
+down gracefully.
+
+With --replica-url the pages read their figures and lists on that streaming
+replica and each says how far behind the primary it is; actions, /readyz,
+/metrics and the primary's own vacuum and xmin figures use --database-url.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
 	}
@@ -58,6 +63,7 @@ down gracefully.`,
 	fl.BoolVar(&f.showPayloads, "show-payloads", false, "let authenticated users reveal a job's payload (personal data; logged; needs credentials)")
 	fl.StringVar(&f.prefix, "prefix", "", "URL path prefix to serve under, e.g. /skiplock (for a reverse proxy)")
 	fl.StringArrayVar(&f.allowedHosts, "allowed-host", nil, "a host name the dashboard also answers to, e.g. queue.example.com (repeatable; * for any)")
+	replicaURLFlag(cmd, &f.replicaURL)
 	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow listening beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read job data and act)")
 	return cmd
 }
@@ -122,6 +128,14 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		return err
 	}
 	defer pool.Close()
+	replica, err := connectReplica(ctx, f.replicaURL, 10)
+	if err != nil {
+		return err
+	}
+	if replica != nil {
+		defer replica.Close()
+		opts.Replica = replica
+	}
 	url, stop, failed, err := startDashboard(pool, f.httpAddr, opts, f.allowedHosts, f.insecureNoAuth)
 	if err != nil {
 		return err

@@ -28,9 +28,13 @@ type statsOut struct {
 	// UnhandledKinds are due ready jobs per queue and kind that no live
 	// worker handles (they wait forever); empty when there are none.
 	UnhandledKinds []health.UnhandledKind `json:"unhandled_kinds"`
+	// Replica says how stale the figures are when they were read on
+	// --replica-url (absent otherwise).
+	Replica *health.ReplicaStatus `json:"replica,omitempty"`
 }
 
 func newStatsCmd() *cobra.Command {
+	var replicaFlag string
 	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Per queue: ready, scheduled, running and dead jobs and the queue lag (oldest ready job)",
@@ -38,14 +42,29 @@ func newStatsCmd() *cobra.Command {
 and the age of the oldest ready job in seconds (the queue lag; the SLO is under two minutes).
 Read from the queue_stats view through the partial indexes; payloads are never read.
 Below the table, a warning names every kind with due jobs that no live worker handles
-(unhandled_kinds in --json).`,
+(unhandled_kinds in --json).
+
+With --replica-url the figures are read on that streaming replica only (the
+primary is not contacted), and a line below them (replica in --json) says how
+far behind the primary they are.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := connectReplica(cmd.Context(), replicaFlag, 2)
 			if err != nil {
 				return err
 			}
+			if pool == nil {
+				if pool, err = connect(cmd.Context(), 2); err != nil {
+					return err
+				}
+			}
 			defer pool.Close()
+			var replica *health.ReplicaStatus
+			if replicaURL(replicaFlag) != "" {
+				if replica, err = readReplicaStatus(cmd.Context(), pool); err != nil {
+					return err
+				}
+			}
 			stats, err := readQueueStats(cmd.Context(), pool)
 			if err != nil {
 				return err
@@ -55,7 +74,10 @@ Below the table, a warning names every kind with due jobs that no live worker ha
 				return err
 			}
 			if g.jsonOut {
-				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled})
+				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled, Replica: replica})
+			}
+			if replica != nil {
+				defer fmt.Fprintf(cmd.OutOrStdout(), "(%s)\n", replica.Describe())
 			}
 			if len(stats) == 0 {
 				fmt.Fprintln(cmd.OutOrStdout(), "no queue has jobs, dead letters or a pause flag")
@@ -71,6 +93,7 @@ Below the table, a warning names every kind with due jobs that no live worker ha
 			return nil
 		},
 	}
+	replicaURLFlag(cmd, &replicaFlag)
 	addJSON(cmd)
 	return cmd
 }

@@ -26,6 +26,9 @@ type topFrame struct {
 	LongRunners []health.LongRunner   `json:"long_runners"`
 	DeadLetters health.DeadLetterSize `json:"dead_letters"`
 	Vacuum      health.VacuumState    `json:"vacuum"`
+	// Replica says how stale the frame's figures are when they were read
+	// on --replica-url (all but Vacuum, which only the primary knows).
+	Replica *health.ReplicaStatus `json:"replica,omitempty"`
 }
 
 // topWorkers is the workers table: totals over every process it holds
@@ -60,6 +63,7 @@ func newTopCmd() *cobra.Command {
 	var interval time.Duration
 	var once bool
 	var runners int
+	var replicaFlag string
 	cmd := &cobra.Command{
 		Use:   "top",
 		Short: "A live view of the five panels: lag per queue, claim rate and p99, running, dead letters, vacuum state",
@@ -68,7 +72,11 @@ lag, claim rate and claim p99 of the worker processes, running jobs and the long
 dead letters and their daily delta, and the hot table's vacuum state (dead tuples, last
 autovacuum, the oldest transaction holding back the xmin horizon). Ctrl-C quits. When stdout is
 not a terminal, or with --once, it prints one frame and exits; with --json each frame is one
-line of JSON.`,
+line of JSON.
+
+With --replica-url every figure but the vacuum state (the primary's own
+statistics) is read on that streaming replica, and each frame says how far
+behind the primary it is (replica in --json).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
@@ -82,22 +90,32 @@ line of JSON.`,
 				return err
 			}
 			defer pool.Close()
+			replica, err := connectReplica(cmd.Context(), replicaFlag, 2)
+			if err != nil {
+				return err
+			}
+			if replica != nil {
+				defer replica.Close()
+			}
 			out := cmd.OutOrStdout()
 			tty := false
 			if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 				tty = true
 			}
-			return runTop(cmd.Context(), pool, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
+			return runTop(cmd.Context(), pool, replica, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval")
 	cmd.Flags().BoolVar(&once, "once", false, "print one frame and exit")
 	cmd.Flags().IntVar(&runners, "runners", 5, "longest-running jobs to show")
+	replicaURLFlag(cmd, &replicaFlag)
 	addJSON(cmd)
 	return cmd
 }
 
-func runTop(ctx context.Context, pool *pgxpool.Pool, w io.Writer, interval time.Duration, runners int, once, screen bool) error {
+// runTop draws frames; replica, when not nil, is where the figures other
+// than the vacuum state are read.
+func runTop(ctx context.Context, pool, replica *pgxpool.Pool, w io.Writer, interval time.Duration, runners int, once, screen bool) error {
 	if screen {
 		fmt.Fprint(w, "\x1b[?1049h\x1b[?25l") // alternate screen, hide the cursor
 		defer fmt.Fprint(w, "\x1b[?25h\x1b[?1049l")
@@ -110,7 +128,7 @@ func runTop(ctx context.Context, pool *pgxpool.Pool, w io.Writer, interval time.
 		if len(history) > 0 {
 			base = &history[0]
 		}
-		f, err := readTopFrame(ctx, pool, runners, base)
+		f, err := readTopFrame(ctx, pool, replica, runners, base)
 		if err != nil {
 			if ctx.Err() != nil && !once {
 				return nil // Ctrl-C
@@ -145,12 +163,20 @@ func runTop(ctx context.Context, pool *pgxpool.Pool, w io.Writer, interval time.
 }
 
 // readTopFrame reads one frame; base (an earlier frame, may be nil) gives
-// the claim rate.
-func readTopFrame(ctx context.Context, pool *pgxpool.Pool, runners int, base *topFrame) (topFrame, error) {
+// the claim rate. The vacuum state comes from primary (its own
+// statistics), everything else from replica when it is not nil.
+func readTopFrame(ctx context.Context, primary, replica *pgxpool.Pool, runners int, base *topFrame) (topFrame, error) {
 	ctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
 	f := topFrame{At: time.Now().UTC()}
 	var err error
+	pool := primary
+	if replica != nil {
+		pool = replica
+		if f.Replica, err = readReplicaStatus(ctx, replica); err != nil {
+			return f, err
+		}
+	}
 	if f.Queues, err = health.QueueStats(ctx, pool, g.schema); err != nil {
 		return f, err
 	}
@@ -192,7 +218,7 @@ func readTopFrame(ctx context.Context, pool *pgxpool.Pool, runners int, base *to
 	if f.DeadLetters, err = health.DeadLetterSizeOf(ctx, pool, g.schema); err != nil {
 		return f, err
 	}
-	f.Vacuum, err = health.Vacuum(ctx, pool, g.schema)
+	f.Vacuum, err = health.Vacuum(ctx, primary, g.schema)
 	return f, err
 }
 
@@ -201,7 +227,11 @@ func printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
 	if live {
 		hint = fmt.Sprintf(" (every %s; Ctrl-C quits)", interval)
 	}
-	fmt.Fprintf(w, "skiplock top: schema %s at %s%s\n\n", g.schema, f.At.Format(time.RFC3339), hint)
+	fmt.Fprintf(w, "skiplock top: schema %s at %s%s\n", g.schema, f.At.Format(time.RFC3339), hint)
+	if f.Replica != nil {
+		fmt.Fprintf(w, "figures %s; the vacuum state is the primary's\n", f.Replica.Describe())
+	}
+	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "QUEUES (lag = oldest ready job; SLO under 2m)")
 	if len(f.Queues) == 0 {

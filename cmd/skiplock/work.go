@@ -62,7 +62,12 @@ SKIPLOCK_WORKER_PID) in its environment.
 Exit 0 completes the job; any other exit fails the attempt with the tail of stderr as the
 error. The child's process group is killed if the lease is lost, on timeout and on hard stop.
 SIGTERM drains (running jobs get --drain-timeout); a second SIGTERM stops at once.
-The worker also runs the reaper and the recurring-job scheduler.`,
+The worker also runs the reaper and the recurring-job scheduler.
+
+With --database-url repeated, one process serves every database given (each with its
+own migrated skiplock schema): one client per database, each with --concurrency slots of
+its own, its own claim loop, LISTEN connection, reaper and scheduler, so a backlog in one
+database never takes slots from another. Log lines then carry database=host:port/name.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWork(cmd, f) },
 	}
@@ -134,11 +139,89 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	defer signal.Stop(sigs)
 	ctx := context.WithoutCancel(cmd.Context())
 
-	pool, err := connect(ctx, int32(6))
-	if err != nil {
-		return err
+	urls := workDatabaseURLs()
+	if len(urls) > 1 {
+		if listenURL(f.listenURL) != "" {
+			return usageError("--listen-url: not with several --database-url (each database LISTENs on its own URL)")
+		}
+		if f.metricsAddr != "" {
+			return usageError("--metrics-addr: serves one database's metrics; not with several --database-url")
+		}
+		seen := map[string]bool{}
+		for _, u := range urls {
+			if seen[u] {
+				return usageError("--database-url: the same URL is given twice")
+			}
+			seen[u] = true
+		}
 	}
-	defer pool.Close()
+	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
+	var clients []*skiplock.Client
+	for _, u := range urls {
+		pool, err := connectTo(ctx, u, "--database-url", int32(6), nil)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		dlog := log
+		if len(urls) > 1 {
+			dlog = log.With(slog.String("database", databaseLabel(pool)))
+		}
+		c, err := newWorkClient(ctx, f, pool, dlog, kinds, stderr)
+		if err != nil {
+			return err
+		}
+		if f.metricsAddr != "" {
+			stop, err := serveWorkerMetrics(f.metricsAddr, pool, c, log)
+			if err != nil {
+				return err
+			}
+			defer stop()
+		}
+		clients = append(clients, c)
+	}
+	for _, c := range clients {
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+	}
+	<-sigs
+	log.Info("skiplock: draining; send the signal again to stop at once", "drain_timeout", f.drainTimeout)
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
+		defer cancel()
+		stopped <- eachClient(clients, func(c *skiplock.Client) error { return c.Stop(sctx) })
+	}()
+	select {
+	case err := <-stopped:
+		return err
+	case <-sigs:
+		log.Warn("skiplock: second signal; stopping at once")
+		return eachClient(clients, func(c *skiplock.Client) error { return c.StopAndCancel(ctx) })
+	}
+}
+
+// workDatabaseURLs are the databases `work` serves: every --database-url
+// given, else the one databaseURL resolves.
+func workDatabaseURLs() []string {
+	if len(g.databaseURLs) > 1 {
+		return g.databaseURLs
+	}
+	return []string{databaseURL()}
+}
+
+// databaseLabel names a pool's database for log lines: host, port and
+// database name, never the URL (it may hold a password).
+func databaseLabel(pool *pgxpool.Pool) string {
+	cc := pool.Config().ConnConfig
+	return fmt.Sprintf("%s:%d/%s", cc.Host, cc.Port, cc.Database)
+}
+
+// newWorkClient is the client `work` runs on one database: one pool of
+// --concurrency slots claiming --queue, the --exec handler for every kind.
+func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, log *slog.Logger, kinds []string,
+	stderr *lockedWriter) (*skiplock.Client, error) {
 	warnNotMigrated(ctx, pool, log)
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
@@ -151,11 +234,11 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		var fe *skiplock.FieldError
 		if errors.As(err, &fe) {
 			if flag, ok := workConfigFlags[strings.TrimPrefix(fe.Field, "Config.")]; ok {
-				return usageError("%s: %s", flag, fe.Message)
+				return nil, usageError("%s: %s", flag, fe.Message)
 			}
-			return usageError("%v", err)
+			return nil, usageError("%v", err)
 		}
-		return err
+		return nil, err
 	}
 	var opts []skiplock.HandlerOption
 	if f.timeout > 0 {
@@ -164,35 +247,22 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	if f.maxAttempts > 0 {
 		opts = append(opts, skiplock.WithMaxAttempts(f.maxAttempts))
 	}
-	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	if err := skiplock.HandleFallback(c, execHandler(f.execCmd, stderr), opts...); err != nil {
-		return err
+		return nil, err
 	}
-	if f.metricsAddr != "" {
-		stop, err := serveWorkerMetrics(f.metricsAddr, pool, c, log)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	return c, nil
+}
+
+// eachClient runs fn on every client at once and joins their errors: the
+// databases drain (or stop) together, not one after another.
+func eachClient(clients []*skiplock.Client, fn func(*skiplock.Client) error) error {
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() { errs[i] = fn(c) })
 	}
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	<-sigs
-	log.Info("skiplock: draining; send the signal again to stop at once", "drain_timeout", f.drainTimeout)
-	stopped := make(chan error, 1)
-	go func() {
-		sctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
-		defer cancel()
-		stopped <- c.Stop(sctx)
-	}()
-	select {
-	case err := <-stopped:
-		return err
-	case <-sigs:
-		log.Warn("skiplock: second signal; stopping at once")
-		return c.StopAndCancel(ctx)
-	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // execHandler runs command for each job, in its own process group so the

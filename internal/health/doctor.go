@@ -30,7 +30,8 @@ const (
 type Check struct {
 	// Name identifies the check: schema, queue_lag, dead_tuples,
 	// table_settings, claim_index, xmin_horizon, notify_queue, stuck_jobs,
-	// workers, unhandled_kinds, dead_letters.
+	// workers, unhandled_kinds, dead_letters, and replica_lag when
+	// DoctorOptions.Replica is set.
 	Name string `json:"name"`
 	// Status is StatusOK, StatusWarn or StatusFail.
 	Status string `json:"status"`
@@ -38,6 +39,9 @@ type Check struct {
 	Figure string `json:"figure"`
 	// Fix is what to do when the status is not ok (empty when ok).
 	Fix string `json:"fix,omitempty"`
+	// Pin, on xmin_horizon when it is not ok, names the oldest holder of
+	// the horizon and what it costs (the claim's p99 against its baseline).
+	Pin *Pin `json:"pin,omitempty"`
 }
 
 // DoctorOptions are the doctor's thresholds; the zero value of each field
@@ -61,6 +65,18 @@ type DoctorOptions struct {
 	NotifyWarn, NotifyFail float64
 	// StatementTimeout bounds each query. Default 10s.
 	StatementTimeout time.Duration
+	// Replica, when set, is a connection to a streaming replica (hot
+	// standby) of the database: the checks that read replicated table
+	// contents (queue_lag, stuck_jobs, workers, unhandled_kinds,
+	// dead_letters) run there, their figures say how far behind it is, and
+	// a replica_lag check is added. The checks of what only the primary
+	// knows stay on db: its statistics (dead tuples, autovacuum), its
+	// sessions (xmin horizon), its NOTIFY queue, its settings and the
+	// claim's plan.
+	Replica DBTX
+	// ReplicaLagWarn and ReplicaLagFail bound the replica's lag. Default 30s
+	// and 5m.
+	ReplicaLagWarn, ReplicaLagFail time.Duration
 }
 
 func (o DoctorOptions) withDefaults() DoctorOptions {
@@ -75,6 +91,8 @@ func (o DoctorOptions) withDefaults() DoctorOptions {
 	def(&o.XactFail, 10*time.Minute)
 	def(&o.StuckAfter, 5*time.Minute)
 	def(&o.StatementTimeout, 10*time.Second)
+	def(&o.ReplicaLagWarn, 30*time.Second)
+	def(&o.ReplicaLagFail, 5*time.Minute)
 	if o.DeadWarn <= 0 {
 		o.DeadWarn = 10
 	}
@@ -116,7 +134,18 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 		return nil, err
 	}
 	o = o.withDefaults()
-	d := &doctor{db: db, schema: schema, o: o}
+	d := &doctor{db: db, read: db, schema: schema, o: o}
+	var replica *ReplicaStatus
+	if o.Replica != nil {
+		d.read = o.Replica
+		qctx, cancel := d.timeout(ctx)
+		st, err := Replica(qctx, o.Replica, schema)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("health: doctor: replica: %w", err)
+		}
+		replica = &st
+	}
 
 	first, ok, err := d.checkSchema(ctx)
 	if err != nil {
@@ -126,6 +155,7 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 	if !ok {
 		return checks, nil
 	}
+	onReplica := map[string]bool{"queue_lag": true, "stuck_jobs": true, "workers": true, "unhandled_kinds": true, "dead_letters": true}
 	for _, f := range []func(context.Context) Check{
 		d.checkQueueLag, d.checkDeadTuples, d.checkTableSettings, d.checkClaimIndex, d.checkFencedWrites, d.checkXmin,
 		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkDeadLetters,
@@ -133,9 +163,38 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 		if err := ctx.Err(); err != nil {
 			return checks, err
 		}
-		checks = append(checks, f(ctx))
+		c := f(ctx)
+		if replica != nil && onReplica[c.Name] {
+			c.Figure += " (" + replica.Describe() + ")"
+		}
+		checks = append(checks, c)
+	}
+	if replica != nil {
+		checks = append(checks, d.checkReplicaLag(*replica))
 	}
 	return checks, nil
+}
+
+// checkReplicaLag judges the replica the read checks ran on.
+func (d *doctor) checkReplicaLag(s ReplicaStatus) Check {
+	c := Check{Name: "replica_lag", Status: StatusOK, Figure: s.Describe()}
+	lag := secs(s.LagSeconds)
+	switch {
+	case !s.InRecovery:
+		c.Status = StatusWarn
+		c.Fix = "the replica URL reaches a primary: after a failover the old standby is the primary, so point --replica-url at the new standby " +
+			"(or at a read-only service name your HA manager keeps on a standby)"
+	case !s.Streaming || lag > d.o.ReplicaLagFail:
+		c.Status = StatusFail
+	case lag > d.o.ReplicaLagWarn:
+		c.Status = StatusWarn
+	}
+	if c.Status != StatusOK && c.Fix == "" {
+		c.Fix = "the figures read on the replica are this stale. Check the standby's log and pg_stat_replication on the primary " +
+			"(a broken connection, a missing WAL segment, a long query on the standby delaying replay: see max_standby_streaming_delay); " +
+			"until it catches up, run these commands without --replica-url"
+	}
+	return c
 }
 
 // Failed reports whether any check failed.
@@ -150,6 +209,7 @@ func Failed(checks []Check) bool {
 
 type doctor struct {
 	db     DBTX
+	read   DBTX // the replica when DoctorOptions.Replica is set, else db
 	schema string
 	o      DoctorOptions
 	stats  []QueueStat // read by queue_lag, reused by claim_index and workers
@@ -204,7 +264,7 @@ func (d *doctor) checkQueueLag(ctx context.Context) Check {
 	const name = "queue_lag"
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
-	stats, err := QueueStats(qctx, d.db, d.schema)
+	stats, err := QueueStats(qctx, d.read, d.schema)
 	if err != nil {
 		return broken(name, err)
 	}
@@ -449,7 +509,8 @@ func (d *doctor) claimPlan(ctx context.Context) ([]string, error) {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(qctx)) }()
 	claim := store.New(d.schema).SQL("claim")
 	return explainScans(qctx, tx, claim,
-		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds())
+		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds(),
+		nil, nil, nil) // no bounds: the claim from the front, the one that must use jobs_ready
 }
 
 type planNode struct {
@@ -566,18 +627,18 @@ func (d *doctor) checkXmin(ctx context.Context) Check {
 	const name = "xmin_horizon"
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
-	hs, err := XminHolders(qctx, d.db, d.schema, 20)
+	hs, err := HorizonHolders(qctx, d.db, d.schema, 20)
 	if err != nil {
 		return broken(name, err)
 	}
 	c := Check{Name: name, Status: StatusOK}
-	var oldest *XminHolder
+	var oldest *HorizonHolder
 	var slots []string
 	for i := range hs {
 		h := &hs[i]
 		if h.Holder == "replication_slot" {
 			if h.State == "inactive" {
-				slots = append(slots, fmt.Sprintf("inactive replication slot %s holds xmin %s (%d transactions old)", h.Application, h.Xmin, h.XminAgeXIDs))
+				slots = append(slots, fmt.Sprintf("inactive replication slot %s holds xmin %d transactions old", h.Application, h.XminAgeXIDs))
 			}
 			continue
 		}
@@ -588,22 +649,23 @@ func (d *doctor) checkXmin(ctx context.Context) Check {
 	var figs []string
 	if oldest != nil {
 		age := secs(oldest.XactAgeSeconds)
-		who := fmt.Sprintf("pid %d", oldest.PID)
-		if oldest.Holder == "prepared_xact" {
-			who = "prepared transaction " + strconv.Quote(oldest.Application)
-		} else if oldest.Application != "" {
-			who += " (" + oldest.Application + ")"
-		}
 		state := oldest.State
 		if state == "" {
 			state = "in a transaction"
 		}
-		figs = append(figs, fmt.Sprintf("oldest xmin holder: %s, %s for %s (xmin %d transactions old)", who, state, dur(age), oldest.XminAgeXIDs))
+		fig := fmt.Sprintf("oldest xmin holder: %s, %s for %s (xmin %d transactions old)", oldest.Who(), state, dur(age), oldest.XminAgeXIDs)
+		if oldest.Query != "" {
+			fig += fmt.Sprintf(", statement %q", oldest.Query)
+		}
+		figs = append(figs, fig)
 		switch {
 		case age >= d.o.XactFail:
 			c.Status = StatusFail
 		case age >= d.o.XactWarn:
 			c.Status = StatusWarn
+		}
+		if oldest.OtherDatabase && c.Status != StatusOK {
+			figs = append(figs, "it is in another database, but its xid is in every snapshot on the server, so it pins this one too")
 		}
 	} else {
 		figs = append(figs, "no transaction holds back the xmin horizon")
@@ -614,10 +676,21 @@ func (d *doctor) checkXmin(ctx context.Context) Check {
 			c.Status = StatusWarn
 		}
 	}
+	if c.Status != StatusOK {
+		// What the pin costs: the claim's p99 against its baseline.
+		p := Pin{Holders: len(hs), Holder: oldest}
+		if p.Holder == nil && len(hs) > 0 {
+			p.Holder = &hs[0]
+		}
+		if p.Cost, err = ClaimCostNow(qctx, d.db, d.schema); err == nil {
+			figs = append(figs, "cost: "+p.Cost.String())
+		}
+		c.Pin = &p
+	}
 	c.Figure = strings.Join(figs, "; ")
 	if c.Status != StatusOK {
-		c.Fix = fmt.Sprintf("vacuum cannot remove any tuple that died after that transaction began. See them with "+
-			"SELECT * FROM %s; end the offender if it is safe (SELECT pg_terminate_backend(pid); ROLLBACK PREPARED 'gid'; "+
+		c.Fix = fmt.Sprintf("vacuum cannot remove any tuple that died after that transaction began, and the claim and completions "+
+			"wade through them. See every holder with SELECT * FROM %s; end the offender if it is safe (SELECT pg_terminate_backend(pid); ROLLBACK PREPARED 'gid'; "+
 			"pg_drop_replication_slot for a dead slot); set idle_in_transaction_session_timeout, and run long reports on a replica",
 			pgx.Identifier{d.schema, "xmin_holders"}.Sanitize())
 	}
@@ -656,7 +729,7 @@ func (d *doctor) checkStuck(ctx context.Context) Check {
 	defer cancel()
 	var stuck, expired int64
 	var oldest float64
-	if err := d.db.QueryRow(qctx, q, d.o.StuckAfter.Microseconds()).Scan(&stuck, &expired, &oldest); err != nil {
+	if err := d.read.QueryRow(qctx, q, d.o.StuckAfter.Microseconds()).Scan(&stuck, &expired, &oldest); err != nil {
 		return broken(name, wrap("stuck jobs", err))
 	}
 	c := Check{Name: name, Status: StatusOK}
@@ -682,7 +755,7 @@ func (d *doctor) checkWorkers(ctx context.Context) Check {
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
 	var live int64
-	if err := d.db.QueryRow(qctx, q, LiveWindow.Microseconds()).Scan(&live); err != nil {
+	if err := d.read.QueryRow(qctx, q, LiveWindow.Microseconds()).Scan(&live); err != nil {
 		return broken(name, wrap("workers", err))
 	}
 	var due int64
@@ -704,7 +777,7 @@ func (d *doctor) checkDeadLetters(ctx context.Context) Check {
 	const name = "dead_letters"
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
-	s, err := DeadLetterSizeOf(qctx, d.db, d.schema)
+	s, err := DeadLetterSizeOf(qctx, d.read, d.schema)
 	if err != nil {
 		return broken(name, err)
 	}
@@ -719,7 +792,7 @@ func (d *doctor) checkDeadLetters(ctx context.Context) Check {
 	if c.Status == StatusOK {
 		return c
 	}
-	if gs, err := DeadLetterGroups(qctx, d.db, d.schema, "", 1); err == nil && len(gs) > 0 {
+	if gs, err := DeadLetterGroups(qctx, d.read, d.schema, "", 1); err == nil && len(gs) > 0 {
 		c.Figure += fmt.Sprintf("; biggest group: kind %s, %q ×%d", gs[0].Kind, gs[0].Signature, gs[0].Count)
 	}
 	c.Fix = "a growing dead-letter table is a broken handler: group it with `skiplock dlq list`, fix the cause, then " +

@@ -116,3 +116,7 @@ func wrap(what string, err error) error {
 	}
 	return fmt.Errorf("health: %s: %w", what, err)
 }
+
+// Statement returns one of the health statements rendered for schema, for
+// tools that EXPLAIN them (bench/surroundings); it panics on an unknown name.
+func Statement(schema, name string) (string, error) { return query(schema, name) }

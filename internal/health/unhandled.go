@@ -47,7 +47,7 @@ func (d *doctor) checkUnhandledKinds(ctx context.Context) Check {
 	const name = "unhandled_kinds"
 	qctx, cancel := d.timeout(ctx)
 	defer cancel()
-	kinds, err := UnhandledKinds(qctx, d.db, d.schema)
+	kinds, err := UnhandledKinds(qctx, d.read, d.schema)
 	if err != nil {
 		return broken(name, err)
 	}

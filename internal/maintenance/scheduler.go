@@ -376,3 +376,8 @@ LEFT JOIN LATERAL (
     CROSS JOIN LATERAL {{schema}}.enqueue_job(a.queue, a.kind, a.payload, a.priority, f.fire_at,
                                                a.max_attempts, f.unique_key, NULL, NULL, false) AS q
 ) AS e ON true`
+
+// SchedulerDueSQL returns the scheduler's due-schedules statement rendered
+// for schema ($1 at or NULL for now, $2 limit), for tools that EXPLAIN it
+// (bench/surroundings).
+func SchedulerDueSQL(schema string) string { return renderSchedulerSQL(schema).due }

@@ -104,10 +104,30 @@ const selfTestPrefix = "skiplock-selftest:"
 // errPooled ends the listener: its connection goes through a pooler.
 var errPooled = errors.New("the connection goes through a pooler")
 
+// Reconnect backoff: the first retry after a lost connection waits
+// minBackoff (plus up to half of it as jitter), each failed attempt doubles
+// it up to maxBackoff, and a connection that reaches LISTEN resets it. A
+// failover (the old primary gone, the standby not yet promoted) is a few
+// refused attempts, never a tight loop.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 10 * time.Second
+)
+
 func (l *Listener) run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	backoff := minBackoff
+	var lostAt time.Time // when the last LISTEN connection was lost; zero while none was
+	failures := 0
+	listening := func(conn *pgx.Conn) {
+		if !lostAt.IsZero() {
+			l.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "skiplock: listener reconnected",
+				slog.String("server", serverAddr(conn)), slog.Duration("down_for", time.Since(lostAt).Round(time.Millisecond)),
+				slog.Int("failed_attempts", failures))
+		}
+		lostAt, failures, backoff = time.Time{}, 0, minBackoff
+	}
 	for ctx.Err() == nil {
-		err := l.session(ctx)
+		err := l.session(ctx, listening)
 		if ctx.Err() != nil {
 			return
 		}
@@ -120,19 +140,41 @@ func (l *Listener) run(ctx context.Context) {
 		if l.cfg.OnDisconnect != nil {
 			l.cfg.OnDisconnect(err)
 		}
-		l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: listener disconnected; polling continues",
-			slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+		if lostAt.IsZero() {
+			lostAt = time.Now()
+			l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: listener disconnected; polling continues",
+				slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
+		} else {
+			failures++
+			// Every attempt is logged while the server is away (at most one
+			// line per maxBackoff once the backoff is at its cap).
+			l.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: listener reconnect failed; polling continues",
+				slog.String("error", err.Error()), slog.Int("failed_attempts", failures),
+				slog.Duration("down_for", time.Since(lostAt).Round(time.Millisecond)), slog.Duration("retry_in", backoff))
+		}
 		jitter := time.Duration(rand.Int64N(int64(backoff) / 2))
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(backoff + jitter):
 		}
-		backoff = min(backoff*2, 10*time.Second)
+		backoff = min(backoff*2, maxBackoff)
 	}
 }
 
-func (l *Listener) session(ctx context.Context) error {
+// serverAddr names the server a connection reached (host and port, never
+// the connection string), so a reader sees which host a multi-host URL
+// settled on after a failover.
+func serverAddr(conn *pgx.Conn) string {
+	if nc := conn.PgConn().Conn(); nc != nil {
+		return nc.RemoteAddr().String()
+	}
+	return ""
+}
+
+// session runs one LISTEN connection until it fails; listening is called
+// once the LISTENs are in place.
+func (l *Listener) session(ctx context.Context, listening func(*pgx.Conn)) error {
 	conn, err := l.cfg.Connect(ctx)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -156,6 +198,7 @@ func (l *Listener) session(ctx context.Context) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
+	listening(conn)
 	delivered := l.selfTest(ctx, conn)
 	if l.cfg.OnConnect != nil {
 		l.cfg.OnConnect(delivered)

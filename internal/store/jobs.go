@@ -37,6 +37,32 @@ type ClaimParams struct {
 	WorkerID  string
 	Lease     time.Duration
 	TenantCap int // 0: no per-tenant cap
+	// After holds, per queue, the claim-order position to start after: the
+	// last job this claimer took from that queue. A queue without one is
+	// read from the front. Ignored by the tenant-capped claim.
+	After map[string]Bound
+}
+
+// Bound is a position in claim order: priority descending, then run_at,
+// then id.
+type Bound struct {
+	Priority int
+	RunAt    time.Time
+	ID       int64
+}
+
+// BoundOf is the claim-order position of a claimed job.
+func BoundOf(j ClaimedJob) Bound { return Bound{Priority: j.Priority, RunAt: j.RunAt, ID: j.ID} }
+
+// Before reports whether b comes before o in claim order.
+func (b Bound) Before(o Bound) bool {
+	if b.Priority != o.Priority {
+		return b.Priority > o.Priority
+	}
+	if !b.RunAt.Equal(o.RunAt) {
+		return b.RunAt.Before(o.RunAt)
+	}
+	return b.ID < o.ID
 }
 
 // Claim claims up to p.Batch ready jobs in one statement.
@@ -50,6 +76,8 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 	if p.TenantCap > 0 {
 		q = s.SQL("claim_capped")
 		args = append(args, p.TenantCap)
+	} else {
+		args = append(args, BoundArgs(p.Queues, p.After)...)
 	}
 	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
@@ -68,6 +96,24 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 		out = append(out, j)
 	}
 	return out, rows.Err()
+}
+
+// BoundArgs spreads per-queue bounds into the claim's three arrays, one
+// element per queue in order; a queue without a bound gets NULLs.
+func BoundArgs(queues []string, after map[string]Bound) []any {
+	if len(after) == 0 {
+		return []any{nil, nil, nil}
+	}
+	prio := make([]*int32, len(queues))
+	runAt := make([]*time.Time, len(queues))
+	ids := make([]*int64, len(queues))
+	for i, q := range queues {
+		if b, ok := after[q]; ok {
+			pr, ra, id := int32(b.Priority), b.RunAt, b.ID
+			prio[i], runAt[i], ids[i] = &pr, &ra, &id
+		}
+	}
+	return []any{prio, runAt, ids}
 }
 
 func deref(s *string) string {
@@ -315,4 +361,14 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 		{"reschedule", s.RescheduleQuery([]Reschedule{{Lease: l[0], Error: &msg}}, worker)},
 		{"dead_letter", s.DeadLetterQuery([]Dead{{Lease: l[0], Reason: "error", Error: msg}}, worker)},
 	}
+}
+
+// AdvanceLeaseTokens moves the lease-token sequence to the current time in
+// microseconds unless it is already past it, and returns its value: run
+// once after a standby is promoted, so no token the old primary handed out
+// is handed out again (see advance_lease_tokens in lease.sql).
+func (s *Store) AdvanceLeaseTokens(ctx context.Context, db DBTX) (int64, error) {
+	var v int64
+	err := db.QueryRow(ctx, s.SQL("advance_lease_tokens")).Scan(&v)
+	return v, err
 }

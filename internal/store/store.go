@@ -22,8 +22,13 @@ var files embed.FS
 
 var raw = mustParse()
 
+// mustParse reads the statements ("-- name: x" sections) and expands in them
+// the fragments ("-- fragment: y" sections, written {{y}} where they are
+// used): a condition several statements must share word for word, such as
+// what makes a job claimable, is written once.
 func mustParse() map[string]string {
 	out := map[string]string{}
+	frags := map[string]string{}
 	err := fs.WalkDir(files, "sql", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -33,10 +38,11 @@ func mustParse() map[string]string {
 			return err
 		}
 		var name string
+		var into map[string]string
 		var b strings.Builder
 		flush := func() {
 			if name != "" {
-				out[name] = strings.TrimSpace(b.String())
+				into[name] = strings.TrimSpace(b.String())
 			}
 			b.Reset()
 		}
@@ -44,11 +50,16 @@ func mustParse() map[string]string {
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			if n, ok := strings.CutPrefix(line, "-- name: "); ok {
+			n, stmt := strings.CutPrefix(line, "-- name: ")
+			f, frag := strings.CutPrefix(line, "-- fragment: ")
+			if stmt || frag {
 				flush()
-				name = strings.TrimSpace(n)
-				if _, dup := out[name]; dup {
-					return fmt.Errorf("store: duplicate query %q in %s", name, path)
+				name, into = strings.TrimSpace(n), out
+				if frag {
+					name, into = strings.TrimSpace(f), frags
+				}
+				if _, dup := into[name]; dup {
+					return fmt.Errorf("store: duplicate section %q in %s", name, path)
 				}
 				continue
 			}
@@ -60,6 +71,25 @@ func mustParse() map[string]string {
 	})
 	if err != nil {
 		panic(err)
+	}
+	for name, frag := range frags {
+		// Comments would swallow what follows them on the line of use.
+		var lines []string
+		for _, l := range strings.Split(frag, "\n") {
+			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--") {
+				lines = append(lines, l)
+			}
+		}
+		expanded := "(" + strings.Join(lines, "\n") + ")"
+		used := false
+		for k, v := range out {
+			if strings.Contains(v, "{{"+name+"}}") {
+				out[k], used = strings.ReplaceAll(v, "{{"+name+"}}", expanded), true
+			}
+		}
+		if !used {
+			panic(fmt.Sprintf("store: fragment %q is used by no statement", name))
+		}
 	}
 	return out
 }

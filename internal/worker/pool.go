@@ -27,6 +27,8 @@ type pool struct {
 
 	stopOnce sync.Once
 	wg       sync.WaitGroup // producer and executors
+
+	keys keyset // where claims start reading; the producer's alone
 }
 
 func newPool(r *Runner, cfg PoolConfig) *pool {
@@ -36,6 +38,7 @@ func newPool(r *Runner, cfg PoolConfig) *pool {
 		done:   make(chan struct{}, cfg.Concurrency+cfg.BatchSize),
 		wakeCh: make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
+		keys:   keyset{cheap: keysetCheap},
 	}
 }
 
@@ -169,14 +172,20 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
 	defer cancel()
 	start := time.Now()
+	var after map[string]store.Bound
+	if p.cfg.TenantCap == 0 { // the capped claim reads per tenant, from the front
+		after = p.keys.bounds(start)
+	}
 	jobs, err := p.r.cfg.Store.Claim(ctx, p.r.cfg.Pool, store.ClaimParams{
 		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
-		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap,
+		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after,
 	})
 	if err != nil {
 		return nil, err
 	}
-	p.r.claimLat.add(time.Since(start))
+	took := time.Since(start)
+	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
+	p.r.claimLat.add(took)
 	p.r.claimed.Add(int64(len(jobs)))
 	return p.r.track(jobs), nil
 }

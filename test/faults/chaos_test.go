@@ -283,7 +283,7 @@ func (ch *chaos) startConsumers() {
 }
 
 // launch starts the consumer's process with its proxy's address for the
-// database (a later -db or --database-url overrides the harness's).
+// database (a later -db overrides the harness's; a --database-url replaces it).
 func (ch *chaos) launch(c *consumer) {
 	c.stopped = time.Time{}
 	if c.exec {

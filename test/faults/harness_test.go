@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -283,7 +284,10 @@ func (e *env) execWorker(name, command string, extra ...string) *proc {
 	e.gen["exec:"+name]++
 	app := fmt.Sprintf("sx-%s.%d", name, e.gen["exec:"+name])
 	e.mu.Unlock()
-	args := []string{program(e.t, "skiplock"), "work", "--database-url", e.appURL(app), "--exec", command}
+	args := []string{program(e.t, "skiplock"), "work", "--exec", command}
+	if !slices.Contains(extra, "--database-url") { // a test's own URL (a proxy's) replaces the harness's
+		args = append(args, "--database-url", e.appURL(app))
+	}
 	p := e.start(name, app, app, append(args, extra...))
 	pid := ":" + strconv.Itoa(p.cmd.Process.Pid) + ":"
 	e.mu.Lock()

@@ -256,3 +256,108 @@ WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1
 --   $1 live window (microseconds)
 SELECT u.queue, u.kind, u.ready, u.oldest_ready_age_seconds
 FROM {{schema}}.unhandled_kinds($1::bigint * interval '1 microsecond') AS u;
+
+-- The pressure suite (bench/pressure.go) -------------------------------------
+
+-- name: jobs_table_sample
+-- The hot table's dead tuples, heap size, size with indexes and TOAST, and
+-- autovacuum count, sampled once a second by the pressure suite, and the age
+-- of the oldest transaction holding an xid anywhere on the server other than
+-- the suite's own stressors (an xid in any database is in every snapshot, so
+-- it holds this table's horizon too). Catalog and statistics reads only: it
+-- never scans the table.
+SELECT coalesce(s.n_dead_tup, 0)::bigint, pg_relation_size(c.oid)::bigint,
+       pg_total_relation_size(c.oid)::bigint, coalesce(s.autovacuum_count, 0)::bigint,
+       coalesce((SELECT max(extract(epoch FROM now() - a.xact_start))
+                 FROM pg_stat_activity AS a
+                 WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
+                   AND a.application_name NOT LIKE 'skiplock-pressure-%'), 0)::float8
+FROM pg_class AS c
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = to_regclass({{schema_lit}} || '.jobs');
+
+-- name: pressure_pin_horizon
+-- The idle-in-transaction stressor: run inside a transaction the caller
+-- leaves open, it takes a transaction id, which holds the xmin horizon of
+-- every table in the database until the transaction ends.
+SELECT txid_current();
+
+-- name: pressure_scan_jobs
+-- The REPEATABLE READ reader stressor: a full scan of the hot table, run
+-- again and again inside one long REPEATABLE READ transaction (whose
+-- snapshot pins the horizon) as a report or an analytics query would.
+SELECT count(*), coalesce(sum(octet_length(j.kind)), 0)::bigint
+FROM {{schema}}.jobs AS j;
+
+-- The pin: who holds the horizon and what it costs ---------------------------
+
+-- name: horizon_holders
+-- Everything holding back this database's xmin horizon, the oldest xmin
+-- first: its sessions holding a snapshot or an xid; sessions of any other
+-- database holding an xid (an xid is in every snapshot of the server, so the
+-- queue's own snapshots, and so vacuum, stop at it); prepared transactions of
+-- any database; replication slots with an xmin (hot_standby_feedback, logical
+-- slots). The query column is the statement's first words, comments removed
+-- and cut before the first quote, dollar sign or digit, so it never carries
+-- a literal (no payload, no secret).
+--   $1 limit
+SELECT h.holder, h.pid, h.database, h.application, h.client_addr, h.state, h.backend_type,
+       h.xmin_age_xids, h.xact_age_seconds, h.other_database, h.query
+FROM (
+    SELECT 'backend'::text AS holder, a.pid, coalesce(a.datname::text, '') AS database,
+           coalesce(a.application_name, '') AS application, coalesce(a.client_addr::text, '') AS client_addr,
+           coalesce(a.state, '') AS state, coalesce(a.backend_type, '') AS backend_type,
+           greatest(age(a.backend_xmin), age(a.backend_xid))::bigint AS xmin_age_xids,
+           extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_seconds,
+           a.datname IS DISTINCT FROM current_database() AS other_database,
+           left(btrim(regexp_replace(
+               substring(regexp_replace(regexp_replace(coalesce(a.query, ''), '/\*.*?\*/', ' ', 'g'),
+                                        '--[^\n]*', ' ', 'g') FROM '^[^''$0-9]*'),
+               '\s+', ' ', 'g')), 60) AS query
+    FROM pg_stat_activity AS a
+    WHERE a.pid <> pg_backend_pid()
+      AND a.backend_type <> 'autovacuum worker'
+      AND (a.backend_xid IS NOT NULL OR (a.backend_xmin IS NOT NULL AND a.datname = current_database()))
+  UNION ALL
+    SELECT 'prepared_xact', NULL, p.database::text, p.gid, '', 'prepared', '',
+           age(p.transaction)::bigint, extract(epoch FROM now() - p.prepared)::float8,
+           p.database <> current_database(), ''
+    FROM pg_prepared_xacts AS p
+  UNION ALL
+    SELECT 'replication_slot', s.active_pid, coalesce(s.database::text, ''), s.slot_name::text, '',
+           CASE WHEN s.active THEN 'active' ELSE 'inactive' END, s.slot_type,
+           age(s.xmin)::bigint, NULL, s.database IS NOT NULL AND s.database <> current_database(), ''
+    FROM pg_replication_slots AS s
+    WHERE s.xmin IS NOT NULL
+) AS h
+ORDER BY h.xmin_age_xids DESC NULLS LAST, h.xact_age_seconds DESC NULLS LAST
+LIMIT $1;
+
+-- name: claim_cost
+-- The claim's p99 now and its baseline, from the live workers' beats (the
+-- worst live worker of each; the baseline moves only while nothing pins the
+-- horizon, see worker_beat), and the hot table's dead tuples.
+--   $1 live window (microseconds)
+SELECT max(w.claim_p99_ms), max(w.claim_p99_baseline_ms), count(*)::int,
+       (SELECT coalesce(s.n_dead_tup, 0)::bigint FROM pg_stat_user_tables AS s
+        WHERE s.relid = to_regclass({{schema_lit}} || '.jobs'))
+FROM {{schema}}.workers AS w
+WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond';
+
+-- name: replica_status
+-- How stale reads on this server are. On a standby: whether its WAL
+-- receiver runs, and the seconds since the last replayed transaction
+-- committed on the primary, or 0 when everything received is replayed while
+-- streaming (an idle primary sends nothing to replay, so
+-- now() - pg_last_xact_replay_timestamp() alone would keep growing while
+-- nothing is stale). Not a standby (a promoted one, or a primary given as
+-- the replica): in_recovery false, lag 0. Reads no table.
+SELECT r.in_recovery,
+       r.in_recovery AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver) AS streaming,
+       CASE WHEN NOT r.in_recovery THEN 0
+            WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver)
+                 AND pg_last_wal_receive_lsn() IS NOT DISTINCT FROM pg_last_wal_replay_lsn() THEN 0
+            ELSE coalesce(extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0)
+       END::float8 AS lag_seconds,
+       pg_last_xact_replay_timestamp()
+FROM (SELECT pg_is_in_recovery() AS in_recovery) AS r;

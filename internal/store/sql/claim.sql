@@ -1,32 +1,75 @@
+-- fragment: claimable
+-- What makes the ready job j claimable, in every claim variant alike: due,
+-- of a kind the claimer handles, and not of an entity that has a job running
+-- (nor one another claimer is taking in this instant: the transaction-scoped
+-- advisory lock; the unique running index is the final guard). Expanded
+-- wherever {{claimable}} appears; $2 is the kinds filter (NULL = any).
+j.state = 'ready'
+AND j.run_at <= now()
+AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
+AND (j.entity IS NULL OR (
+      -- A scalar subquery, not NOT EXISTS: the planner may turn NOT EXISTS
+      -- into a hashed subplan that scans every running row.
+      (SELECT 1 FROM {{schema}}.jobs AS r
+       WHERE r.state = 'running'
+         AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+       LIMIT 1) IS NULL
+      AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
+
 -- name: claim
 -- Batched claim: one statement per batch. Candidates are read per queue from
 -- the partial ready index in claim order and locked with FOR NO KEY UPDATE
 -- SKIP LOCKED (other claimers skip them; foreign-key checks on jobs.id are not
 -- blocked). The attempt is counted here, so a job that kills its worker still
 -- spends attempts. Lease expiry uses the database clock.
+--
+-- Each queue may carry a lower bound, the claim-order key (priority, run_at,
+-- id) of the last job this pool claimed from it: the scan then starts after
+-- the bound instead of at the front of the index. While a long transaction
+-- pins the vacuum horizon, the front is where every job claimed since the pin
+-- left an index entry that cannot be removed, so a claim from the front reads
+-- all of them; a claim after the bound reads none. The bound is a key in
+-- claim order, which sorts priority descending, so "after" is two index
+-- ranges: the bound's priority after (run_at, id), then every lower priority.
+-- Jobs that arrive behind a bound (a higher priority, a hand-back) are found
+-- by the pool's periodic claim without bounds (internal/worker/keyset.go).
+-- A NULL bound (or none: the arrays may be NULL) means the whole queue.
 --   $1 queues text[]   $2 kinds text[] (NULL = any)   $3 batch int
 --   $4 worker id       $5 lease (microseconds)
+--   $6 bound priority int[]   $7 bound run_at timestamptz[]   $8 bound id bigint[]
+--      (one element per queue, in $1's order; NULL elements or arrays: no bound)
 WITH picked AS (
     SELECT c.id, c.priority, c.run_at, c.entity
-    FROM unnest($1::text[]) AS q(name)
+    FROM unnest($1::text[], $6::int[], $7::timestamptz[], $8::bigint[]) AS q(name, b_priority, b_run_at, b_id)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity
-        FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready'
-          AND j.queue = q.name
-          AND j.run_at <= now()
-          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR (
-                -- A scalar subquery, not NOT EXISTS: the planner may turn
-                -- NOT EXISTS into a hashed subplan that scans every running row.
-                (SELECT 1 FROM {{schema}}.jobs AS r
-                 WHERE r.state = 'running'
-                   AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                 LIMIT 1) IS NULL
-                AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
-        ORDER BY j.priority DESC, j.run_at, j.id
+        -- The two ranges are read in order and only as far as the batch
+        -- needs (Append under a Limit): the second is not touched when the
+        -- first fills the batch. FOR ... SKIP LOCKED is not allowed on a
+        -- UNION's branches themselves, hence the subqueries.
+        SELECT a.* FROM (
+            SELECT j.id, j.priority, j.run_at, j.entity
+            FROM {{schema}}.jobs AS j
+            WHERE j.queue = q.name
+              AND j.priority = q.b_priority
+              AND (j.run_at, j.id) > (q.b_run_at, q.b_id)
+              AND {{claimable}}
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT $3
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS a
+        UNION ALL
+        SELECT b.* FROM (
+            SELECT j.id, j.priority, j.run_at, j.entity
+            FROM {{schema}}.jobs AS j
+            WHERE j.queue = q.name
+              -- Below the bound's priority; every priority without a bound.
+              AND j.priority <= COALESCE(q.b_priority::bigint - 1, 2147483647)
+              AND {{claimable}}
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT $3
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS b
         LIMIT $3
-        FOR NO KEY UPDATE SKIP LOCKED
     ) AS c
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
@@ -92,13 +135,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
         FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready' AND j.queue = t.queue AND j.tenant = t.tenant
-          AND j.run_at <= now()
-          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR (
-                SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                LIMIT 1) IS NULL)
+        WHERE j.queue = t.queue AND j.tenant = t.tenant
+          AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
@@ -109,13 +147,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
         FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready' AND j.queue = o.name AND j.tenant IS NULL
-          AND j.run_at <= now()
-          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR (
-                SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                LIMIT 1) IS NULL)
+        WHERE j.queue = o.name AND j.tenant IS NULL
+          AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
@@ -126,13 +159,8 @@ candidates AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
         FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready' AND j.queue = o.name
-          AND j.run_at <= now()
-          AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
-          AND (j.entity IS NULL OR (
-                SELECT 1 FROM {{schema}}.jobs AS r
-                WHERE r.state = 'running' AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
-                LIMIT 1) IS NULL)
+        WHERE j.queue = o.name
+          AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $3
     ) AS c

@@ -167,7 +167,25 @@ ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = now(), running = EXCLUDED.running, concurrency = EXCLUDED.concurrency,
     queues = EXCLUDED.queues, handles = EXCLUDED.handles, claimed_total = EXCLUDED.claimed_total,
     completed_total = EXCLUDED.completed_total, failed_total = EXCLUDED.failed_total,
-    claim_p99_ms = EXCLUDED.claim_p99_ms, stopped_at = EXCLUDED.stopped_at;
+    claim_p99_ms = EXCLUDED.claim_p99_ms, stopped_at = EXCLUDED.stopped_at,
+    -- The claim's baseline (migration 008): a moving average of claim p99
+    -- over the beats taken while nothing pins the xmin horizon for 30 s (a
+    -- transaction of this database holding a snapshot or an xid, an xid in
+    -- any database, a prepared transaction, a slot's xmin), so doctor can
+    -- compare the claim's p99 during a pin with its normal one.
+    claim_p99_baseline_ms = CASE
+        WHEN EXCLUDED.claim_p99_ms IS NULL THEN w.claim_p99_baseline_ms
+        WHEN EXISTS (SELECT 1 FROM pg_stat_activity AS a
+                     WHERE a.pid <> pg_backend_pid() AND a.xact_start < now() - interval '30 seconds'
+                       AND (a.backend_xid IS NOT NULL
+                            OR (a.backend_xmin IS NOT NULL AND a.datname = current_database()))
+                       AND a.backend_type <> 'autovacuum worker')
+          OR EXISTS (SELECT 1 FROM pg_prepared_xacts AS p WHERE p.prepared < now() - interval '30 seconds')
+          OR EXISTS (SELECT 1 FROM pg_replication_slots AS s WHERE s.xmin IS NOT NULL)
+        THEN w.claim_p99_baseline_ms
+        WHEN w.claim_p99_baseline_ms IS NULL THEN EXCLUDED.claim_p99_ms
+        ELSE 0.9 * w.claim_p99_baseline_ms + 0.1 * EXCLUDED.claim_p99_ms
+    END;
 
 -- name: complete_one_delete
 -- Success inside the handler's own transaction (CompleteTx). Scalars only, so
@@ -194,3 +212,16 @@ RETURNING id;
 --   $1 queue $2 paused
 INSERT INTO {{schema}}.queues AS q (name, paused) VALUES ($1, $2)
 ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now();
+
+-- name: advance_lease_tokens
+-- After a failover: move the lease-token sequence past every token the old
+-- primary may have handed out in commits the new primary never received (an
+-- asynchronous standby's lost tail; the sequence would hand those tokens out
+-- again, and a lost lease would pass the fence). The target is the current
+-- time in microseconds: far above any count of claims, and higher at every
+-- later failover unless more than a million claims a second were made since
+-- the last advance. Never moves the sequence backwards; a claim racing it
+-- ends up below the target, never above it. Returns the new value.
+SELECT setval('{{schema}}.lease_tokens'::regclass, greatest(
+    (SELECT last_value FROM {{schema}}.lease_tokens),
+    (extract(epoch FROM clock_timestamp()) * 1000000)::bigint));

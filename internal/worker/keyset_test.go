@@ -1,0 +1,142 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+func job(queue string, prio int, runAt time.Time, id int64) store.ClaimedJob {
+	return store.ClaimedJob{Queue: queue, Priority: prio, RunAt: runAt, ID: id}
+}
+
+// While claims from the front stay cheap the pool always claims from the
+// front (exact priority order, today's behaviour); once they are expensive it
+// claims after its bounds, with a claim from the front every 20× its cost.
+func TestKeysetClaimsFromTheFrontWhileCheap(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	k := keyset{cheap: keysetCheap}
+	require.Nil(t, k.bounds(t0), "no claim yet: from the front")
+
+	k.observe(false, time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0, 1), job("q", 0, t0, 2)}, t0)
+	require.Nil(t, k.bounds(t0), "a cheap claim from the front: stay at the front")
+
+	// The horizon is pinned: claims from the front get expensive.
+	now := t0
+	for i := 0; i < 10; i++ {
+		now = now.Add(time.Millisecond)
+		k.observe(false, 40*time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0, int64(10+i))}, now)
+	}
+	b := k.bounds(now.Add(time.Millisecond))
+	require.Equal(t, map[string]store.Bound{"q": {Priority: 0, RunAt: t0, ID: 19}}, b)
+	require.Greater(t, k.gap(), 500*time.Millisecond)
+	require.LessOrEqual(t, k.gap(), keysetMaxGap)
+	require.Nil(t, k.bounds(now.Add(k.gap())), "the periodic claim from the front")
+
+	// Claims after the bound advance it.
+	k.observe(true, time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0.Add(time.Second), 30), job("q", 0, t0, 25)}, now)
+	require.Equal(t, int64(30), k.bounds(now)["q"].ID)
+}
+
+func TestKeysetBoundsAfterAClaimFromTheFront(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	k := keyset{cheap: keysetCheap, fullCost: time.Second, after: map[string]store.Bound{"q": {Priority: 0, RunAt: t0, ID: 100}}}
+	// A claim from the front that did not fill its batch took everything
+	// due: the bound keeps the furthest position.
+	k.observe(false, time.Second, false, []store.ClaimedJob{job("q", 5, t0, 200)}, t0)
+	require.Equal(t, store.Bound{Priority: 0, RunAt: t0, ID: 100}, k.after["q"])
+	// One that filled it with jobs behind the bound (a burst of a higher
+	// priority) may have left more of them: read on from where it ended.
+	k.observe(false, time.Second, true, []store.ClaimedJob{job("q", 5, t0, 201), job("q", 5, t0, 202)}, t0)
+	require.Equal(t, store.Bound{Priority: 5, RunAt: t0, ID: 202}, k.after["q"])
+	// Other queues keep their own bounds.
+	k.observe(true, time.Millisecond, true, []store.ClaimedJob{job("r", 0, t0, 7)}, t0)
+	require.Equal(t, store.Bound{Priority: 5, RunAt: t0, ID: 202}, k.after["q"])
+	require.Equal(t, store.Bound{Priority: 0, RunAt: t0, ID: 7}, k.after["r"])
+}
+
+// End to end with the horizon pinned and the pool claiming after its bounds
+// from its second claim on: every job runs exactly once, and a job that
+// sorts behind the bound (a higher priority, enqueued mid-drain with an old
+// run_at) is found by the periodic claim from the front within its gap.
+func TestKeysetUnderAPinnedHorizon(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	const n = 2000
+	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.jobs (queue, kind, run_at)
+		SELECT 'q', 'k', now() - interval '1 hour' + g * interval '1 millisecond' FROM generate_series(1, $1::int) AS g`, n)
+	require.NoError(t, err)
+	pin, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer pin.Close(ctx)
+	_, err = pin.Exec(ctx, "BEGIN")
+	require.NoError(t, err)
+	_, err = pin.Exec(ctx, "SELECT txid_current()")
+	require.NoError(t, err)
+
+	var (
+		mu       sync.Mutex
+		runs     = map[int64]int{}
+		urgentID atomic.Int64
+		enqueued time.Time
+		ranAfter = make(chan time.Duration, 1)
+	)
+	handler := func(ctx context.Context, j *Job) Result {
+		mu.Lock()
+		runs[j.ID]++
+		count := len(runs)
+		mu.Unlock()
+		if j.ID == urgentID.Load() {
+			ranAfter <- time.Since(enqueued)
+		}
+		if count == n/4 && urgentID.Load() == 0 {
+			var id int64
+			enqueued = time.Now()
+			err := db.Pool.QueryRow(ctx, `INSERT INTO skiplock.jobs (queue, kind, priority, run_at)
+				VALUES ('q', 'k', 100, now() - interval '2 hours') RETURNING id`).Scan(&id)
+			if err == nil {
+				urgentID.Store(id)
+			}
+		}
+		time.Sleep(time.Millisecond)
+		return Result{}
+	}
+	r := New(Config{Pool: db.Pool, Store: store.New("skiplock"), WorkerID: "w-pin", Lease: time.Minute,
+		HeartbeatInterval: 10 * time.Second, PollInterval: 100 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handler: handler,
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 4, BatchSize: 20}}})
+	r.pools[0].keys.cheap = -1 // after the bounds whatever the cost
+	require.NoError(t, r.Start(ctx))
+	defer func() { _ = r.Stop(ctx) }()
+
+	select {
+	case d := <-ranAfter:
+		t.Logf("the job behind the bound ran %v after it was enqueued", d)
+		require.Less(t, d, keysetMaxGap+time.Second)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job enqueued behind the bound never ran")
+	}
+	require.Eventually(t, func() bool {
+		var left int
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs").Scan(&left))
+		return left == 0
+	}, 30*time.Second, 50*time.Millisecond)
+	require.NoError(t, r.Stop(ctx))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, runs, n+1)
+	for id, c := range runs {
+		require.Equal(t, 1, c, "job %d ran %d times", id, c)
+	}
+}
