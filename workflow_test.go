@@ -708,3 +708,49 @@ func TestDrainWaitSignal(t *testing.T) {
 	require.Equal(t, 1, res.Completed)
 	require.JSONEq(t, `{"n": 1}`, got)
 }
+
+// A signal wakes only a job asleep in a wait for its name: never a job
+// waiting out a retry's backoff or a Sleep, even one that waited for the
+// same name before.
+func TestSignalWakesOnlyItsWait(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), Backoff: func(int) time.Duration { return time.Hour }})
+	require.NoError(t, skiplock.Handle(c, "k", func(ctx context.Context, j *skiplock.Job[stepArgs]) error {
+		switch j.Args.Name {
+		case "backoff":
+			if _, err := skiplock.WaitSignal(ctx, "go", time.Hour); err != nil {
+				return err
+			}
+			return errors.New("fails after its wait: an hour's backoff")
+		case "sleep":
+			return skiplock.Sleep(ctx, "nap", time.Hour)
+		}
+		return nil
+	}))
+	backoff, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k", Payload: stepArgs{Name: "backoff"}})
+	require.NoError(t, err)
+	sleeper, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k", Payload: stepArgs{Name: "sleep"}})
+	require.NoError(t, err)
+	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
+	require.NoError(t, err)
+	res, err := c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Retried)
+	require.Equal(t, 1, res.Snoozed)
+	runAt := func(id int64) time.Time {
+		var at time.Time
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT run_at FROM skiplock.jobs WHERE id = $1", id).Scan(&at))
+		return at
+	}
+	before := map[int64]time.Time{backoff.ID: runAt(backoff.ID), sleeper.ID: runAt(sleeper.ID)}
+	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
+	require.NoError(t, err)
+	_, err = c.Signal(ctx, "nap", skiplock.SignalTarget{JobID: sleeper.ID}, nil)
+	require.NoError(t, err)
+	for id, at := range before {
+		require.True(t, at.After(time.Now().Add(30*time.Minute)), "job %d is due in an hour", id)
+		require.Equal(t, at, runAt(id), "job %d was not made due by a signal", id)
+	}
+}

@@ -595,9 +595,11 @@ $$;
 -- workflow (any of its tasks that waits for the name receives it) or a job
 -- in flight. The signal is kept until a wait consumes it, so one sent before
 -- the wait begins is never lost. The target's jobs are locked and, if they
--- sleep in a wait, made due now: WaitSignal locks its own job before it looks
--- for a signal and goes to sleep in that same transaction, so a signal is
--- either seen by the wait or wakes the job it sent to sleep (docs/workflows.md).
+-- sleep in a wait for this name, made due now: WaitSignal locks its own job
+-- before it looks for a signal and goes to sleep in that same transaction,
+-- so a signal is either seen by the wait or wakes the job it sent to sleep
+-- (docs/workflows.md). In a REPEATABLE READ or SERIALIZABLE transaction the
+-- lock may raise a serialization failure (40001): retry the transaction.
 -- Returns the signal's id.
 CREATE FUNCTION {{schema}}.signal(name text, workflow_id bigint DEFAULT NULL, job_id bigint DEFAULT NULL,
                                   payload jsonb DEFAULT '{}')
@@ -628,18 +630,33 @@ BEGIN
     INSERT INTO {{schema}}.signals AS s (name, workflow_id, job_id, payload)
     VALUES (signal.name, signal.workflow_id, signal.job_id, v_payload)
     RETURNING s.id INTO v_id;
+    -- Lock the target's job rows (waiting for a wait's transaction that
+    -- holds one), then, in a statement that sees what that transaction
+    -- committed, make due the jobs asleep in a wait for this name: ready,
+    -- due at exactly the wait's deadline, the wait not yet over. A job
+    -- waiting out a retry's backoff or a Sleep is left alone.
+    PERFORM 1 FROM {{schema}}.jobs AS j
+    WHERE j.id IN (SELECT signal.job_id WHERE signal.job_id IS NOT NULL
+                   UNION ALL
+                   SELECT t.job_id FROM {{schema}}.workflow_tasks AS t
+                   WHERE t.workflow_id = signal.workflow_id AND t.state = 'enqueued')
+    ORDER BY j.id
+    FOR NO KEY UPDATE OF j;
     FOR q IN
         UPDATE {{schema}}.jobs AS j
-        SET run_at = CASE WHEN j.state = 'ready' AND j.run_at > now() THEN now() ELSE j.run_at END
+        SET run_at = now()
+        FROM {{schema}}.job_steps AS w
         WHERE j.id IN (SELECT signal.job_id WHERE signal.job_id IS NOT NULL
                        UNION ALL
                        SELECT t.job_id FROM {{schema}}.workflow_tasks AS t
                        WHERE t.workflow_id = signal.workflow_id AND t.state = 'enqueued')
-        RETURNING j.queue, j.state
+          AND j.state = 'ready' AND j.run_at > now()
+          AND w.job_id = j.id AND w.name = 'wait:' || signal.name
+          AND j.run_at = (w.output->>'wake_at')::timestamptz
+          AND NOT EXISTS (SELECT 1 FROM {{schema}}.job_steps AS r WHERE r.job_id = j.id AND r.name = 'signal:' || signal.name)
+        RETURNING j.queue
     LOOP
-        IF q.state = 'ready' THEN
-            PERFORM pg_notify({{schema_lit}} || '.jobs', q.queue);
-        END IF;
+        PERFORM pg_notify({{schema_lit}} || '.jobs', q.queue);
     END LOOP;
     RETURN v_id;
 END
