@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/devdb"
 )
 
 // TestKill9MidWorkflow kills worker processes with SIGKILL while they run
@@ -19,7 +21,7 @@ import (
 // process would be. See runWorkflowFaults for what is checked.
 func TestKill9MidWorkflow(t *testing.T) {
 	t.Parallel()
-	runWorkflowFaults(t, "kill -9", 150, func(e *env, ws map[string]*proc, n string, i int) bool {
+	runWorkflowFaults(t, newEnv(t), "kill -9", 150, func(e *env, ws map[string]*proc, n string, i int) bool {
 		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond) // land the kill at different steps
 		ws[n].kill9(t)
 		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
@@ -34,11 +36,41 @@ func TestKill9MidWorkflow(t *testing.T) {
 // are refused by the fence. The same checks as TestKill9MidWorkflow.
 func TestSIGSTOPMidWorkflow(t *testing.T) {
 	t.Parallel()
-	runWorkflowFaults(t, "SIGSTOP", 500, func(e *env, ws map[string]*proc, n string, i int) bool {
+	runWorkflowFaults(t, newEnv(t), "SIGSTOP", 500, func(e *env, ws map[string]*proc, n string, i int) bool {
 		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond)
 		ws[n].signal(syscall.SIGSTOP)
 		time.Sleep(lease + 2*reaper + time.Second) // past the lease: the others reap its tasks
 		ws[n].signal(syscall.SIGCONT)
+		return i < 1
+	})
+}
+
+// TestPostgresCrashMidWorkflow crashes the database (immediate shutdown,
+// crash recovery on start) twice while workers run workflows, on a private
+// cluster; the second outage outlasts the leases. The trigger that moves a
+// graph forward runs inside the transactions the crash aborts: a task ends,
+// and releases its children, exactly when its job's removal commits.
+func TestPostgresCrashMidWorkflow(t *testing.T) {
+	t.Parallel()
+	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
+		t.Skip("no PostgreSQL server binaries for a private cluster:", err)
+	}
+	e, c := privateEnv(t, 0)
+	ctx := context.Background()
+	runWorkflowFaults(t, e, "postgres crash", 400, func(e *env, ws map[string]*proc, n string, i int) bool {
+		require.NoError(t, c.Crash(ctx))
+		time.Sleep([]time.Duration{time.Second, lease + time.Second}[i%2])
+		require.NoError(t, c.Restart(ctx))
+		// Let the test's pool shed its broken connections.
+		ok := 0
+		waitFor(t, 30*time.Second, "the database to answer again", func() bool {
+			if _, err := e.tryCount("SELECT 1"); err != nil {
+				ok = 0
+				return false
+			}
+			ok++
+			return ok >= 10
+		})
 		return i < 1
 	})
 }
@@ -55,8 +87,7 @@ func TestSIGSTOPMidWorkflow(t *testing.T) {
 //     "one" records whether its checkpoint existed when it ran);
 //   - the StepTx effect and the final effect exist exactly once per task;
 //   - every workflow completed, and the join's output is the leaves' sum.
-func runWorkflowFaults(t *testing.T, what string, pause int, fault func(e *env, ws map[string]*proc, n string, i int) bool) {
-	e := newEnv(t)
+func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(e *env, ws map[string]*proc, n string, i int) bool) {
 	ctx := context.Background()
 	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
 		job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
