@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -372,10 +373,30 @@ func TestEnqueueWorkflowTx(t *testing.T) {
 			require.NoError(t, tx.Rollback(ctx))
 		}
 	}
+	sqlDB, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	for _, commit := range []bool{false, true} {
+		tx, err := sqlDB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = c.EnqueueWorkflowTx(ctx, tx, skiplock.Workflow{Name: "sql", Tasks: []skiplock.Task{
+			{Name: "a", Kind: "k", Metadata: skiplock.Metadata{"trace": "t1"}}, {Name: "b", Kind: "k", DependsOn: []string{"a"}}}})
+		require.NoError(t, err)
+		if commit {
+			require.NoError(t, tx.Commit())
+		} else {
+			require.NoError(t, tx.Rollback())
+		}
+	}
 	ws, err := c.WorkflowList(ctx, skiplock.WorkflowFilter{})
 	require.NoError(t, err)
+	require.Len(t, ws, 2)
+	require.Equal(t, "sql", ws[0].Name)
+	require.Equal(t, 2, ws[0].Tasks)
+	require.Equal(t, 2, countJobs(t, db.Pool, "true"))
+	ws, err = c.WorkflowList(ctx, skiplock.WorkflowFilter{Name: "tx", State: "running"})
+	require.NoError(t, err)
 	require.Len(t, ws, 1)
-	require.Equal(t, 1, countJobs(t, db.Pool, "true"))
 }
 
 // Cancelling a workflow: its pending tasks never run, a ready job is
