@@ -45,6 +45,21 @@ func TestSIGSTOPMidWorkflow(t *testing.T) {
 	})
 }
 
+// TestTerminateMidWorkflow kills every database connection of a worker
+// (pg_terminate_backend, as an operator or a pooler would) while it runs
+// workflow tasks, three times: its statements fail mid-task, its pool
+// reconnects, and whatever it was writing either committed whole or not at
+// all.
+func TestTerminateMidWorkflow(t *testing.T) {
+	t.Parallel()
+	runWorkflowFaults(t, newEnv(t), "terminate", 200, func(e *env, ws map[string]*proc, n string, i int) bool {
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond)
+		e.terminate(ws[n].app)
+		time.Sleep(300 * time.Millisecond)
+		return i < 2
+	})
+}
+
 // TestPostgresCrashMidWorkflow crashes the database (immediate shutdown,
 // crash recovery on start) twice while workers run workflows, on a private
 // cluster; the second outage outlasts the leases. The trigger that moves a
