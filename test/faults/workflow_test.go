@@ -179,19 +179,87 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 			}
 		}
 	}
-	require.Zero(t, e.count(`SELECT count(*) FROM skiplock.workflow_tasks AS c
-		JOIN skiplock.workflow_deps AS d ON d.task_id = c.id
-		JOIN skiplock.workflow_tasks AS p ON p.id = d.parent_id
-		WHERE (SELECT min(started_at) FROM public.runs WHERE job_id = c.job_id) <= p.finished_at`),
-		"a task started before a parent completed")
-	require.Zero(t, e.count("SELECT count(*) FROM public.wf_effects WHERE replayed"), "a recorded step ran again")
-	require.Zero(t, e.count(`SELECT count(*) FROM (SELECT task_id, step FROM public.wf_effects WHERE step IN ('two', 'done')
-		GROUP BY task_id, step HAVING count(*) <> 1) AS x`), "a StepTx or final effect exists other than once")
-	require.Equal(t, len(jobs), e.count("SELECT count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'done'"))
-	require.Zero(t, e.count("SELECT count(*) FROM skiplock.job_steps"), "finished jobs leave no checkpoints")
+	require.Empty(t, workflowViolations(t, e), "workflow invariants")
 	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL OR outcome LIKE 'ctx:%'")
 	require.Positive(t, cut, "no task execution was cut by a fault")
 	t.Logf("%s mid-workflow: %d strikes cut %d task executions; %d workflows of %d tasks completed; reaped %d; %d step-one runs beyond one per task",
 		what, strikes, cut, workflows, fanout+2, r.Reaped,
 		e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"))
+}
+
+// workflowViolations checks the workflow invariants on e's database, once
+// every workflow finished, and returns the violated ones with their counts:
+//   - task-before-parent: a task's first run started before one of its
+//     parents completed (database clock);
+//   - step-rerun: the lease holder ran step "one" although its checkpoint
+//     existed (the fault worker records it);
+//   - effect-not-once: a StepTx effect ("two") or a final effect ("done")
+//     exists other than once for a task that has it;
+//   - done-missing: a completed task without its final effect;
+//   - not-completed: a workflow or a task that did not complete;
+//   - checkpoint-left: a checkpoint outlived its job.
+func workflowViolations(t *testing.T, e *env) map[string]int {
+	t.Helper()
+	checks := map[string]string{
+		"task-before-parent": `SELECT count(*) FROM skiplock.workflow_tasks AS c
+			JOIN skiplock.workflow_deps AS d ON d.task_id = c.id
+			JOIN skiplock.workflow_tasks AS p ON p.id = d.parent_id
+			WHERE (SELECT min(started_at) FROM public.runs WHERE job_id = c.job_id) <= p.finished_at`,
+		"step-rerun": `SELECT count(*) FROM public.wf_effects WHERE replayed`,
+		"effect-not-once": `SELECT count(*) FROM (SELECT task_id, step FROM public.wf_effects WHERE step IN ('two', 'done')
+			GROUP BY task_id, step HAVING count(*) <> 1) AS x`,
+		"done-missing": `SELECT count(*) FROM skiplock.workflow_tasks AS t WHERE t.state = 'completed'
+			AND NOT EXISTS (SELECT 1 FROM public.wf_effects AS f WHERE f.task_id = t.id AND f.step = 'done')`,
+		"not-completed": `SELECT (SELECT count(*) FROM skiplock.workflows WHERE state <> 'completed')
+			+ (SELECT count(*) FROM skiplock.workflow_tasks WHERE state <> 'completed')`,
+		"checkpoint-left": `SELECT count(*) FROM skiplock.job_steps AS s
+			WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.id = s.job_id)`,
+	}
+	out := map[string]int{}
+	for name, q := range checks {
+		if n := e.count(q); n > 0 {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+// TestWorkflowChecksCanFire seeds one violation of each workflow invariant
+// into a database and requires workflowViolations to report every one: a
+// check that cannot fire proves nothing.
+func TestWorkflowChecksCanFire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
+		job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	require.NoError(t, err)
+	require.Empty(t, workflowViolations(t, e), "an empty database violates nothing")
+
+	id, err := e.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "seeded", Tasks: []skiplock.Task{
+		{Name: "a", Kind: "wfstep"}, {Name: "b", Kind: "wfstep", DependsOn: []string{"a"}}}})
+	require.NoError(t, err)
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := e.pool.Exec(ctx, q, args...)
+		require.NoError(t, err)
+	}
+	// b "ran" before a completed; a is completed without its final effect;
+	// b has two "two" effects and a rerun step; the workflow never ended;
+	// a checkpoint outlived its job.
+	exec(`UPDATE skiplock.workflow_tasks SET state = 'completed', finished_at = now() WHERE workflow_id = $1 AND name = 'a'`, id)
+	exec(`UPDATE skiplock.workflow_tasks SET job_id = 424242 WHERE workflow_id = $1 AND name = 'b'`, id)
+	exec(`INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, started_at)
+		VALUES (424242, 1, 'w', 1, 1, now() - interval '1 minute')`)
+	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, replayed)
+		SELECT 424242, t.id, x.step, x.replayed FROM skiplock.workflow_tasks AS t,
+		(VALUES ('two', false), ('two', false), ('one', true)) AS x(step, replayed)
+		WHERE t.workflow_id = $1 AND t.name = 'b'`, id)
+	exec(`INSERT INTO skiplock.job_steps (job_id, name, output) VALUES (424243, 'one', '1')`)
+
+	got := workflowViolations(t, e)
+	for _, name := range []string{"task-before-parent", "step-rerun", "effect-not-once", "done-missing", "not-completed", "checkpoint-left"} {
+		require.Contains(t, got, name, "the %s check did not fire: %v", name, got)
+	}
 }
