@@ -345,6 +345,19 @@ func TestWorkflowValidation(t *testing.T) {
 		require.Equal(t, tc.field, fe.Field, err.Error())
 		require.ErrorIs(t, err, skiplock.ErrInvalidJob)
 	}
+	for _, tc := range []struct {
+		b     skiplock.Batch
+		field string
+	}{
+		{skiplock.Batch{Name: "b", Members: []skiplock.Task{{Name: "callback", Kind: "k"}}, Callback: skiplock.Task{Kind: "cb"}}, "callback.name"},
+		{skiplock.Batch{Name: "b", Members: []skiplock.Task{{Name: "m", Kind: "k"}}, Callback: skiplock.Task{Kind: ""}}, "callback.kind"},
+		{skiplock.Batch{Name: "b", Callback: skiplock.Task{Kind: "cb"}}, "tasks"},
+	} {
+		_, err := c.EnqueueBatch(ctx, tc.b)
+		var fe *skiplock.FieldError
+		require.ErrorAs(t, err, &fe, "%+v", tc.b)
+		require.Equal(t, tc.field, fe.Field, err.Error())
+	}
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM skiplock.workflows) + (SELECT count(*) FROM skiplock.jobs)").Scan(&n))
 	require.Zero(t, n)
