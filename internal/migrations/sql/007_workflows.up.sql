@@ -157,7 +157,10 @@ $$;
 -- Turns a ready task into a job (tasks without parents, and retried ones):
 -- the task's row gets its job's id and the job is inserted with its
 -- task_id, in one statement; the queue is woken. The spec was validated
--- when the task was added.
+-- when the task was added. A task's job is due at clock_timestamp(), not
+-- at its transaction's start (now()): a pool that claims after
+-- a remembered bound (claim.sql) finds a job sorting after the jobs it
+-- already took without waiting for its periodic claim from the front.
 CREATE FUNCTION {{schema}}.enqueue_task(p_task bigint)
 RETURNS bigint
 LANGUAGE plpgsql AS $$
@@ -172,7 +175,7 @@ BEGIN
     ), ins AS (
         INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata, task_id)
         OVERRIDING SYSTEM VALUE
-        SELECT t.job_id, t.queue, t.kind, t.payload, t.priority, now(), coalesce(t.max_attempts, 20), t.tenant, t.entity,
+        SELECT t.job_id, t.queue, t.kind, t.payload, t.priority, clock_timestamp(), coalesce(t.max_attempts, 20), t.tenant, t.entity,
                t.metadata, t.id
         FROM t
         RETURNING j.id, j.queue
@@ -282,7 +285,7 @@ BEGIN
             INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_at, max_attempts, tenant, entity,
                                               metadata, task_id)
             OVERRIDING SYSTEM VALUE
-            SELECT k.job_id, k.queue, k.kind, k.payload, k.priority, now(), coalesce(k.max_attempts, 20), k.tenant,
+            SELECT k.job_id, k.queue, k.kind, k.payload, k.priority, clock_timestamp(), coalesce(k.max_attempts, 20), k.tenant,
                    k.entity, k.metadata, k.id
             FROM kids AS k WHERE k.state = 'enqueued'
             RETURNING j.queue
@@ -427,7 +430,7 @@ BEGIN
     ), ins AS (
         INSERT INTO {{schema}}.jobs AS j (id, queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata, task_id)
         OVERRIDING SYSTEM VALUE
-        SELECT t.job_id, t.queue, t.kind, t.payload, t.priority, now(), coalesce(t.max_attempts, 20), t.tenant, t.entity,
+        SELECT t.job_id, t.queue, t.kind, t.payload, t.priority, clock_timestamp(), coalesce(t.max_attempts, 20), t.tenant, t.entity,
                t.metadata, t.id
         FROM t
         RETURNING j.queue
