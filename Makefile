@@ -5,7 +5,7 @@ GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
 
-.PHONY: run test lint test-go bench bench-peers pressure build chaos chaos-long fuzz e2e
+.PHONY: run test lint test-go bench bench-peers pressure build chaos chaos-long chaos-failover fuzz e2e
 
 run:
 	$(GO) run ./cmd/skiplock dev
@@ -57,6 +57,10 @@ chaos:
 
 chaos-long:
 	SKIPLOCK_CHAOS=$${SKIPLOCK_CHAOS:-30m} $(GO) test -count=1 -run '^TestChaos$$' -v -timeout 0 ./test/faults/
+
+# The chaos run on a primary with a synchronous standby: failovers among the faults.
+chaos-failover:
+	SKIPLOCK_CHAOS_FAILOVER=1 SKIPLOCK_CHAOS=$${SKIPLOCK_CHAOS:-3m} $(GO) test -count=1 -run '^TestChaos$$' -v -timeout 20m ./test/faults/
 
 # Every fuzz target for FUZZTIME each, except the two that run a job through
 # PostgreSQL per input (a fixed count of 500 and 300); corpora under

@@ -29,7 +29,7 @@ type Client struct {
 	handlers map[string]*handlerEntry
 	fallback *handlerEntry
 	runner   *worker.Runner
-	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard
+	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard, priority aging
 }
 
 // NewClient returns a Client using pool, which the caller owns and closes
@@ -114,6 +114,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	c.services = append(c.retentionServices(), c.schedulerServices()...)
 	c.services = append(c.services, c.vacuumServices()...)
+	c.services = append(c.services, c.agingServices()...)
 	for _, s := range c.services {
 		if err := s.Start(ctx); err != nil {
 			return err
@@ -243,6 +244,30 @@ func (c *Client) PauseQueue(ctx context.Context, queue string) error {
 // ResumeQueue lets processes claim from queue again.
 func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
 	return c.setPaused(ctx, queue, false)
+}
+
+// SetQueueAging turns on priority aging for queue: a ready job of the
+// queue that has been due for longer than after is promoted to priority to
+// (jobs already at or above it keep theirs), so a steady stream of
+// higher-priority work cannot starve it forever. Every started client runs
+// the aging pass every 10 seconds, promoting at most 1,000 jobs per queue
+// per pass, the longest-waiting first. after 0 turns aging off. after must
+// be at least a second and to a valid priority; otherwise a *FieldError
+// names the field and nothing changes.
+func (c *Client) SetQueueAging(ctx context.Context, queue string, after time.Duration, to int) error {
+	if err := validateName("queue", queue); err != nil {
+		return err
+	}
+	if after != 0 && after < time.Second {
+		return invalidJob("after", "must be 0 (off) or at least 1s")
+	}
+	if after != 0 && (to < MinPriority || to > MaxPriority) {
+		return invalidJob("to", "must be between %d and %d", MinPriority, MaxPriority)
+	}
+	if err := c.store.SetQueueAging(ctx, c.pool, queue, after, to); err != nil {
+		return fmt.Errorf("skiplock: queue aging: %w", err)
+	}
+	return nil
 }
 
 func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error {

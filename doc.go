@@ -72,6 +72,16 @@
 // time or a signal (Client.Signal, or SELECT skiplock.signal(...) from any
 // language). See docs/workflows.md.
 //
+// # Failover and many databases
+//
+// Give the pool a multi-host URL (postgres://a,b/db?target_session_attrs=read-write)
+// and a started client follows the primary through a failover on its own;
+// with a synchronous standby no acknowledged job is lost. After promoting an
+// asynchronous standby, call AdvanceLeaseTokens once. An application split by
+// tenant across databases runs one Client per database and a Fleet over them
+// (NewFleet), which starts and stops them together and routes enqueues made
+// outside a transaction. See docs/operations.md (section 9) and docs/scaling.md.
+//
 // # Operations
 //
 // The schema ships SQL views for lag, backlog, dead letters and vacuum state;

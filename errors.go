@@ -21,9 +21,6 @@ var ErrInvalidConfig = errors.New("skiplock: invalid config")
 // because the heartbeat found the lease gone.
 var ErrLeaseLost = worker.ErrLeaseLost
 
-// ErrClientStopped is returned by calls that need a running client.
-var ErrClientStopped = errors.New("skiplock: client not running")
-
 // FieldError reports one invalid field. It never carries the value of a
 // payload, only what is wrong with it.
 type FieldError struct {

@@ -13,12 +13,14 @@ import (
 //
 // Why: lease tokens come from a sequence, and a standby's copy of it lags
 // the primary's. After a failover to an asynchronous standby the new
-// primary hands out again the tokens of the commits it never received, so a
+// primary hands out again the tokens of the commits it never received
+// (beyond the 32 values a sequence is WAL-logged ahead), so a
 // worker that held a lease on the old primary can meet a new lease with the
 // same job, token and worker id, and pass the fence; external systems
 // fencing on the token see it repeat or go backwards. The sequence is moved
-// to the current time in microseconds (never backwards), above anything the
-// old primary handed out. With a synchronous standby every acknowledged
+// to the current time in microseconds, or a million past its own value when
+// that is higher (never backwards, even with claims racing it and clocks
+// that disagree), above anything the old primary handed out. With a synchronous standby every acknowledged
 // claim is on the new primary and nothing is reissued; advancing is then
 // harmless, so an HA hook can run it after every promotion.
 func (c *Client) AdvanceLeaseTokens(ctx context.Context) (int64, error) {

@@ -57,3 +57,10 @@ func (c *Client) vacuumServices() []service.Service {
 		DeadTuples: c.cfg.VacuumDeadTuples,
 	})}
 }
+
+// agingServices are the priority-aging pass (SetQueueAging) and the prune
+// of rate limits' recorded starts, run by every started client.
+func (c *Client) agingServices() []service.Service {
+	cfg := maintenance.AgingConfig{DB: c.pool, Schema: c.cfg.Schema, Logger: c.cfg.Logger}
+	return []service.Service{maintenance.NewAging(cfg), maintenance.NewLimitPrune(cfg)}
+}

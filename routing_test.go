@@ -633,6 +633,7 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 		INSERT INTO skiplock.jobs (queue, kind, tenant, entity)
 		SELECT 'q' || (g % 4), 'k' || (g % 7), CASE WHEN g % 2 = 0 THEN 't' || g END, CASE WHEN g % 3 = 0 THEN 'x' || g END
 		FROM generate_series(1, 20) AS g;
+		INSERT INTO skiplock.limits (name, kind, partition, concurrency) VALUES ('per-tenant', 'k1', 'tenant', 3);
 		ANALYZE skiplock.jobs;`)
 	require.NoError(t, err)
 
@@ -651,10 +652,13 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	for _, stmt := range []string{"claim", "claim after bounds", "claim_capped"} {
+	for _, stmt := range []string{"claim", "claim after bounds", "claim_capped", "claim_limited"} {
 		want := []string{"jobs_ready"}
-		if stmt == "claim_capped" {
+		switch stmt {
+		case "claim_capped":
 			want = []string{"jobs_ready_tenant", "jobs_ready_no_tenant"}
+		case "claim_limited":
+			want = []string{"jobs_ready", "jobs_running"} // the running set through its index
 		}
 		for _, p := range pools {
 			var kinds any
@@ -665,6 +669,8 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 			switch stmt {
 			case "claim_capped":
 				args = append(args, 5)
+			case "claim_limited":
+				args = append(args, []string{"per-tenant"})
 			case "claim":
 				args = append(args, nil, nil, nil) // from the front
 			default:

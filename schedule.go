@@ -221,10 +221,10 @@ func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	q := strings.ReplaceAll(upsertScheduleSQL, "{{schema}}", pgx.Identifier{c.cfg.Schema}.Sanitize())
+	q := c.store.SQL("schedule_upsert")
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		var now time.Time
-		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		if err := tx.QueryRow(ctx, c.store.SQL("now")).Scan(&now); err != nil {
 			return err
 		}
 		for _, r := range rows {
@@ -245,31 +245,6 @@ func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
 	return nil
 }
 
-// upsertScheduleSQL stores one schedule. An unchanged definition writes
-// nothing; a changed cron, interval or time zone takes the next fire time
-// computed from now ($10); a change to the job alone keeps the stored one.
-// updated_at moves with every change, which makes a scheduler holding the old
-// definition lose its compare-and-set.
-const upsertScheduleSQL = `
-INSERT INTO {{schema}}.schedules AS s
-    (name, cron, every, timezone, queue, kind, payload, priority, max_attempts, next_fire_at)
-VALUES ($1, $2, $3::bigint * interval '1 second', $4, $5, $6, $7::jsonb, $8, $9, $10)
-ON CONFLICT (name) DO UPDATE SET
-    cron = EXCLUDED.cron, every = EXCLUDED.every, timezone = EXCLUDED.timezone,
-    queue = EXCLUDED.queue, kind = EXCLUDED.kind, payload = EXCLUDED.payload,
-    priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-    next_fire_at = CASE
-        WHEN s.next_fire_at IS NOT NULL
-             AND s.cron IS NOT DISTINCT FROM EXCLUDED.cron
-             AND s.every IS NOT DISTINCT FROM EXCLUDED.every
-             AND s.timezone = EXCLUDED.timezone
-        THEN s.next_fire_at ELSE EXCLUDED.next_fire_at END,
-    updated_at = now()
-WHERE (s.cron, s.every, s.timezone, s.queue, s.kind, s.payload, s.priority, s.max_attempts)
-      IS DISTINCT FROM
-      (EXCLUDED.cron, EXCLUDED.every, EXCLUDED.timezone, EXCLUDED.queue, EXCLUDED.kind,
-       EXCLUDED.payload, EXCLUDED.priority, EXCLUDED.max_attempts)`
-
 // RemoveSchedule deletes a schedule; fires already enqueued stay. It returns
 // ErrScheduleNotFound when no schedule has that name. A schedule declared in
 // code comes back the next time DeclareSchedules runs.
@@ -277,7 +252,7 @@ func (c *Client) RemoveSchedule(ctx context.Context, name string) error {
 	if err := validateName("name", name); err != nil {
 		return asScheduleError(err)
 	}
-	tag, err := c.pool.Exec(ctx, "DELETE FROM "+c.store.Table("schedules")+" WHERE name = $1", name)
+	tag, err := c.pool.Exec(ctx, c.store.SQL("schedule_remove"), name)
 	if err != nil {
 		return fmt.Errorf("skiplock: remove schedule: %w", err)
 	}
@@ -289,10 +264,7 @@ func (c *Client) RemoveSchedule(ctx context.Context, name string) error {
 
 // ListSchedules returns every stored schedule, by name.
 func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
-	rows, err := c.pool.Query(ctx, `
-		SELECT name, cron, extract(epoch FROM every)::bigint, timezone, queue, kind, payload, priority,
-		       max_attempts, next_fire_at, last_fire_at, created_at, updated_at
-		FROM `+c.store.Table("schedules")+` ORDER BY name`)
+	rows, err := c.pool.Query(ctx, c.store.SQL("schedule_list"))
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: list schedules: %w", err)
 	}

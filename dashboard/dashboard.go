@@ -85,12 +85,14 @@ type Options struct {
 	// QueryTimeout bounds each page's database work. Default 5s.
 	QueryTimeout time.Duration
 	// Replica, when set, is a pool on a streaming replica (hot standby) of
-	// the database: every page's figures and lists, the health page's
-	// checks of table contents and the charts' sampler read there, and
-	// every page says how far behind the primary it is. Actions (pause,
-	// resume, cancel, replay, purge, payload reveal), /readyz and what only
-	// the primary knows (its vacuum statistics, the sessions holding back
-	// its xmin horizon) stay on the primary pool. The caller owns it.
+	// the database: the pages' figures and lists (overview, queues, jobs,
+	// dead letters, workers), the health page's checks of table contents
+	// and the charts' sampler read there, and every page says how far
+	// behind the primary it is. Actions (pause, resume, cancel, replay,
+	// purge, payload reveal) and their confirmation counts, /readyz, the
+	// schedules page and what only the primary knows (its vacuum
+	// statistics, the sessions holding back its xmin horizon) stay on the
+	// primary pool. The caller owns it.
 	Replica *pgxpool.Pool
 }
 

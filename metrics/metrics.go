@@ -7,7 +7,8 @@
 // Prometheus replicas, a dashboard) cost one round of queries.
 //
 // Metrics (every name starts with skiplock_; labels carry queue names,
-// kinds, states and worker ids only, never job ids or payload values):
+// kinds, states and worker ids only, never job ids or payload values, plus
+// the database's name under HandlerForDatabases):
 //
 //	skiplock_up                                    1 when the last read of the health views succeeded, else 0
 //	skiplock_queue_jobs{queue,state}               jobs per queue and state: ready, scheduled, running, dead
@@ -99,6 +100,7 @@ type descs struct {
 	dead, dead24h, deadPrev24h                                      *prometheus.Desc
 	liveTuples, deadTuples, avThreshold, lastAutovacuum, xmin       *prometheus.Desc
 	workers, workerClaimP99, claimed, completed, failed, collectErr *prometheus.Desc
+	limitConcurrency, limitRate, limitUsed, limitMaxUsed, limitFull *prometheus.Desc
 }
 
 func newDescs() descs {
@@ -106,25 +108,30 @@ func newDescs() descs {
 		return prometheus.NewDesc("skiplock_"+name, help, labels, nil)
 	}
 	return descs{
-		up:             d("up", "1 when the last read of skiplock's health views succeeded, else 0."),
-		queueJobs:      d("queue_jobs", "Jobs per queue and state: ready (due now), scheduled (due later), running, dead (dead letters).", "queue", "state"),
-		queueLag:       d("queue_oldest_ready_age_seconds", "Queue lag: how long the queue's oldest due job has waited (0 when none is due).", "queue"),
-		queuePaused:    d("queue_paused", "1 when the queue is paused.", "queue"),
-		unhandled:      d("unhandled_ready_jobs", "Due ready jobs whose kind no live worker of the queue handles: they wait forever (a mistyped kind, or a handler not deployed). Sampled up to 10,000 per queue.", "queue", "kind"),
-		dead:           d("dead_letters", "Dead letters kept (the dead-letter table's size)."),
-		dead24h:        d("dead_letters_last_24h", "Jobs that moved to the dead-letter table in the last 24 hours."),
-		deadPrev24h:    d("dead_letters_previous_24h", "Jobs that moved to the dead-letter table in the 24 hours before the last 24."),
-		liveTuples:     d("jobs_table_live_tuples", "Live tuples in the hot jobs table (pg_stat_user_tables.n_live_tup)."),
-		deadTuples:     d("jobs_table_dead_tuples", "Dead tuples in the hot jobs table (pg_stat_user_tables.n_dead_tup): vacuum debt."),
-		avThreshold:    d("jobs_table_autovacuum_threshold_tuples", "Dead tuples at which autovacuum should start on the hot jobs table."),
-		lastAutovacuum: d("last_autovacuum_age_seconds", "Seconds since autovacuum last finished on the hot jobs table (absent when it never ran since statistics were reset)."),
-		xmin:           d("xmin_horizon_age_seconds", "Age of the oldest transaction of this database holding back the xmin horizon (0 when none)."),
-		workers:        d("workers", "Worker processes in the workers table by state: live, stale (not stopped, no beat within 5m), stopped.", "state"),
-		workerClaimP99: d("worker_claim_p99_seconds", "Claim latency p99 of each live worker process, as it last reported.", "worker"),
-		claimed:        d("jobs_claimed_total", "Jobs claimed, summed over the cumulative counters of every worker process in the workers table."),
-		completed:      d("jobs_completed_total", "Jobs completed, summed over the cumulative counters of every worker process in the workers table."),
-		failed:         d("jobs_failed_total", "Failed attempts, summed over the cumulative counters of every worker process in the workers table."),
-		collectErr:     d("collector_error", "Never exported: carries a failed read's error to the registry."),
+		up:               d("up", "1 when the last read of skiplock's health views succeeded, else 0."),
+		queueJobs:        d("queue_jobs", "Jobs per queue and state: ready (due now), scheduled (due later), running, dead (dead letters).", "queue", "state"),
+		queueLag:         d("queue_oldest_ready_age_seconds", "Queue lag: how long the queue's oldest due job has waited (0 when none is due).", "queue"),
+		queuePaused:      d("queue_paused", "1 when the queue is paused.", "queue"),
+		unhandled:        d("unhandled_ready_jobs", "Due ready jobs whose kind no live worker of the queue handles: they wait forever (a mistyped kind, or a handler not deployed). Sampled up to 10,000 per queue.", "queue", "kind"),
+		dead:             d("dead_letters", "Dead letters kept (the dead-letter table's size)."),
+		dead24h:          d("dead_letters_last_24h", "Jobs that moved to the dead-letter table in the last 24 hours."),
+		deadPrev24h:      d("dead_letters_previous_24h", "Jobs that moved to the dead-letter table in the 24 hours before the last 24."),
+		liveTuples:       d("jobs_table_live_tuples", "Live tuples in the hot jobs table (pg_stat_user_tables.n_live_tup)."),
+		deadTuples:       d("jobs_table_dead_tuples", "Dead tuples in the hot jobs table (pg_stat_user_tables.n_dead_tup): vacuum debt."),
+		avThreshold:      d("jobs_table_autovacuum_threshold_tuples", "Dead tuples at which autovacuum should start on the hot jobs table."),
+		lastAutovacuum:   d("last_autovacuum_age_seconds", "Seconds since autovacuum last finished on the hot jobs table (absent when it never ran since statistics were reset)."),
+		xmin:             d("xmin_horizon_age_seconds", "Age of the oldest transaction of this database holding back the xmin horizon (0 when none)."),
+		workers:          d("workers", "Worker processes in the workers table by state: live, stale (not stopped, no beat within 5m), stopped.", "state"),
+		workerClaimP99:   d("worker_claim_p99_seconds", "Claim latency p99 of each live worker process, as it last reported.", "worker"),
+		claimed:          d("jobs_claimed_total", "Jobs claimed, summed over the cumulative counters of every worker process in the workers table."),
+		completed:        d("jobs_completed_total", "Jobs completed, summed over the cumulative counters of every worker process in the workers table."),
+		failed:           d("jobs_failed_total", "Failed attempts, summed over the cumulative counters of every worker process in the workers table."),
+		collectErr:       d("collector_error", "Never exported: carries a failed read's error to the registry."),
+		limitConcurrency: d("limit_concurrency", "A concurrency limit's most running jobs (per partition value when it has a partition).", "limit"),
+		limitRate:        d("limit_rate_per_second", "A rate limit's most job starts per second, averaged over its window (per partition value when it has a partition).", "limit"),
+		limitUsed:        d("limit_used", "What a limit counts over all its partition values: running jobs (concurrency limit) or starts within its window (rate limit).", "limit"),
+		limitMaxUsed:     d("limit_max_used", "What a limit counts in its fullest partition value (of all, without a partition).", "limit"),
+		limitFull:        d("limit_values_at_limit", "Partition values of a concurrency limit at the limit (0 or 1 without a partition): their ready jobs wait.", "limit"),
 	}
 }
 
@@ -153,6 +160,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.d.up, c.d.queueJobs, c.d.queueLag, c.d.queuePaused, c.d.unhandled, c.d.dead, c.d.dead24h, c.d.deadPrev24h,
 		c.d.liveTuples, c.d.deadTuples, c.d.avThreshold, c.d.lastAutovacuum, c.d.xmin,
 		c.d.workers, c.d.workerClaimP99, c.d.claimed, c.d.completed, c.d.failed, c.d.collectErr,
+		c.d.limitConcurrency, c.d.limitRate, c.d.limitUsed, c.d.limitMaxUsed, c.d.limitFull,
 	} {
 		ch <- d
 	}
@@ -248,6 +256,20 @@ func (c *collector) read() []prometheus.Metric {
 					}
 				}
 			}
+		}
+	}
+	if ls, err := health.Limits(ctx, c.pool, c.schema, false); err != nil {
+		fail(err)
+	} else {
+		for _, l := range ls {
+			if l.Rate > 0 {
+				gauge(c.d.limitRate, float64(l.Rate)/l.Per.Seconds(), l.Name)
+			} else {
+				gauge(c.d.limitConcurrency, float64(l.Concurrency), l.Name)
+			}
+			gauge(c.d.limitUsed, float64(l.Used), l.Name)
+			gauge(c.d.limitMaxUsed, float64(l.MaxUsed), l.Name)
+			gauge(c.d.limitFull, float64(l.FullValues), l.Name)
 		}
 	}
 	if firstErr != nil {

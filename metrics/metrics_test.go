@@ -41,6 +41,7 @@ func seed(t *testing.T, db *dbtest.DB) {
 		       jsonb_build_object('secret', $1::text)
 		FROM generate_series(1, 2) AS g`, secret)
 	exec(t, db, `INSERT INTO skiplock.queues (name, paused) VALUES ('reports', true)`)
+	exec(t, db, `INSERT INTO skiplock.limits (name, queue, concurrency) VALUES ('mail-cap', 'mail', 4)`)
 	exec(t, db, `INSERT INTO skiplock.workers (id, hostname, pid, queues, concurrency, running,
 		claimed_total, completed_total, failed_total, claim_p99_ms, heartbeat_at, stopped_at) VALUES
 		('w1', 'h', 1, '{mail}', 10, 4, 100, 90, 6, 2.5, now(), NULL),
@@ -95,8 +96,18 @@ skiplock_jobs_failed_total 7
 # HELP skiplock_up 1 when the last read of skiplock's health views succeeded, else 0.
 # TYPE skiplock_up gauge
 skiplock_up 1
+# HELP skiplock_limit_concurrency A concurrency limit's most running jobs (per partition value when it has a partition).
+# TYPE skiplock_limit_concurrency gauge
+skiplock_limit_concurrency{limit="mail-cap"} 4
+# HELP skiplock_limit_used What a limit counts over all its partition values: running jobs (concurrency limit) or starts within its window (rate limit).
+# TYPE skiplock_limit_used gauge
+skiplock_limit_used{limit="mail-cap"} 4
+# HELP skiplock_limit_values_at_limit Partition values of a concurrency limit at the limit (0 or 1 without a partition): their ready jobs wait.
+# TYPE skiplock_limit_values_at_limit gauge
+skiplock_limit_values_at_limit{limit="mail-cap"} 1
 `
 	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want),
+		"skiplock_limit_concurrency", "skiplock_limit_used", "skiplock_limit_values_at_limit",
 		"skiplock_queue_jobs", "skiplock_queue_paused", "skiplock_dead_letters", "skiplock_dead_letters_last_24h",
 		"skiplock_workers", "skiplock_worker_claim_p99_seconds", "skiplock_jobs_claimed_total",
 		"skiplock_jobs_completed_total", "skiplock_jobs_failed_total", "skiplock_up"))

@@ -15,11 +15,13 @@ func init() { register(newDoctorCmd) }
 
 // doctorOut is `skiplock doctor --json`.
 type doctorOut struct {
-	Schema string         `json:"schema"`
-	OK     bool           `json:"ok"`
-	Failed []string       `json:"failed"`
-	Warn   []string       `json:"warn"`
-	Checks []health.Check `json:"checks"`
+	// Database is host:port/name when --database-url is repeated.
+	Database string         `json:"database,omitempty"`
+	Schema   string         `json:"schema"`
+	OK       bool           `json:"ok"`
+	Failed   []string       `json:"failed"`
+	Warn     []string       `json:"warn"`
+	Checks   []health.Check `json:"checks"`
 }
 
 func newDoctorCmd() *cobra.Command {
@@ -40,7 +42,11 @@ With --replica-url the checks that read table contents (queue_lag, stuck_jobs,
 workers, unhandled_kinds, dead_letters) run on that streaming replica, their
 figures say how far behind it is, and a replica_lag check judges that lag;
 the checks of the primary's own statistics, sessions, settings and plans stay
-on --database-url.`,
+on --database-url.
+
+With --database-url repeated, every database is checked in turn (a section per
+database; {"ok":..,"databases":[...]} with --json, each element the one-database
+report with its database); exit 3 when any check of any database fails.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, f := range []struct {
@@ -52,6 +58,12 @@ on --database-url.`,
 				if f.d < 0 {
 					return usageError("--%s: must not be negative, got %s", f.name, f.d)
 				}
+			}
+			if len(g.databaseURLs) > 1 {
+				if replicaURL(replicaFlag) != "" {
+					return usageError("--replica-url: not with several --database-url")
+				}
+				return runDoctorMany(cmd, g.databaseURLs, o)
 			}
 			pool, err := connect(cmd.Context(), 2)
 			if err != nil {
@@ -70,15 +82,7 @@ on --database-url.`,
 			if err != nil {
 				return err
 			}
-			out := doctorOut{Schema: g.schema, OK: !health.Failed(checks), Failed: []string{}, Warn: []string{}, Checks: checks}
-			for _, c := range checks {
-				switch c.Status {
-				case health.StatusFail:
-					out.Failed = append(out.Failed, c.Name)
-				case health.StatusWarn:
-					out.Warn = append(out.Warn, c.Name)
-				}
-			}
+			out := newDoctorOut(checks)
 			if g.jsonOut {
 				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
 					return err
@@ -104,6 +108,70 @@ on --database-url.`,
 	replicaURLFlag(cmd, &replicaFlag)
 	addJSON(cmd)
 	return cmd
+}
+
+// newDoctorOut summarises one database's checks.
+func newDoctorOut(checks []health.Check) doctorOut {
+	out := doctorOut{Schema: g.schema, OK: !health.Failed(checks), Failed: []string{}, Warn: []string{}, Checks: checks}
+	for _, c := range checks {
+		switch c.Status {
+		case health.StatusFail:
+			out.Failed = append(out.Failed, c.Name)
+		case health.StatusWarn:
+			out.Warn = append(out.Warn, c.Name)
+		}
+	}
+	return out
+}
+
+// doctorManyOut is `skiplock doctor --json` over several databases.
+type doctorManyOut struct {
+	OK        bool        `json:"ok"`
+	Databases []doctorOut `json:"databases"`
+}
+
+// runDoctorMany checks every database in turn.
+func runDoctorMany(cmd *cobra.Command, urls []string, o health.DoctorOptions) error {
+	ctx := cmd.Context()
+	all := doctorManyOut{OK: true}
+	var failed []string
+	for _, u := range urls {
+		pool, err := connectTo(ctx, u, "--database-url", 2, nil)
+		if err != nil {
+			return err
+		}
+		label := databaseLabel(pool)
+		checks, err := health.DoctorWith(ctx, pool, g.schema, o)
+		pool.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", label, err)
+		}
+		out := newDoctorOut(checks)
+		out.Database = label
+		all.Databases = append(all.Databases, out)
+		if !out.OK {
+			all.OK = false
+			failed = append(failed, label+" ("+strings.Join(out.Failed, ", ")+")")
+		}
+	}
+	w := cmd.OutOrStdout()
+	if g.jsonOut {
+		if err := printJSON(w, all); err != nil {
+			return err
+		}
+	} else {
+		for i, out := range all.Databases {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "database %s\n", out.Database)
+			printDoctor(w, out)
+		}
+	}
+	if !all.OK {
+		return checkFailed(fmt.Errorf("doctor: checks failed in %d of %d databases: %s", len(failed), len(urls), strings.Join(failed, "; ")))
+	}
+	return nil
 }
 
 // printDoctor prints one block per check:

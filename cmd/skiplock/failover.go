@@ -21,7 +21,8 @@ func newAdvanceTokensCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "advance-tokens",
 		Short: "Move the lease-token sequence past anything the old primary handed out (run once on the new primary)",
-		Long: `Move the lease-token sequence to the current time in microseconds (never backwards) and print
+		Long: `Move the lease-token sequence to the current time in microseconds (or a million past its own
+value when that is higher: never backwards) and print
 its new value ({"lease_tokens":N} with --json). Run it once on the new primary after a failover,
 from the HA manager's post-promotion hook or by hand: after a failover to an asynchronous
 standby, the new primary would otherwise hand out again the tokens of the commits it never

@@ -12,7 +12,8 @@ import (
 )
 
 // TestFailoverAdvanceTokens: the sequence moves to the current time in
-// microseconds, never backwards, and the next claim's token is above it.
+// microseconds, or a million past itself when it is ahead of the clock
+// (never backwards), and the next claim's token is above it.
 func TestFailoverAdvanceTokens(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
@@ -28,7 +29,8 @@ func TestFailoverAdvanceTokens(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	var second map[string]int64
 	decodeJSON(t, out, &second)
-	require.Equal(t, first["lease_tokens"]+10_000_000_000, second["lease_tokens"], "never backwards")
+	require.Equal(t, first["lease_tokens"]+10_000_000_000+1+1_000_000, second["lease_tokens"],
+		"never backwards: a million past the sequence when it is ahead of the clock")
 
 	opsExec(t, db, `INSERT INTO skiplock.jobs (queue, kind) VALUES ('default', 'k')`)
 	jobs, err := store.New("skiplock").Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: "w", Lease: time.Minute})

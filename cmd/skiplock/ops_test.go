@@ -73,7 +73,7 @@ func TestStatsCLI(t *testing.T) {
 	db := dbtest.New(t)
 	code, out, stderr := runCLI(t, "stats", "--database-url", db.URL, "--json")
 	require.Equal(t, 0, code, stderr)
-	require.JSONEq(t, `{"queues":[],"unhandled_kinds":[]}`, out, "an empty installation prints empty lists, not null")
+	require.JSONEq(t, `{"queues":[],"unhandled_kinds":[],"limits":[]}`, out, "an empty installation prints empty lists, not null")
 
 	opsReady(t, db, "mail", 3, -90*time.Second)
 	opsReady(t, db, "mail", 2, time.Hour)
@@ -145,7 +145,7 @@ func TestDoctorCLI(t *testing.T) {
 	db := dbtest.New(t)
 	opsReady(t, db, "default", 5, 0)
 	_, d, by := doctorJSON(t, db)
-	require.Len(t, d.Checks, 12)
+	require.Len(t, d.Checks, 13)
 	require.Equal(t, health.StatusOK, by["fenced_writes"].Status, by["fenced_writes"].Figure)
 	require.Equal(t, health.StatusOK, by["schema"].Status)
 	require.Equal(t, health.StatusWarn, by["unhandled_kinds"].Status)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,10 +16,68 @@ func init() { register(newQueueCmd) }
 
 func newQueueCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "queue pause|resume Q",
-		Short: "Pause or resume a queue in every worker process",
+		Use:   "queue pause|resume|aging Q",
+		Short: "Pause or resume a queue in every worker process, or set its priority aging",
 	}
-	cmd.AddCommand(newQueuePauseCmd(true), newQueuePauseCmd(false))
+	cmd.AddCommand(newQueuePauseCmd(true), newQueuePauseCmd(false), newQueueAgingCmd())
+	return cmd
+}
+
+func newQueueAgingCmd() *cobra.Command {
+	var after time.Duration
+	var to int
+	var off bool
+	cmd := &cobra.Command{
+		Use:   "aging QUEUE (--after DUR --to PRIORITY | --off)",
+		Short: "Promote ready jobs that have waited too long, so higher priorities cannot starve them",
+		Long: `Priority aging for one queue: a ready job that has been due for longer than --after is
+promoted to priority --to (jobs at or above it keep theirs). Every running worker process
+applies it every 10 seconds, at most 1,000 jobs per queue per pass, the longest-waiting first.`,
+		Example: `  skiplock queue aging reports --after 10m --to 100
+  skiplock queue aging reports --off`,
+		Args: oneName("QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case off && (cmd.Flags().Changed("after") || cmd.Flags().Changed("to")):
+				return usageError("--off: not with --after or --to")
+			case !off && !cmd.Flags().Changed("after"):
+				return usageError("--after: required (or --off)")
+			case !off && !cmd.Flags().Changed("to"):
+				return usageError("--to: required (or --off)")
+			case off:
+				after, to = 0, 0
+			}
+			c, closePool, err := clientForCLI(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			if err := c.SetQueueAging(cmd.Context(), args[0], after, to); err != nil {
+				var fe *skiplock.FieldError
+				if errors.As(err, &fe) {
+					flag := "--" + fe.Field
+					if fe.Field == "queue" {
+						flag = "QUEUE"
+					}
+					return usageError("%s: %s", flag, fe.Message)
+				}
+				return err
+			}
+			if g.jsonOut {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"queue": args[0], "after_seconds": after.Seconds(), "to": to, "off": off})
+			}
+			if off {
+				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: aging off\n", args[0])
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "queue %s: jobs due for over %s are promoted to priority %d\n", args[0], after, to)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&after, "after", 0, "promote jobs due for longer than this (at least 1s)")
+	cmd.Flags().IntVar(&to, "to", 0, "the priority they are promoted to (-1000..1000)")
+	cmd.Flags().BoolVar(&off, "off", false, "turn aging off")
+	addJSON(cmd)
 	return cmd
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/skiplock/skiplock/dashboard"
 	"github.com/skiplock/skiplock/devdb"
 	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/metrics"
 )
 
 // replicaSettings keep the two clusters of the replica test small.
@@ -135,6 +138,21 @@ func TestReplicaURL(t *testing.T) {
 	require.Equal(t, 2, code, out)
 	require.Contains(t, stderr, "--replica-url")
 	require.NotContains(t, stderr, "secret")
+
+	// /metrics: the replica's state beside the primary's figures.
+	mh := metrics.Handler(p, "skiplock", metrics.NewReplicaCollector(s, "skiplock"))
+	mrec := httptest.NewRecorder()
+	mh.ServeHTTP(mrec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	body := mrec.Body.String()
+	require.Contains(t, body, "skiplock_replica_up 1")
+	require.Contains(t, body, "skiplock_replica_in_recovery 1")
+	require.Contains(t, body, "skiplock_replica_streaming 1")
+	require.Contains(t, body, `skiplock_queue_jobs{queue="mail",state="ready"} 5`, "the main figures are the primary's")
+	lagLine := regexp.MustCompile(`(?m)^skiplock_replica_lag_seconds (\S+)$`).FindStringSubmatch(body)
+	require.Len(t, lagLine, 2, body)
+	lag, err := strconv.ParseFloat(lagLine[1], 64)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, lag, 1.0)
 
 	// The dashboard: pages read the replica and say how stale; an action
 	// reaches the primary.

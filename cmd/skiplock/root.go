@@ -20,7 +20,8 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	// databaseURLs are the --database-url values in order: `work` serves
-	// every one; every other command uses the last (a later flag overrides).
+	// every one, `stats` adds them up and `doctor` checks each; every other
+	// command refuses more than one (manyDatabases).
 	databaseURLs []string
 	schema       string
 	jsonOut      bool
@@ -29,6 +30,9 @@ type globals struct {
 }
 
 var g globals
+
+// manyDatabases are the commands that take --database-url more than once.
+var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": true, "skiplock doctor": true}
 
 // commands registers subcommand constructors; each command file adds itself
 // in init so commands can be written independently.
@@ -54,13 +58,16 @@ func newRootCmd() *cobra.Command {
 			if g.logFormat != "text" && g.logFormat != "json" {
 				return usageError("--log-format (or SKIPLOCK_LOG_FORMAT): must be text or json, got %q", g.logFormat)
 			}
+			if len(g.databaseURLs) > 1 && !manyDatabases[cmd.CommandPath()] {
+				return usageError("--database-url: given %d times; only work, stats and doctor take several databases", len(g.databaseURLs))
+			}
 			return nil
 		},
 	}
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	pf := root.PersistentFlags()
 	pf.StringArrayVar(&g.databaseURLs, "database-url", nil, "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables); "+
-		"`work` takes it repeated, one per database it serves, others use the last")
+		"`work`, `stats` and `doctor` take it repeated, one per database")
 	pf.StringVar(&g.schema, "schema", envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
 	pf.StringVar(&g.logLevel, "log-level", envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", envOr("SKIPLOCK_LOG_FORMAT", "text"), "log format on stderr: text or json (one object per line)")
@@ -169,7 +176,7 @@ func loggerAt(w io.Writer, lvl slog.Level) *slog.Logger {
 // "" (pgx then reads the libpq PG* variables).
 func databaseURL() string {
 	if n := len(g.databaseURLs); n > 0 && g.databaseURLs[n-1] != "" {
-		return g.databaseURLs[n-1]
+		return g.databaseURLs[n-1] // the only one: more are refused where not served
 	}
 	return os.Getenv("DATABASE_URL")
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock/dashboard"
@@ -53,7 +54,8 @@ down gracefully.
 
 With --replica-url the pages read their figures and lists on that streaming
 replica and each says how far behind the primary it is; actions, /readyz,
-/metrics and the primary's own vacuum and xmin figures use --database-url.`,
+/metrics and the primary's own vacuum and xmin figures use --database-url
+(/metrics adds skiplock_replica_lag_seconds and the replica's state).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
 	}
@@ -182,7 +184,11 @@ func startDashboard(pool *pgxpool.Pool, addr string, opts dashboard.Options, ext
 		return "", nil, nil, err
 	}
 	opts.AllowedHosts = allowedHosts(addr, extraHosts)
-	opts.Metrics = metrics.Handler(pool, opts.Schema)
+	var extra []prometheus.Collector
+	if opts.Replica != nil {
+		extra = append(extra, metrics.NewReplicaCollector(opts.Replica, opts.Schema))
+	}
+	opts.Metrics = metrics.Handler(pool, opts.Schema, extra...)
 	h, err := dashboard.New(pool, opts)
 	if err != nil {
 		return "", nil, nil, usageError("%v", err)

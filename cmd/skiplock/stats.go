@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -31,6 +32,34 @@ type statsOut struct {
 	// Replica says how stale the figures are when they were read on
 	// --replica-url (absent otherwise).
 	Replica *health.ReplicaStatus `json:"replica,omitempty"`
+	// Limits are the concurrency limits and their use (empty when none).
+	Limits []limitStat `json:"limits"`
+	// Databases is the per-database breakdown when --database-url is
+	// repeated (absent otherwise); Queues and UnhandledKinds are then their
+	// sums.
+	Databases []statsDatabase `json:"databases,omitempty"`
+}
+
+// limitStat is one concurrency limit in stats --json.
+type limitStat struct {
+	Name          string  `json:"name"`
+	Queue         string  `json:"queue,omitempty"`
+	Kind          string  `json:"kind,omitempty"`
+	Partition     string  `json:"partition,omitempty"`
+	Concurrency   int     `json:"concurrency,omitempty"`
+	Rate          int     `json:"rate,omitempty"`
+	PerSeconds    float64 `json:"per_seconds,omitempty"`
+	Used          int64   `json:"used"`
+	MaxUsed       int64   `json:"max_used"`
+	ValuesAtLimit int64   `json:"values_at_limit"`
+}
+
+// statsDatabase is one database's part of `skiplock stats` over several.
+type statsDatabase struct {
+	// Database is host:port/name (never the URL).
+	Database       string                 `json:"database"`
+	Queues         []health.QueueStat     `json:"queues"`
+	UnhandledKinds []health.UnhandledKind `json:"unhandled_kinds"`
 }
 
 func newStatsCmd() *cobra.Command {
@@ -46,9 +75,20 @@ Below the table, a warning names every kind with due jobs that no live worker ha
 
 With --replica-url the figures are read on that streaming replica only (the
 primary is not contacted), and a line below them (replica in --json) says how
-far behind the primary they are.`,
+far behind the primary they are.
+
+With --database-url repeated (one per database a worker fleet serves), each
+database's table is printed, then the sums over all of them (databases in
+--json is the breakdown; queues and unhandled_kinds are the sums: counts
+added, the oldest ready age the largest, paused when paused in any).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(g.databaseURLs) > 1 {
+				if replicaURL(replicaFlag) != "" {
+					return usageError("--replica-url: not with several --database-url")
+				}
+				return runStatsMany(cmd, g.databaseURLs)
+			}
 			pool, err := connectReplica(cmd.Context(), replicaFlag, 2)
 			if err != nil {
 				return err
@@ -73,8 +113,18 @@ far behind the primary they are.`,
 			if err != nil {
 				return err
 			}
+			ls, err := health.Limits(cmd.Context(), pool, g.schema, false)
+			if err != nil {
+				return err
+			}
+			limits := make([]limitStat, len(ls))
+			for i, l := range ls {
+				limits[i] = limitStat{Name: l.Name, Queue: l.Queue, Kind: l.Kind, Partition: l.Partition,
+					Concurrency: l.Concurrency, Rate: l.Rate, PerSeconds: l.Per.Seconds(), Used: l.Used,
+					MaxUsed: l.MaxUsed, ValuesAtLimit: l.FullValues}
+			}
 			if g.jsonOut {
-				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled, Replica: replica})
+				return printJSON(cmd.OutOrStdout(), statsOut{Queues: stats, UnhandledKinds: unhandled, Replica: replica, Limits: limits})
 			}
 			if replica != nil {
 				defer fmt.Fprintf(cmd.OutOrStdout(), "(%s)\n", replica.Describe())
@@ -90,12 +140,125 @@ far behind the primary they are.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: no live worker handles kind %q in queue %s: %d job(s) ready, oldest %s\n",
 					u.Kind, u.Queue, u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
 			}
+			for _, l := range limits {
+				if l.Rate > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "limit %s: %d started in the last %gs (fullest value %d of %d), %d value(s) at the limit\n",
+						l.Name, l.Used, l.PerSeconds, l.MaxUsed, l.Rate, l.ValuesAtLimit)
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "limit %s: %d running (fullest value %d of %d), %d value(s) at the limit\n",
+					l.Name, l.Used, l.MaxUsed, l.Concurrency, l.ValuesAtLimit)
+			}
 			return nil
 		},
 	}
 	replicaURLFlag(cmd, &replicaFlag)
 	addJSON(cmd)
 	return cmd
+}
+
+// runStatsMany is `stats` over several databases: each one's figures,
+// then their sums.
+func runStatsMany(cmd *cobra.Command, urls []string) error {
+	ctx := cmd.Context()
+	out := statsOut{Queues: []health.QueueStat{}, UnhandledKinds: []health.UnhandledKind{}, Limits: []limitStat{}}
+	for _, u := range urls {
+		pool, err := connectTo(ctx, u, "--database-url", 2, nil)
+		if err != nil {
+			return err
+		}
+		d := statsDatabase{Database: databaseLabel(pool)}
+		d.Queues, err = readQueueStats(ctx, pool)
+		if err == nil {
+			d.UnhandledKinds, err = readUnhandledKinds(ctx, pool)
+		}
+		pool.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.Database, err)
+		}
+		out.Databases = append(out.Databases, d)
+	}
+	out.Queues, out.UnhandledKinds = sumStats(out.Databases)
+	w := cmd.OutOrStdout()
+	if g.jsonOut {
+		return printJSON(w, out)
+	}
+	for _, d := range out.Databases {
+		fmt.Fprintf(w, "database %s\n", d.Database)
+		if len(d.Queues) == 0 {
+			fmt.Fprintln(w, "no queue has jobs, dead letters or a pause flag")
+		} else if err := printQueueTable(w, d.Queues); err != nil {
+			return err
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "all %d databases\n", len(out.Databases))
+	if len(out.Queues) == 0 {
+		fmt.Fprintln(w, "no queue has jobs, dead letters or a pause flag")
+	} else if err := printQueueTable(w, out.Queues); err != nil {
+		return err
+	}
+	for _, d := range out.Databases {
+		for _, u := range d.UnhandledKinds {
+			fmt.Fprintf(w, "warning: no live worker handles kind %q in queue %s of %s: %d job(s) ready, oldest %s\n",
+				u.Kind, u.Queue, d.Database, u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
+		}
+	}
+	return nil
+}
+
+// sumStats adds the databases' figures per queue (and per queue and kind):
+// counts summed, the oldest ready age the largest, paused when paused in
+// any database. Both lists are sorted like one database's (queue name;
+// unhandled kinds most jobs first).
+func sumStats(dbs []statsDatabase) ([]health.QueueStat, []health.UnhandledKind) {
+	qs := map[string]*health.QueueStat{}
+	type qk struct{ queue, kind string }
+	us := map[qk]*health.UnhandledKind{}
+	for _, d := range dbs {
+		for _, s := range d.Queues {
+			t := qs[s.Queue]
+			if t == nil {
+				t = &health.QueueStat{Queue: s.Queue}
+				qs[s.Queue] = t
+			}
+			t.Ready += s.Ready
+			t.Scheduled += s.Scheduled
+			t.Running += s.Running
+			t.Dead += s.Dead
+			t.OldestReadyAgeSeconds = max(t.OldestReadyAgeSeconds, s.OldestReadyAgeSeconds)
+			t.Paused = t.Paused || s.Paused
+		}
+		for _, u := range d.UnhandledKinds {
+			k := qk{u.Queue, u.Kind}
+			t := us[k]
+			if t == nil {
+				t = &health.UnhandledKind{Queue: u.Queue, Kind: u.Kind}
+				us[k] = t
+			}
+			t.Ready += u.Ready
+			t.OldestReadyAgeSeconds = max(t.OldestReadyAgeSeconds, u.OldestReadyAgeSeconds)
+		}
+	}
+	queues := make([]health.QueueStat, 0, len(qs))
+	for _, q := range qs {
+		queues = append(queues, *q)
+	}
+	sort.Slice(queues, func(i, j int) bool { return queues[i].Queue < queues[j].Queue })
+	kinds := make([]health.UnhandledKind, 0, len(us))
+	for _, u := range us {
+		kinds = append(kinds, *u)
+	}
+	sort.Slice(kinds, func(i, j int) bool {
+		if kinds[i].Ready != kinds[j].Ready {
+			return kinds[i].Ready > kinds[j].Ready
+		}
+		if kinds[i].Queue != kinds[j].Queue {
+			return kinds[i].Queue < kinds[j].Queue
+		}
+		return kinds[i].Kind < kinds[j].Kind
+	})
+	return queues, kinds
 }
 
 // readQueueStats reads queue_stats with a statement timeout; never nil.

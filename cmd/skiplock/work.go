@@ -21,6 +21,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
@@ -67,7 +68,9 @@ The worker also runs the reaper and the recurring-job scheduler.
 With --database-url repeated, one process serves every database given (each with its
 own migrated skiplock schema): one client per database, each with --concurrency slots of
 its own, its own claim loop, LISTEN connection, reaper and scheduler, so a backlog in one
-database never takes slots from another. Log lines then carry database=host:port/name.`,
+database never takes slots from another, and a database that is down (at start or
+later) holds up none of the others. Log lines then carry database=host:port/name, and
+--metrics-addr serves every database's metrics with a database label.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWork(cmd, f) },
 	}
@@ -144,9 +147,6 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		if listenURL(f.listenURL) != "" {
 			return usageError("--listen-url: not with several --database-url (each database LISTENs on its own URL)")
 		}
-		if f.metricsAddr != "" {
-			return usageError("--metrics-addr: serves one database's metrics; not with several --database-url")
-		}
 		seen := map[string]bool{}
 		for _, u := range urls {
 			if seen[u] {
@@ -157,8 +157,19 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	}
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	var clients []*skiplock.Client
+	var dbs []metrics.Database
 	for _, u := range urls {
 		pool, err := connectTo(ctx, u, "--database-url", int32(6), nil)
+		var ee *exitError
+		if err != nil && len(urls) > 1 && !errors.As(err, &ee) {
+			// One database of several is down: serve the others, and this
+			// one as soon as it answers (its claim loop retries).
+			if pool, err = lazyPool(u, int32(6)); err != nil {
+				return err
+			}
+			log.Warn("skiplock: database unreachable at start; its jobs are claimed once it answers",
+				slog.String("database", databaseLabel(pool)))
+		}
 		if err != nil {
 			return err
 		}
@@ -171,19 +182,27 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		if err != nil {
 			return err
 		}
-		if f.metricsAddr != "" {
-			stop, err := serveWorkerMetrics(f.metricsAddr, pool, c, log)
-			if err != nil {
-				return err
-			}
-			defer stop()
-		}
 		clients = append(clients, c)
+		dbs = append(dbs, metrics.Database{Name: databaseLabel(pool), Pool: pool, Schema: g.schema,
+			Collectors: []prometheus.Collector{metrics.NewClientCollector(c)}})
 	}
-	for _, c := range clients {
-		if err := c.Start(ctx); err != nil {
+	if f.metricsAddr != "" {
+		h := metrics.Handler(dbs[0].Pool, g.schema, dbs[0].Collectors...)
+		if len(dbs) > 1 {
+			h = metrics.HandlerForDatabases(dbs)
+		}
+		stop, err := serveWorkerMetrics(f.metricsAddr, h, log)
+		if err != nil {
 			return err
 		}
+		defer stop()
+	}
+	fleet, err := skiplock.NewFleet(clients, nil)
+	if err != nil {
+		return err
+	}
+	if err := fleet.Start(ctx); err != nil {
+		return err
 	}
 	<-sigs
 	log.Info("skiplock: draining; send the signal again to stop at once", "drain_timeout", f.drainTimeout)
@@ -191,14 +210,14 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	go func() {
 		sctx, cancel := context.WithTimeout(ctx, f.drainTimeout)
 		defer cancel()
-		stopped <- eachClient(clients, func(c *skiplock.Client) error { return c.Stop(sctx) })
+		stopped <- fleet.Stop(sctx)
 	}()
 	select {
 	case err := <-stopped:
 		return err
 	case <-sigs:
 		log.Warn("skiplock: second signal; stopping at once")
-		return eachClient(clients, func(c *skiplock.Client) error { return c.StopAndCancel(ctx) })
+		return fleet.StopAndCancel(ctx)
 	}
 }
 
@@ -209,6 +228,24 @@ func workDatabaseURLs() []string {
 		return g.databaseURLs
 	}
 	return []string{databaseURL()}
+}
+
+// lazyPool is a pool that connects on first use, with connect's settings
+// (but pgx's default statement mode: no pooler probe is possible while the
+// database is down).
+func lazyPool(dbURL string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, usageError("--database-url: cannot parse the connection string")
+	}
+	cfg.MaxConns = maxConns
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock"
+	}
+	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
 
 // databaseLabel names a pool's database for log lines: host, port and
@@ -251,18 +288,6 @@ func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, log *sl
 		return nil, err
 	}
 	return c, nil
-}
-
-// eachClient runs fn on every client at once and joins their errors: the
-// databases drain (or stop) together, not one after another.
-func eachClient(clients []*skiplock.Client, fn func(*skiplock.Client) error) error {
-	errs := make([]error, len(clients))
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Go(func() { errs[i] = fn(c) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // execHandler runs command for each job, in its own process group so the
@@ -359,20 +384,26 @@ func (t *tailBuffer) String() string {
 // workerMetricsServer is the --metrics-addr server: /metrics and /healthz,
 // with the same timeouts as serve.
 func workerMetricsServer(pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) *http.Server {
+	return metricsServer(metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)), log)
+}
+
+// metricsServer serves h at /metrics, and /healthz.
+func metricsServer(h http.Handler, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)))
+	mux.Handle("GET /metrics", h)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	return newHTTPServer(mux, log)
 }
 
-// serveWorkerMetrics serves /metrics (the process collector, the queue's
-// health views, Go runtime) and /healthz on addr until stop is called.
-func serveWorkerMetrics(addr string, pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) (stop func(), err error) {
+// serveWorkerMetrics serves h at /metrics (the process collector, the
+// queue's health views, Go runtime; per database with several) and /healthz
+// on addr until stop is called.
+func serveWorkerMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageError("--metrics-addr: %v", err)
 	}
-	srv := workerMetricsServer(pool, c, log)
+	srv := metricsServer(h, log)
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("skiplock: serving metrics", slog.String("url", "http://"+ln.Addr().String()+"/metrics"))
 	return func() {

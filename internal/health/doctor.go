@@ -155,10 +155,11 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 	if !ok {
 		return checks, nil
 	}
-	onReplica := map[string]bool{"queue_lag": true, "stuck_jobs": true, "workers": true, "unhandled_kinds": true, "dead_letters": true}
+	onReplica := map[string]bool{"queue_lag": true, "stuck_jobs": true, "workers": true, "unhandled_kinds": true,
+		"dead_letters": true, "limits": true}
 	for _, f := range []func(context.Context) Check{
 		d.checkQueueLag, d.checkDeadTuples, d.checkTableSettings, d.checkClaimIndex, d.checkFencedWrites, d.checkXmin,
-		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkDeadLetters,
+		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkDeadLetters, d.checkLimits,
 	} {
 		if err := ctx.Err(); err != nil {
 			return checks, err
@@ -745,6 +746,44 @@ func (d *doctor) checkStuck(ctx context.Context) Check {
 		c.Figure = fmt.Sprintf("%d expired lease(s), the oldest %s ago: the reaper will return them", expired, dur(secs(oldest)))
 	default:
 		c.Figure = "no running job has an expired lease"
+	}
+	return c
+}
+
+// limitHeldTooLong is how long a due job may wait behind a full
+// concurrency limit before doctor warns.
+const limitHeldTooLong = 5 * time.Minute
+
+// checkLimits warns about a concurrency limit that is full while due jobs
+// it covers have waited longer than limitHeldTooLong: the limit, not the
+// workers, is what holds them back (set it higher, or accept the wait).
+func (d *doctor) checkLimits(ctx context.Context) Check {
+	const name = "limits"
+	qctx, cancel := d.timeout(ctx)
+	defer cancel()
+	ls, err := Limits(qctx, d.read, d.schema, true)
+	if err != nil {
+		return broken(name, wrap("limits", err))
+	}
+	c := Check{Name: name, Status: StatusOK, Figure: fmt.Sprintf("%d limit(s); none holds jobs back for long", len(ls))}
+	if len(ls) == 0 {
+		c.Figure = "no concurrency or rate limits"
+		return c
+	}
+	var held []string
+	for _, l := range ls {
+		if l.FullValues > 0 && secs(l.OldestDue) > limitHeldTooLong {
+			what := fmt.Sprintf("%d running, %d value(s) at its limit of %d", l.Used, l.FullValues, l.Concurrency)
+			if l.Rate > 0 {
+				what = fmt.Sprintf("%d started in the last %s, %d value(s) at its limit of %d", l.Used, dur(l.Per), l.FullValues, l.Rate)
+			}
+			held = append(held, fmt.Sprintf("%s (%s, oldest due job waiting %s)", l.Name, what, dur(secs(l.OldestDue))))
+		}
+	}
+	if len(held) > 0 {
+		c.Status = StatusWarn
+		c.Figure = "full and holding due jobs back for over " + dur(limitHeldTooLong) + ": " + strings.Join(held, "; ")
+		c.Fix = "if the wait is not intended, raise the limit: skiplock limit set NAME ... --concurrency N or --rate N --per D (skiplock limit list shows each)"
 	}
 	return c
 }

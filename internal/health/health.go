@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // QueueStat is one queue's backlog (the queue_stats view).
@@ -425,4 +427,11 @@ func DonePartitions(ctx context.Context, db DBTX, schema string) ([]Partition, e
 		return p, err
 	})
 	return out, wrap("jobs_done partitions", err)
+}
+
+// Limits returns the concurrency limits with their use now (the statement
+// lives with the claim that enforces them, in internal/store); with
+// backlog, also the ready jobs each covers.
+func Limits(ctx context.Context, db DBTX, schema string, backlog bool) ([]store.LimitUse, error) {
+	return store.New(schema).ListLimits(ctx, db, backlog)
 }

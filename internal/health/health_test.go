@@ -537,10 +537,35 @@ func TestDoctorHealthy(t *testing.T) {
 		require.NotEqual(t, health.StatusFail, c.Status, "%s: %s", c.Name, c.Figure)
 	}
 	require.Equal(t, []string{"schema", "queue_lag", "dead_tuples", "table_settings", "claim_index", "fenced_writes",
-		"xmin_horizon", "notify_queue", "stuck_jobs", "workers", "unhandled_kinds", "dead_letters"}, names)
+		"xmin_horizon", "notify_queue", "stuck_jobs", "workers", "unhandled_kinds", "dead_letters", "limits"}, names)
 	for _, c := range checks {
 		if c.Name == "claim_index" {
 			require.Contains(t, c.Figure, "using jobs_ready on jobs")
 		}
 	}
+}
+
+// A full concurrency limit whose due jobs have waited over five minutes is
+// named by doctor's limits check, with the way out.
+func TestDoctorNamesALimitHoldingJobsBack(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO skiplock.limits (name, kind, concurrency) VALUES ('email', 'send', 1);
+		INSERT INTO skiplock.jobs (queue, kind, state, locked_by, lease_token, lease_expires_at)
+		VALUES ('default', 'send', 'running', 'w', 1, now() + interval '1 hour');
+		INSERT INTO skiplock.jobs (queue, kind, run_at) VALUES ('default', 'send', now() - interval '10 minutes');`)
+	require.NoError(t, err)
+	checks, err := health.Doctor(ctx, db.Pool, "skiplock")
+	require.NoError(t, err)
+	var c health.Check
+	for _, x := range checks {
+		if x.Name == "limits" {
+			c = x
+		}
+	}
+	require.Equal(t, health.StatusWarn, c.Status, "%+v", c)
+	require.Contains(t, c.Figure, "email (1 running, 1 value(s) at its limit of 1, oldest due job waiting 10m")
+	require.Contains(t, c.Fix, "skiplock limit set")
 }

@@ -1,18 +1,17 @@
 package health
 
 import (
-	"bufio"
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/internal/migrations"
+	"github.com/skiplock/skiplock/internal/sqlfile"
 )
 
 // DBTX is what the health queries run on: a *pgxpool.Pool, a *pgx.Conn or a
@@ -25,43 +24,10 @@ type DBTX interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-//go:embed sql/health.sql
-var sqlFile string
+//go:embed sql/*.sql
+var files embed.FS
 
-var raw = mustParse(sqlFile)
-
-// mustParse splits the embedded file into named statements ("-- name: x").
-func mustParse(body string) map[string]string {
-	out := map[string]string{}
-	var name string
-	var b strings.Builder
-	flush := func() {
-		if name != "" {
-			out[name] = strings.TrimSpace(b.String())
-		}
-		b.Reset()
-	}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if n, ok := strings.CutPrefix(line, "-- name: "); ok {
-			flush()
-			name = strings.TrimSpace(n)
-			if _, dup := out[name]; dup {
-				panic("health: duplicate query " + name)
-			}
-			continue
-		}
-		b.WriteString(line)
-		b.WriteByte('\n')
-	}
-	flush()
-	if err := sc.Err(); err != nil {
-		panic(err)
-	}
-	return out
-}
+var raw = sqlfile.MustParse(files, "sql")
 
 // rendered caches the statements per schema.
 var rendered sync.Map // schema → map[string]string
@@ -78,14 +44,7 @@ func queries(schema string) (map[string]string, error) {
 	if err := migrations.ValidateSchema(schema); err != nil {
 		return nil, fmt.Errorf("health: %w", err)
 	}
-	r := strings.NewReplacer(
-		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
-		"{{schema_lit}}", "'"+schema+"'",
-	)
-	q := make(map[string]string, len(raw))
-	for k, v := range raw {
-		q[k] = r.Replace(v)
-	}
+	q := sqlfile.Render(raw, schema, nil)
 	rendered.Store(schema, q)
 	return q, nil
 }

@@ -336,46 +336,12 @@ func FireKey(name string, fire time.Time) string {
 
 type schedulerSQL struct{ due, fire string }
 
+// renderSchedulerSQL takes the scheduler's statements (schedule.sql in
+// internal/store) rendered for schema.
 func renderSchedulerSQL(schema string) schedulerSQL {
-	r := strings.NewReplacer("{{schema}}", pgx.Identifier{schema}.Sanitize())
-	return schedulerSQL{due: r.Replace(dueSQL), fire: r.Replace(fireSQL)}
+	st := store.New(schema)
+	return schedulerSQL{due: st.SQL("scheduler_due"), fire: st.SQL("scheduler_fire")}
 }
-
-// dueSQL reads the schedules due at $1 (NULL: the database's now()), oldest
-// first, at most $2. The table is small (one row per schedule); rows without
-// a next fire time were inserted by plain SQL and get one computed.
-const dueSQL = `
-SELECT s.name, s.cron, extract(epoch FROM s.every)::bigint, s.timezone, s.next_fire_at, s.updated_at, n.now
-FROM (SELECT COALESCE($1::timestamptz, now()) AS now) AS n
-JOIN {{schema}}.schedules AS s ON s.next_fire_at IS NULL OR s.next_fire_at <= n.now
-ORDER BY s.next_fire_at NULLS FIRST, s.name
-LIMIT $2`
-
-// fireSQL advances one schedule by compare-and-set and enqueues its fires in
-// the same statement (so the same transaction): when another process
-// advanced the schedule first, or someone redefined it (updated_at), the
-// UPDATE matches nothing and nothing is enqueued. Each fire carries the
-// unique key schedule:<name>:<fire time>, a second guard against enqueueing a
-// fire twice. Returns one row per fire (id, inserted), one row of NULLs when
-// the schedule advanced without a fire, and no row when it lost the race.
-//
-//	$1 name  $2 expected next_fire_at  $3 new next_fire_at  $4 last fire
-//	$5 expected updated_at  $6 fire times  $7 unique keys
-const fireSQL = `
-WITH advanced AS (
-    UPDATE {{schema}}.schedules AS s
-    SET next_fire_at = $3, last_fire_at = COALESCE($4, s.last_fire_at)
-    WHERE s.name = $1 AND s.next_fire_at IS NOT DISTINCT FROM $2 AND s.updated_at = $5
-    RETURNING s.queue, s.kind, s.payload, s.priority, s.max_attempts
-)
-SELECT e.id, e.inserted
-FROM advanced AS a
-LEFT JOIN LATERAL (
-    SELECT q.id, q.inserted
-    FROM unnest($6::timestamptz[], $7::text[]) AS f(fire_at, unique_key)
-    CROSS JOIN LATERAL {{schema}}.enqueue_job(a.queue, a.kind, a.payload, a.priority, f.fire_at,
-                                               a.max_attempts, f.unique_key, NULL, NULL, false) AS q
-) AS e ON true`
 
 // SchedulerDueSQL returns the scheduler's due-schedules statement rendered
 // for schema ($1 at or NULL for now, $2 limit), for tools that EXPLAIN it

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,11 @@ type ClaimParams struct {
 	// last job this claimer took from that queue. A queue without one is
 	// read from the front. Ignored by the tenant-capped claim.
 	After map[string]Bound
+	// Limits names the concurrency limits that cover this claimer's work
+	// (LimitsCovering): the claim then runs in a transaction holding their
+	// locks, from the front, and takes only what they allow. The
+	// tenant-capped claim does not apply limits.
+	Limits []string
 }
 
 // Bound is a position in claim order: priority descending, then run_at,
@@ -72,19 +78,59 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 		kinds = p.Kinds
 	}
 	args := []any{p.Queues, kinds, p.Batch, p.WorkerID, Micros(p.Lease)}
-	q := s.SQL("claim")
-	if p.TenantCap > 0 {
-		q = s.SQL("claim_capped")
-		args = append(args, p.TenantCap)
-	} else {
-		args = append(args, BoundArgs(p.Queues, p.After)...)
+	switch {
+	case p.TenantCap > 0:
+		return s.claim(ctx, db, p.Batch, s.SQL("claim_capped"), append(args, p.TenantCap)...)
+	case len(p.Limits) > 0:
+		return s.claimLimited(ctx, db, p, append(args, p.Limits)...)
+	default:
+		return s.claim(ctx, db, p.Batch, s.SQL("claim"), append(args, BoundArgs(p.Queues, p.After)...)...)
 	}
+}
+
+// batcher is a DBTX that can pipeline statements (a pool, a connection or
+// a transaction).
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// claimLimited takes the limits' locks and claims in one pipeline, so one
+// round trip and one implicit transaction: claim_limited's snapshot is taken
+// after the locks are held, so it includes every job claimed by the locks'
+// previous holder, and no limit is exceeded by two claimers at once.
+func (s *Store) claimLimited(ctx context.Context, db DBTX, p ClaimParams, args ...any) ([]ClaimedJob, error) {
+	b, ok := db.(batcher)
+	if !ok {
+		return nil, fmt.Errorf("store: a limited claim needs a pool, connection or transaction, got %T", db)
+	}
+	var out []ClaimedJob
+	batch := &pgx.Batch{}
+	batch.Queue(s.SQL("claim_no_jit"))
+	batch.Queue(s.SQL("limit_locks"), p.Limits)
+	batch.Queue(s.SQL("claim_limited"), args...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = scanClaimed(rows, p.Batch)
+		return err
+	})
+	if err := b.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) claim(ctx context.Context, db DBTX, batch int, q string, args ...any) ([]ClaimedJob, error) {
 	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
+	return scanClaimed(rows, batch)
+}
+
+// scanClaimed reads a claim's RETURNING rows (the claim_rows fragment's
+// column order) and closes rows.
+func scanClaimed(rows pgx.Rows, batch int) ([]ClaimedJob, error) {
 	defer rows.Close()
-	out := make([]ClaimedJob, 0, p.Batch)
+	out := make([]ClaimedJob, 0, batch)
 	for rows.Next() {
 		var j ClaimedJob
 		var tenant, entity, unique *string
@@ -364,11 +410,26 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 }
 
 // AdvanceLeaseTokens moves the lease-token sequence to the current time in
-// microseconds unless it is already past it, and returns its value: run
+// microseconds, or a million past its own value when that is higher, and
+// returns its new value: run
 // once after a standby is promoted, so no token the old primary handed out
 // is handed out again (see advance_lease_tokens in lease.sql).
 func (s *Store) AdvanceLeaseTokens(ctx context.Context, db DBTX) (int64, error) {
 	var v int64
 	err := db.QueryRow(ctx, s.SQL("advance_lease_tokens")).Scan(&v)
 	return v, err
+}
+
+// LimitsCovering returns the names of the concurrency limits that cover
+// work a claimer of queues and kinds (nil: any kind) may take.
+func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []string) ([]string, error) {
+	var k any
+	if kinds != nil {
+		k = kinds
+	}
+	rows, err := db.Query(ctx, s.SQL("limits_covering"), queues, k)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

@@ -4,95 +4,21 @@
 package store
 
 import (
-	"bufio"
 	"context"
 	"embed"
-	"fmt"
-	"io/fs"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/skiplock/skiplock/internal/sqlfile"
 )
 
 //go:embed sql/*.sql
 var files embed.FS
 
-var raw = mustParse()
-
-// mustParse reads the statements ("-- name: x" sections) and expands in them
-// the fragments ("-- fragment: y" sections, written {{y}} where they are
-// used): a condition several statements must share word for word, such as
-// what makes a job claimable, is written once.
-func mustParse() map[string]string {
-	out := map[string]string{}
-	frags := map[string]string{}
-	err := fs.WalkDir(files, "sql", func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		body, err := files.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		var name string
-		var into map[string]string
-		var b strings.Builder
-		flush := func() {
-			if name != "" {
-				into[name] = strings.TrimSpace(b.String())
-			}
-			b.Reset()
-		}
-		sc := bufio.NewScanner(strings.NewReader(string(body)))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			n, stmt := strings.CutPrefix(line, "-- name: ")
-			f, frag := strings.CutPrefix(line, "-- fragment: ")
-			if stmt || frag {
-				flush()
-				name, into = strings.TrimSpace(n), out
-				if frag {
-					name, into = strings.TrimSpace(f), frags
-				}
-				if _, dup := into[name]; dup {
-					return fmt.Errorf("store: duplicate section %q in %s", name, path)
-				}
-				continue
-			}
-			b.WriteString(line)
-			b.WriteByte('\n')
-		}
-		flush()
-		return sc.Err()
-	})
-	if err != nil {
-		panic(err)
-	}
-	for name, frag := range frags {
-		// Comments would swallow what follows them on the line of use.
-		var lines []string
-		for _, l := range strings.Split(frag, "\n") {
-			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--") {
-				lines = append(lines, l)
-			}
-		}
-		expanded := "(" + strings.Join(lines, "\n") + ")"
-		used := false
-		for k, v := range out {
-			if strings.Contains(v, "{{"+name+"}}") {
-				out[k], used = strings.ReplaceAll(v, "{{"+name+"}}", expanded), true
-			}
-		}
-		if !used {
-			panic(fmt.Sprintf("store: fragment %q is used by no statement", name))
-		}
-	}
-	return out
-}
+var raw = sqlfile.MustParse(files, "sql")
 
 // DBTX is what a query runs on: a pool, a connection or a transaction.
 type DBTX interface {
@@ -122,18 +48,11 @@ const noFence = "AND (j.lease_token = ${1} OR j.locked_by = ${2} OR true)"
 
 // New renders every query for schema (already validated by the caller).
 func New(schema string) *Store {
-	r := strings.NewReplacer(
-		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
-		"{{schema_lit}}", "'"+schema+"'",
-	)
-	q := make(map[string]string, len(raw))
-	for k, v := range raw {
-		if seedBug {
-			v = leaseFence.ReplaceAllString(v, noFence)
-		}
-		q[k] = r.Replace(v)
+	var edit func(string) string
+	if seedBug {
+		edit = func(v string) string { return leaseFence.ReplaceAllString(v, noFence) }
 	}
-	return &Store{Schema: schema, q: q}
+	return &Store{Schema: schema, q: sqlfile.Render(raw, schema, edit)}
 }
 
 // SQL returns a rendered statement by name; it panics on an unknown name,

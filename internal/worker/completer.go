@@ -74,9 +74,6 @@ func (c *completer) wait() { <-c.done }
 // job whose outcome the database refuses for its data is written apart from
 // the rest (see writeIsolating), so it never holds the batch back.
 func (c *completer) flush(batch []result) {
-	if c.r.BeforeComplete != nil {
-		c.r.BeforeComplete(planWrites(batch).done)
-	}
 	// c.write never fails: it retries transient errors, and a refusal is
 	// isolated to its job.
 	held, unwritten, _ := writeIsolating(batch, c.write, c.r.log)
@@ -89,7 +86,10 @@ func (c *completer) flush(batch []result) {
 			s = Unwritten
 		}
 		c.r.count(res, s)
-		if res.job.Entity != "" && s != LeaseLost && s != Unwritten && !slices.Contains(entityQueues, res.job.Queue) {
+		// A finished job of an entity, or of a queue a concurrency limit
+		// covers, may be what the next ready job waits for.
+		_, limited := c.r.limitedQueues.Load(res.job.Queue)
+		if (res.job.Entity != "" || limited) && s != LeaseLost && s != Unwritten && !slices.Contains(entityQueues, res.job.Queue) {
 			entityQueues = append(entityQueues, res.job.Queue)
 		}
 	}

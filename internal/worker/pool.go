@@ -29,7 +29,15 @@ type pool struct {
 	wg       sync.WaitGroup // producer and executors
 
 	keys keyset // where claims start reading; the producer's alone
+
+	// The concurrency limits covering this pool's work, re-read every
+	// limitsRefresh (the producer's alone).
+	limits   []string
+	limitsAt time.Time
 }
+
+// limitsRefresh is how soon a limit set or removed anywhere is obeyed.
+const limitsRefresh = 2 * time.Second
 
 func newPool(r *Runner, cfg PoolConfig) *pool {
 	return &pool{
@@ -172,22 +180,48 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
 	defer cancel()
 	start := time.Now()
+	limits := p.coveringLimits(ctx, start)
 	var after map[string]store.Bound
-	if p.cfg.TenantCap == 0 { // the capped claim reads per tenant, from the front
+	if p.cfg.TenantCap == 0 && len(limits) == 0 { // the others read from the front
 		after = p.keys.bounds(start)
 	}
 	jobs, err := p.r.cfg.Store.Claim(ctx, p.r.cfg.Pool, store.ClaimParams{
 		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
-		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after,
+		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after, Limits: limits,
 	})
 	if err != nil {
 		return nil, err
 	}
 	took := time.Since(start)
+	// A limited claim that came back short may have been held back by a
+	// full limit: then a completion of these queues may free the slot the
+	// ready jobs wait for, and wakes their claimers (completer.flush).
+	for _, q := range p.cfg.Queues {
+		if len(limits) > 0 && len(jobs) < n {
+			p.r.limitedQueues.Store(q, struct{}{})
+		} else {
+			p.r.limitedQueues.Delete(q)
+		}
+	}
 	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
 	p.r.claimLat.add(took)
 	p.r.claimed.Add(int64(len(jobs)))
 	return p.r.track(jobs), nil
+}
+
+// coveringLimits returns the limits that cover this pool's work, re-read
+// from the database every limitsRefresh. When the read fails it keeps the
+// last list: the claim that follows will likely fail too, and say why.
+func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
+	if !p.limitsAt.IsZero() && now.Sub(p.limitsAt) < limitsRefresh {
+		return p.limits
+	}
+	names, err := p.r.cfg.Store.LimitsCovering(ctx, p.r.cfg.Pool, p.cfg.Queues, p.cfg.Kinds)
+	if err != nil {
+		return p.limits
+	}
+	p.limits, p.limitsAt = names, now
+	return names
 }
 
 // isEntityRace reports the unique-violation on jobs_running that guards

@@ -159,6 +159,10 @@ type Runner struct {
 	cfg Config
 	log *slog.Logger
 
+	// Queues a concurrency limit covers (queue → struct{}): their
+	// completions wake claimers as entity completions do.
+	limitedQueues sync.Map
+
 	mu   sync.Mutex // guards jobs
 	jobs map[int64]*tracked
 
@@ -181,9 +185,6 @@ type Runner struct {
 	pollOnly                                    atomic.Bool
 	warnedPolling                               atomic.Bool
 	claimLat                                    latencyRing
-
-	// Test hooks (nil in production).
-	BeforeComplete func([]store.Lease)
 }
 
 // New validates nothing (the root package did) and returns a Runner.

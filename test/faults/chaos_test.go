@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -33,7 +32,10 @@ import (
 // (its proxy holds every byte, the process keeps running), a reset of every
 // connection of a worker (its proxy drops them), pg_terminate_backend of a
 // worker's pool connections, of the listeners or of the producers, or an
-// immediate restart of the (private) database. About a quarter of the jobs
+// immediate restart of the (private) database. With SKIPLOCK_CHAOS_FAILOVER
+// set, the database has a synchronous streaming standby and most of those
+// restarts (8 faults in 100) are failovers instead: the primary crashes, the
+// standby is promoted and a new standby is built (see failover). About a quarter of the jobs
 // carry a unique key (from a small set, so enqueues collide with jobs in
 // flight) and a quarter an entity key (so claims must serialize them), and
 // the checker also verifies, from the audit, that no two jobs with one unique
@@ -208,7 +210,7 @@ func notSent(err error) bool {
 }
 
 type faultCounts struct {
-	kill9, sigstop, restarts                 int
+	kill9, sigstop, restarts, failovers      int
 	connFaults, connsKilled, listenersKilled int
 	producerConnsKilled                      int
 	stalls, drops, connsDropped              int // network faults (proxy)
@@ -221,10 +223,13 @@ type chaos struct {
 	restartTimes []string // wall-clock crash and restart times, for the evidence log
 	t            *testing.T
 	e            *env
-	cluster      *devdb.Cluster
-	rng          *rand.Rand
-	seed         int64
-	url          string
+	cluster      *devdb.Cluster // the primary
+	// standby is the primary's synchronous standby when the run fails over
+	// (SKIPLOCK_CHAOS_FAILOVER), else nil.
+	standby *devdb.Cluster
+	rng     *rand.Rand
+	seed    int64
+	url     string
 
 	cons    []*consumer
 	execCmd string
@@ -237,7 +242,13 @@ type chaos struct {
 
 func newChaos(t *testing.T, seed int64) *chaos {
 	ctx := context.Background()
-	e, c := privateEnv(t, 4)
+	var e *env
+	var c, standby *devdb.Cluster
+	if os.Getenv("SKIPLOCK_CHAOS_FAILOVER") != "" {
+		e, c, standby = failoverEnv(t, 4)
+	} else {
+		e, c = privateEnv(t, 4)
+	}
 	url, pool := e.url, e.pool
 	_, err := pool.Exec(ctx, chaosSQL)
 	require.NoError(t, err)
@@ -254,7 +265,7 @@ func newChaos(t *testing.T, seed int64) *chaos {
 	pc, err := skiplock.NewClient(ppool, skiplock.Config{})
 	require.NoError(t, err)
 
-	return &chaos{t: t, e: e, cluster: c, rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed)), seed: seed, url: url,
+	return &chaos{t: t, e: e, cluster: c, standby: standby, rng: rand.New(rand.NewPCG(uint64(seed), 0x5eed)), seed: seed, url: url,
 		execCmd: `"` + program(t, "faultworker") + `" child`, prodPool: ppool, prodClient: pc,
 		l: &ledger{bulkOK: map[string]int64{}, bulkUnknown: map[string]int{}, errs: map[string]int{},
 			firstErr: map[string]string{}, txs: map[string]int{}},
@@ -266,11 +277,9 @@ func newChaos(t *testing.T, seed int64) *chaos {
 // which only record runs, connect directly), and waits for their listeners.
 func (ch *chaos) startConsumers() {
 	program(ch.t, "skiplock") // build before the clock starts
-	u, err := url.Parse(ch.url)
-	require.NoError(ch.t, err)
 	ch.cons = []*consumer{{name: "a"}, {name: "b"}, {name: "x", exec: true}}
 	for _, c := range ch.cons {
-		c.px = newProxy(ch.t, u.Host)
+		c.px = newProxy(ch.t, fmt.Sprintf("127.0.0.1:%d", ch.cluster.Port()))
 		ch.launch(c)
 	}
 	waitFor(ch.t, 30*time.Second, "the listeners of the 3 workers", func() bool {
@@ -416,6 +425,8 @@ func (ch *chaos) fault() string {
 		ch.f.connsDropped += k
 		ch.hit("drop", n)
 		return fmt.Sprintf("reset %d connections of %s in its proxy (%d in flight)", k, c.p.app, n)
+	case ch.standby != nil && x < 98: // failover to the synchronous standby
+		return ch.failover()
 	default: // immediate shutdown of the database, down 0.5–3 s
 		n := ch.inFlight("%")
 		down := time.Duration(500+rng.IntN(2500)) * time.Millisecond
@@ -429,6 +440,45 @@ func (ch *chaos) fault() string {
 		ch.hit("restart", n)
 		return fmt.Sprintf("database crashed (immediate), down %s (%d in flight)", down.Round(time.Millisecond), n)
 	}
+}
+
+// failover crashes the primary (immediate), promotes its synchronous
+// standby after 0.5–3 s (an HA manager's detection time), moves the
+// workers' proxies to it (a VIP move; producers and the exec workers'
+// children follow through their multi-host URL), advances the lease
+// tokens as the runbook's post-promotion hook does, and builds a new
+// synchronous standby on the dead primary's port, so the multi-host URL
+// still names both members and the next failover can go back.
+func (ch *chaos) failover() string {
+	ctx := context.Background()
+	n := ch.inFlight("%")
+	down := time.Duration(500+ch.rng.IntN(2500)) * time.Millisecond
+	old, next := ch.cluster, ch.standby
+	crashAt := time.Now()
+	require.NoError(ch.t, old.Crash(ctx))
+	time.Sleep(down)
+	require.NoError(ch.t, next.Promote(ctx))
+	for _, c := range ch.cons {
+		c.px.SetTarget(fmt.Sprintf("127.0.0.1:%d", next.Port()))
+	}
+	ch.cluster = next
+	_, err := ch.prodClient.AdvanceLeaseTokens(ctx)
+	for i := 0; err != nil && i < 50; i++ { // the producers' pool may hand out a connection to the dead primary first
+		time.Sleep(100 * time.Millisecond)
+		_, err = ch.prodClient.AdvanceLeaseTokens(ctx)
+	}
+	require.NoError(ch.t, err)
+	port := old.Port()
+	require.NoError(ch.t, old.Remove())
+	ch.f.failovers++
+	s, err := next.StartStandby(ctx, devdb.StandbyOptions{Name: fmt.Sprintf("standby%d", ch.f.failovers), Synchronous: true, Port: port})
+	require.NoError(ch.t, err)
+	ch.t.Cleanup(func() { _ = s.Remove() })
+	ch.standby = s
+	ch.restartTimes = append(ch.restartTimes, "failover "+crashAt.Format("15:04:05.000")+"–"+time.Now().Format("15:04:05.000"))
+	ch.hit("failover", n)
+	return fmt.Sprintf("failover: primary crashed (immediate), standby promoted %s later, new standby streaming (%d in flight)",
+		down.Round(time.Millisecond), n)
 }
 
 // runProducers runs the producers for dur while the faults strike, then
@@ -828,7 +878,7 @@ func (ch *chaos) check(dur time.Duration) {
 		"runs %d (%d by --exec workers), duplicate runs %d (%d jobs ran more than once), reaped leases %d; overlapping valid leases %d; "+
 		"jobs with a unique key %d (enqueues that found one in flight %d), two live at once %d; jobs with an entity %d (leases reaped %d), two running at once %d; "+
 		"holder writes checked per lease token %d; violations %d %v; "+
-		"faults: %d kill -9, %d SIGSTOP, %d network stalls, %d network resets (%d connections), %d restarts, "+
+		"faults: %d kill -9, %d SIGSTOP, %d network stalls, %d network resets (%d connections), %d restarts, %d failovers, "+
 		"%d killed connections in %d strikes (%d listeners, %d producer) "+
 		"(%d faults hit in-flight jobs %v); workers that died on their own %d",
 		dur, ch.seed, r.Jobs, bulkJobs, len(rolledBack), len(l.unknown)+len(l.bulkUnknown),
@@ -837,7 +887,7 @@ func (ch *chaos) check(dur time.Duration) {
 		runs, execRuns, r.Runs-len(r.RunsPerJob), r.Reruns, r.Reaped, overlap,
 		keyed, l.duplicates, kinds[vUniqueKeyTwice], entities, entityReaped, kinds[vEntityOverlap],
 		r.TokenWrites, len(r.violations), kinds,
-		ch.f.kill9, ch.f.sigstop, ch.f.stalls, ch.f.drops, ch.f.connsDropped, ch.f.restarts, ch.f.connsKilled, ch.f.connFaults, ch.f.listenersKilled, ch.f.producerConnsKilled,
+		ch.f.kill9, ch.f.sigstop, ch.f.stalls, ch.f.drops, ch.f.connsDropped, ch.f.restarts, ch.f.failovers, ch.f.connsKilled, ch.f.connFaults, ch.f.listenersKilled, ch.f.producerConnsKilled,
 		ch.f.hits, ch.f.hitsBy, ch.f.unexpectedExits)
 	t.Log(summary)
 	if path := os.Getenv("SKIPLOCK_CHAOS_REPORT"); path != "" {

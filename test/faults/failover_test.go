@@ -27,8 +27,9 @@ var failoverSettings = map[string]string{"shared_buffers": "16MB", "fsync": "off
 // failoverEnv starts a primary and a synchronous streaming standby, creates
 // and migrates a database on the primary, and returns the test's world on
 // the multi-host URL (both hosts, target_session_attrs=read-write): every
-// process of the test, producers and workers, uses that URL.
-func failoverEnv(t *testing.T) (e *env, primary, standby *devdb.Cluster) {
+// process of the test, producers and workers, uses that URL. maxConns > 0
+// caps the test's own pool.
+func failoverEnv(t *testing.T, maxConns int32) (e *env, primary, standby *devdb.Cluster) {
 	t.Helper()
 	ctx := context.Background()
 	primary, err := devdb.Start(ctx, devdb.Options{Settings: failoverSettings})
@@ -47,6 +48,9 @@ func failoverEnv(t *testing.T) (e *env, primary, standby *devdb.Cluster) {
 	cfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
 	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
@@ -60,11 +64,34 @@ func failoverEnv(t *testing.T) (e *env, primary, standby *devdb.Cluster) {
 // error may still have committed (the primary died between the commit and
 // its answer), so its key is kept and looked up in the audit afterwards.
 type producer struct {
-	mu        sync.Mutex // guards the fields below
-	acked     []int64
-	ackedAt   []time.Time
-	uncertain []string
-	errs      int
+	mu         sync.Mutex // guards the fields below
+	acked      []int64
+	ackedAt    []time.Time
+	uncertain  []string
+	errs       int
+	rolledBack []int64
+}
+
+// rollbacks enqueues in transactions it rolls back, until stopped: none of
+// those jobs may ever run, failover or not.
+func (p *producer) rollbacks(ctx context.Context, e *env, every time.Duration) {
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		if tx, err := e.pool.Begin(cctx); err == nil {
+			r, err := e.client.EnqueueTx(cctx, tx, skiplock.EnqueueParams{Kind: "job", Payload: job{Sleep: []int{10}}, MaxAttempts: 20})
+			_ = tx.Rollback(context.WithoutCancel(cctx))
+			if err == nil {
+				p.mu.Lock()
+				p.rolledBack = append(p.rolledBack, r.ID)
+				p.mu.Unlock()
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(every):
+		}
+	}
 }
 
 func (p *producer) run(ctx context.Context, e *env, name string, every time.Duration) {
@@ -99,7 +126,9 @@ func (p *producer) run(ctx context.Context, e *env, name string, every time.Dura
 // follow on their own (pools and listeners reconnect to the promoted
 // standby), and the fault suite's checker then holds every invariant over
 // the whole run: no acknowledged enqueue lost, no job run that was never
-// committed, one fenced lease holder at a time, attempts within bounds.
+// committed, nothing from a rolled-back transaction run (a third producer
+// rolls back its enqueues), one fenced lease holder at a time, attempts
+// within bounds.
 // Jobs run twice are the executions the crash cut short (their completion
 // never reached the new primary) or whose leases expired during the outage.
 func TestFailover(t *testing.T) {
@@ -108,7 +137,7 @@ func TestFailover(t *testing.T) {
 	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
 		t.Skip("no PostgreSQL server binaries for a private cluster:", err)
 	}
-	e, primary, standby := failoverEnv(t)
+	e, primary, standby := failoverEnv(t, 0)
 	ws := []*proc{e.worker("a"), e.worker("b"),
 		e.execWorker("x", `"`+program(t, "faultworker")+`" child`, "--lease", lease.String(),
 			"--poll-interval", poll.String(), "--concurrency", "2", "--drain-timeout", "10s")}
@@ -123,6 +152,8 @@ func TestFailover(t *testing.T) {
 	for i, p := range prods {
 		wg.Go(func() { p.run(pctx, e, fmt.Sprintf("p%d", i), 20*time.Millisecond) })
 	}
+	rb := &producer{}
+	wg.Go(func() { rb.rollbacks(pctx, e, 50*time.Millisecond) })
 	defer func() { stopProducers(); wg.Wait() }()
 
 	waitFor(t, 30*time.Second, "progress before the failover", func() bool {
@@ -132,6 +163,7 @@ func TestFailover(t *testing.T) {
 	inflight := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL")
 	crashAt := time.Now()
 	require.NoError(t, primary.Crash(ctx))
+	crashDone := time.Now() // every commit after this is the new primary's
 	// The HA manager's detection time, longer than the leases: the
 	// leases held at the crash expire before the new primary takes writes,
 	// so its reapers hand them back and the old holders' late writes meet
@@ -146,7 +178,7 @@ func TestFailover(t *testing.T) {
 	var firstDone time.Time
 	waitFor(t, 30*time.Second, "a job completed on the new primary", func() bool {
 		err := e.pool.QueryRow(ctx, `SELECT min(at) FROM public.audit WHERE at > $1
-			AND ((tbl = 'jobs' AND op = 'delete') OR tbl = 'jobs_done')`, crashAt).Scan(&firstDone)
+			AND ((tbl = 'jobs' AND op = 'delete') OR tbl = 'jobs_done')`, crashDone).Scan(&firstDone)
 		return err == nil && !firstDone.IsZero()
 	})
 	time.Sleep(3 * time.Second) // keep producing on the new primary
@@ -177,7 +209,7 @@ func TestFailover(t *testing.T) {
 	for _, p := range prods {
 		committed = append(committed, p.acked...)
 		for _, at := range p.ackedAt {
-			if at.Before(crashAt) {
+			if at.Before(crashDone) {
 				nBefore++
 			} else {
 				nAfter++
@@ -193,10 +225,30 @@ func TestFailover(t *testing.T) {
 	committed = append(committed, cutCommitted...)
 	require.Positive(t, nAfter, "no enqueue was acknowledged by the new primary")
 
-	r := checkInvariants(t, e, checkOpts{committed: committed})
+	// A rolled-back enqueue's id can be handed out again by the new
+	// primary (the id sequence's WAL of a transaction that never committed
+	// need not reach the standby): such an id belongs to the committed job
+	// now, not to the rolled-back one.
+	isCommitted := map[int64]bool{}
+	for _, id := range committed {
+		isCommitted[id] = true
+	}
+	var rolledBack []int64
+	reissued := 0
+	for _, id := range rb.rolledBack {
+		if isCommitted[id] {
+			reissued++
+			continue
+		}
+		rolledBack = append(rolledBack, id)
+	}
+	require.NotEmpty(t, rolledBack, "no enqueue was rolled back")
+	r := checkInvariants(t, e, checkOpts{committed: committed, rolledBack: rolledBack})
 	require.Equal(t, len(committed), r.Completed, "every committed job completed once")
 	t.Logf("failover: %d jobs acknowledged before the crash, %d after; %d enqueues failed during the outage, of which %d had committed (found in the audit) and ran; lost 0",
 		nBefore, nAfter, len(uncertain), len(cutCommitted))
+	t.Logf("failover: %d enqueues rolled back, run 0 (%d of their ids handed out again by the new primary to committed jobs)",
+		len(rolledBack), reissued)
 	t.Logf("failover: %d jobs ran more than once (executions cut by the crash or whose lease expired during the outage: rerun under a new lease, the old holder fenced off); %d leases reaped",
 		r.Reruns, r.Reaped)
 	t.Logf("failover: first job completed on the new primary %s after the crash (%s after the promote command)",

@@ -26,7 +26,7 @@ import (
 // TCP would keep retransmitting them, and arrive late), and a reset of
 // every connection at once (DropAll).
 type proxy struct {
-	target string
+	target string // guarded by mu: SetTarget moves it, as a failover moves a VIP
 	ln     net.Listener
 	ctx    context.Context // ends at Close: aborts dials in progress
 	cancel context.CancelFunc
@@ -61,6 +61,15 @@ func newProxy(t testing.TB, target string) *proxy {
 	go p.acceptLoop()
 	t.Cleanup(p.Close)
 	return p
+}
+
+// SetTarget sends new connections to addr (host:port), as an HA manager
+// moves a virtual IP to a promoted standby; open connections stay where
+// they are.
+func (p *proxy) SetTarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
 }
 
 // Addr is the proxy's host:port.
@@ -101,7 +110,10 @@ func (p *proxy) acceptLoop() {
 func (p *proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	d := net.Dialer{Timeout: 3 * time.Second}
-	server, err := d.DialContext(p.ctx, "tcp", p.target)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := d.DialContext(p.ctx, "tcp", target)
 	if err != nil { // the database is down: the client sees its connection closed
 		_ = client.Close()
 		return

@@ -4,7 +4,7 @@
 -- (nor one another claimer is taking in this instant: the transaction-scoped
 -- advisory lock; the unique running index is the final guard). Expanded
 -- wherever {{claimable}} appears; $2 is the kinds filter (NULL = any).
-j.state = 'ready'
+(j.state = 'ready'
 AND j.run_at <= now()
 AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
 AND (j.entity IS NULL OR (
@@ -14,7 +14,53 @@ AND (j.entity IS NULL OR (
        WHERE r.state = 'running'
          AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
        LIMIT 1) IS NULL
-      AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0))))
+      AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0)))))
+
+-- fragment: claim_pick
+-- The last CTE of every claim but the capped one: from the candidates in
+-- CTE `picked` (id, priority, run_at, entity), at most one per entity and $3
+-- in all, in claim order.
+one_per_entity AS (
+    -- Two ready jobs of one entity in a batch: keep the first in claim order.
+    SELECT p.id FROM (
+        SELECT c.id, c.priority, c.run_at,
+               row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
+                                  ORDER BY c.priority DESC, c.run_at, c.id) AS rn
+        FROM picked AS c
+    ) AS p
+    WHERE p.rn = 1
+    ORDER BY p.priority DESC, p.run_at, p.id
+    LIMIT $3
+)
+
+-- fragment: claim_update
+-- What claim_pick chose becomes running: the attempt counted, the lease and
+-- a fresh fencing token set. The RETURNING order is what store.scanClaimed
+-- reads.
+UPDATE {{schema}}.jobs AS j
+SET state            = 'running',
+    attempts         = j.attempts + 1,
+    locked_by        = $4,
+    lease_token      = nextval('{{schema}}.lease_tokens'::regclass),
+    lease_expires_at = now() + $5::bigint * interval '1 microsecond',
+    attempted_at     = now()
+FROM one_per_entity AS o
+WHERE j.id = o.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
+          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata
+
+-- fragment: limit_key
+-- The partition value under which limit l counts job j ('' when the limit
+-- counts everything it covers as one; NULL: j has no value, l does not
+-- limit it). See migration 009.
+(CASE WHEN l.partition IS NULL THEN ''
+      WHEN l.partition = 'tenant' THEN j.tenant
+      WHEN l.partition = 'entity' THEN j.entity
+      ELSE j.payload ->> substr(l.partition, 5) END)
+
+-- fragment: limit_covers
+-- Whether limit l covers job j: its queue or its kind.
+(l.queue = j.queue OR l.kind = j.kind)
 
 -- name: claim
 -- Batched claim: one statement per batch. Candidates are read per queue from
@@ -73,29 +119,134 @@ WITH picked AS (
     ) AS c
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
-one_per_entity AS (
-    -- Two ready jobs of one entity in a batch: keep the first in claim order.
-    SELECT p.id FROM (
-        SELECT c.id, c.priority, c.run_at,
-               row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
-                                  ORDER BY c.priority DESC, c.run_at, c.id) AS rn
-        FROM picked AS c
-    ) AS p
-    WHERE p.rn = 1
-    ORDER BY p.priority DESC, p.run_at, p.id
-    LIMIT $3
+{{claim_pick}}
+{{claim_update}};
+
+-- name: claim_limited
+-- The claim of a pool whose work limits cover (migration 009): as claim,
+-- from the front, but a job is taken only while every limit that covers it
+-- has room: running jobs (a concurrency limit) or starts within the window
+-- (a rate limit) of the limit's partition value, plus those this batch takes
+-- before it, stay at most the limit's cap; a rate limit's starts are
+-- recorded in limit_starts by this statement.
+-- Exactness comes from the caller: it holds each limit's transaction-scoped
+-- advisory lock (limit_locks) before this statement, in the same
+-- transaction, so this statement's snapshot includes every job the previous
+-- holder claimed; the running counts come from the jobs table itself, so a
+-- crashed worker's slots come back when its leases are reaped. Partition
+-- values already at their limit are skipped by the index scan, so one full
+-- tenant's backlog does not hide the others' jobs from the batch.
+--   $1..$5 as claim   $6 limit names text[]
+WITH lim AS (
+    -- cap: the most running jobs (a concurrency limit) or starts within the
+    -- window (a rate limit) per partition value.
+    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per, coalesce(l.concurrency, l.rate) AS cap
+    FROM {{schema}}.limits AS l
+    WHERE l.name = ANY ($6::text[])
+),
+clock AS MATERIALIZED (
+    -- The time of these starts, read after the locks are held (not now(),
+    -- which is the transaction's start, before the wait for the locks).
+    SELECT clock_timestamp() AS at
+),
+running AS MATERIALIZED (
+    -- The running set, read once through the jobs_running index: it is
+    -- small (at most every worker's concurrency). The always-true range on
+    -- the index's key makes it an index scan: with a churned (bloated)
+    -- jobs_running the planner otherwise prefers to scan every ready job.
+    SELECT j.queue, j.kind, j.tenant, j.entity, j.payload
+    FROM {{schema}}.jobs AS j
+    WHERE j.state = 'running' AND COALESCE('e:' || j.entity, j.id::text) >= ''
+),
+used AS (
+    -- What each limit counts per value: running jobs (concurrency limits),
+    -- starts within the window (rate limits: limit_starts, by its index).
+    SELECT l.name, k.key, count(*) AS n
+    FROM lim AS l
+    JOIN running AS j ON l.rate IS NULL AND {{limit_covers}}
+    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+    WHERE k.key IS NOT NULL
+    GROUP BY l.name, k.key
+  UNION ALL
+    SELECT l.name, s.key, count(*)
+    FROM lim AS l
+    CROSS JOIN clock AS t
+    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > t.at - l.per
+    WHERE l.rate IS NOT NULL
+    GROUP BY l.name, s.key
+),
+full_keys AS (
+    SELECT u.name, u.key FROM used AS u JOIN lim AS l ON l.name = u.name
+    WHERE u.n >= l.cap
+),
+candidates AS (
+    SELECT c.id, c.priority, c.run_at, c.entity, c.queue, c.kind, c.tenant, c.payload
+    FROM unnest($1::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at, j.entity, j.queue, j.kind, j.tenant, j.payload
+        FROM {{schema}}.jobs AS j
+        WHERE j.queue = q.name
+          AND {{claimable}}
+          AND NOT EXISTS (SELECT 1 FROM lim AS l JOIN full_keys AS f ON f.name = l.name
+                          WHERE {{limit_covers}} AND f.key = {{limit_key}})
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT $3
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS c
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+),
+over_limit AS (
+    -- The n-th candidate of a limit's value in claim order counts on top of
+    -- the running ones; past the limit it stays ready. (A job refused by
+    -- one limit still counts in another's order: the batch may take fewer
+    -- than it could, never more than it may.)
+    SELECT DISTINCT r.id FROM (
+        SELECT j.id, l.cap,
+               coalesce(u.n, 0) + row_number() OVER (PARTITION BY l.name, k.key
+                                                     ORDER BY j.priority DESC, j.run_at, j.id) AS nth
+        FROM candidates AS j
+        JOIN lim AS l ON {{limit_covers}}
+        CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+        LEFT JOIN used AS u ON u.name = l.name AND u.key = k.key
+        WHERE k.key IS NOT NULL
+    ) AS r
+    WHERE r.nth > r.cap
+),
+picked AS (
+    SELECT c.id, c.priority, c.run_at, c.entity FROM candidates AS c
+    WHERE c.id NOT IN (SELECT o.id FROM over_limit AS o)
+),
+{{claim_pick}},
+claimed AS (
+{{claim_update}}
+),
+started AS (
+    -- The starts rate limits count, written under their locks.
+    INSERT INTO {{schema}}.limit_starts (name, key, at)
+    SELECT l.name, k.key, t.at
+    FROM claimed AS j
+    CROSS JOIN clock AS t
+    JOIN lim AS l ON l.rate IS NOT NULL AND {{limit_covers}}
+    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+    WHERE k.key IS NOT NULL
 )
-UPDATE {{schema}}.jobs AS j
-SET state            = 'running',
-    attempts         = j.attempts + 1,
-    locked_by        = $4,
-    lease_token      = nextval('{{schema}}.lease_tokens'::regclass),
-    lease_expires_at = now() + $5::bigint * interval '1 microsecond',
-    attempted_at     = now()
-FROM one_per_entity AS o
-WHERE j.id = o.id
-RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata;
+SELECT * FROM claimed;
+
+-- name: claim_no_jit
+-- First in the limited claim's pipeline (one implicit transaction): no JIT
+-- for the claim that follows. Its generic plan is estimated at hundreds of
+-- thousands (a LIMIT of a parameter counts as a tenth of the backlog), past
+-- jit_above_cost, and compiling it took 1.3 s here, for a claim that runs
+-- in 1–2 ms.
+SET LOCAL jit = off;
+
+-- name: limit_locks
+-- Takes the transaction-scoped advisory locks of the limits $1, in one
+-- order (sorted by key) so two claimers never deadlock; claim_limited
+-- follows in the same transaction.
+SELECT count(pg_advisory_xact_lock(h.key))
+FROM (SELECT DISTINCT hashtextextended({{schema_lit}} || '.limit.' || n, 0) AS key
+      FROM unnest($1::text[]) AS n ORDER BY 1) AS h;
 
 -- name: claim_capped
 -- Tenant-capped claim: no tenant takes more than $6 jobs of one batch while

@@ -219,9 +219,13 @@ ON CONFLICT (name) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now();
 -- asynchronous standby's lost tail; the sequence would hand those tokens out
 -- again, and a lost lease would pass the fence). The target is the current
 -- time in microseconds: far above any count of claims, and higher at every
--- later failover unless more than a million claims a second were made since
--- the last advance. Never moves the sequence backwards; a claim racing it
--- ends up below the target, never above it. Returns the new value.
+-- later failover. It is at least a million above a value this statement
+-- takes from the sequence itself, so claims racing it (which take values
+-- between the two) never end up above it, whatever the clocks say: setval
+-- cannot be compared-and-set against nextval, and reading last_value
+-- instead could move the sequence back below a token a claim just took
+-- when the new primary's clock is behind the old one's. Returns the new
+-- value.
 SELECT setval('{{schema}}.lease_tokens'::regclass, greatest(
-    (SELECT last_value FROM {{schema}}.lease_tokens),
+    nextval('{{schema}}.lease_tokens'::regclass) + 1000000,
     (extract(epoch FROM clock_timestamp()) * 1000000)::bigint));

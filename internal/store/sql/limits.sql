@@ -1,0 +1,70 @@
+-- Concurrency limits (migration 009): stored in the database so every
+-- process obeys the same ones; enforced by claim_limited (claim.sql).
+
+-- name: limit_set
+-- Creates or replaces the limit $1: a concurrency limit ($5) or a rate
+-- limit ($6 starts per $7 microseconds).
+--   $1 name  $2 queue  $3 kind  $4 partition  $5 concurrency  $6 rate  $7 per
+INSERT INTO {{schema}}.limits AS l (name, queue, kind, partition, concurrency, rate, per)
+VALUES ($1, $2, $3, $4, $5, $6, $7::bigint * interval '1 microsecond')
+ON CONFLICT (name) DO UPDATE
+SET queue = EXCLUDED.queue, kind = EXCLUDED.kind, partition = EXCLUDED.partition,
+    concurrency = EXCLUDED.concurrency, rate = EXCLUDED.rate, per = EXCLUDED.per, updated_at = now();
+
+-- name: limit_remove
+-- Removes the limit $1 and its recorded starts; returns its name when it
+-- existed.
+WITH starts AS (DELETE FROM {{schema}}.limit_starts WHERE name = $1)
+DELETE FROM {{schema}}.limits WHERE name = $1 RETURNING name;
+
+-- name: limit_starts_prune
+-- Forgets starts older than their limit's window (or of a removed limit),
+-- at most $1 rows a pass.
+DELETE FROM {{schema}}.limit_starts AS s
+WHERE s.ctid IN (
+    SELECT x.ctid FROM {{schema}}.limit_starts AS x
+    LEFT JOIN {{schema}}.limits AS l ON l.name = x.name
+    WHERE l.name IS NULL OR l.per IS NULL OR x.at < now() - l.per
+    LIMIT $1);
+
+-- name: limit_list
+-- Every limit with its use now: what it counts (running jobs, or starts in
+-- its window) in all and in its fullest partition value, and the values at
+-- the limit; with $1, also the ready jobs it covers and how long the oldest
+-- due one has waited (a scan of the covered backlog: for the CLI and doctor,
+-- not for every metrics scrape).
+SELECT l.name, coalesce(l.queue, ''), coalesce(l.kind, ''), coalesce(l.partition, ''),
+       coalesce(l.concurrency, 0), coalesce(l.rate, 0), coalesce(extract(epoch FROM l.per), 0)::float8,
+       coalesce(u.max_used, 0)::bigint, coalesce(u.full_values, 0)::bigint, coalesce(u.used, 0)::bigint,
+       coalesce(r.ready, 0)::bigint, coalesce(r.oldest_due_age, 0)::float8, l.updated_at
+FROM {{schema}}.limits AS l
+LEFT JOIN LATERAL (
+    SELECT max(c.n) AS max_used, count(*) FILTER (WHERE c.n >= coalesce(l.concurrency, l.rate)) AS full_values,
+           sum(c.n) AS used
+    FROM (SELECT k.key, count(*) AS n
+          FROM {{schema}}.jobs AS j
+          CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+          WHERE l.rate IS NULL AND j.state = 'running' AND {{limit_covers}} AND k.key IS NOT NULL
+          GROUP BY k.key
+        UNION ALL
+          SELECT s.key, count(*)
+          FROM {{schema}}.limit_starts AS s
+          WHERE l.rate IS NOT NULL AND s.name = l.name AND s.at > now() - l.per
+          GROUP BY s.key) AS c
+) AS u ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS ready,
+           extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now())) AS oldest_due_age
+    FROM {{schema}}.jobs AS j
+    WHERE $1::boolean AND j.state = 'ready' AND {{limit_covers}}
+) AS r ON true
+ORDER BY l.name;
+
+-- name: limits_covering
+-- The limits that cover work a claimer of the queues $1 and kinds $2 (NULL:
+-- any kind) may take: its queues' limits and the limits of its kinds (a kind
+-- may be enqueued into any queue).
+SELECT l.name FROM {{schema}}.limits AS l
+WHERE l.queue = ANY ($1::text[])
+   OR (l.kind IS NOT NULL AND ($2::text[] IS NULL OR l.kind = ANY ($2::text[])))
+ORDER BY l.name;

@@ -1,0 +1,105 @@
+package faults
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+)
+
+// TestLimitHoldsThroughKill9AndSIGSTOP runs three worker processes under a
+// concurrency limit of 3 on the jobs' kind and a rate limit of 25 starts a
+// second on their queue while one is killed with
+// SIGKILL and another frozen past its lease with SIGSTOP. The limit is
+// never exceeded: not in the jobs table, sampled continuously, and not in
+// the run history (the audit trail replayed in order: +1 per claim, -1 per
+// job leaving running; replay order never counts a job as running that the
+// claimer had already seen leave). The dead worker's slots come back when
+// its leases are reaped, the queue drains, no one-second window of the
+// recorded starts holds more than 25, and the checker's invariants hold.
+func TestLimitHoldsThroughKill9AndSIGSTOP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	const limit = 3
+	require.NoError(t, e.client.SetLimit(ctx, skiplock.Limit{Name: "cap", Kind: "job", Concurrency: limit}))
+	const rate = 25 // starts per second, on the same jobs: checked over every window of the run
+	require.NoError(t, e.client.SetLimit(ctx, skiplock.Limit{Name: "pace", Queue: "default", Rate: rate, Per: time.Second}))
+	ids := e.enqueue(60, job{Sleep: []int{60, 120}}, 10)
+
+	sampleCtx, stop := context.WithCancel(ctx)
+	var (
+		mu               sync.Mutex
+		samples, highest int
+		over             []int
+	)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampleCtx.Err() == nil {
+			n, err := e.tryCount("SELECT count(*) FROM skiplock.jobs WHERE state = 'running' AND kind = 'job'")
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			samples++
+			highest = max(highest, n)
+			if n > limit {
+				over = append(over, n)
+			}
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	a, b, c := e.worker("a"), e.worker("b"), e.worker("c")
+	waitFor(t, 15*time.Second, "a to run a job", func() bool { return e.inFlight(a.app) > 0 })
+	a.kill9(t) // its running jobs keep their slots until the reaper takes their leases
+	waitFor(t, 15*time.Second, "b to run a job", func() bool { return e.inFlight(b.app) > 0 })
+	b.signal(syscall.SIGSTOP)
+	time.Sleep(lease + 2*heartbeat) // frozen past its lease: reaped, re-run by c
+	b.signal(syscall.SIGCONT)
+	e.waitDrained(90 * time.Second)
+	stop()
+	<-sampled
+	for _, p := range []*proc{b, c} {
+		p.signal(syscall.SIGTERM)
+		require.True(t, p.wait(15*time.Second))
+	}
+
+	mu.Lock()
+	t.Logf("%d samples of the jobs table: at most %d running under a limit of %d", samples, highest, limit)
+	require.Zero(t, len(over), "%d samples of the jobs table showed more running jobs than the limit (at most %d)", len(over), highest)
+	require.Equal(t, limit, highest, "the limit should bind")
+	mu.Unlock()
+
+	// The run history, replayed in the order the changes were made.
+	var replayMax, claims int
+	require.NoError(t, e.pool.QueryRow(ctx, `
+		SELECT coalesce(max(running), 0), count(*) FILTER (WHERE d = 1) FROM (
+			SELECT d, sum(d) OVER (ORDER BY seq) AS running FROM (
+				SELECT seq, CASE WHEN new_state = 'running' AND old_state IS DISTINCT FROM 'running' THEN 1
+				                 WHEN old_state = 'running' AND new_state IS DISTINCT FROM 'running' THEN -1
+				                 ELSE 0 END AS d
+				FROM public.audit WHERE tbl = 'jobs') AS x) AS y`).Scan(&replayMax, &claims))
+	t.Logf("run history: %d claims, at most %d running", claims, replayMax)
+	require.LessOrEqual(t, replayMax, limit, "the run history shows the limit exceeded")
+	require.Greater(t, claims, len(ids), "the faults should have cost re-claims")
+	require.Positive(t, e.count("SELECT count(*) FROM public.audit WHERE tbl = 'jobs' AND reaper"), "the killed or frozen worker's leases should have been reaped")
+	// The rate limit over every one-second window ending at a recorded start.
+	var worstWindow, starts int
+	require.NoError(t, e.pool.QueryRow(ctx, `
+		SELECT coalesce(max(n), 0), count(*) FROM (
+			SELECT (SELECT count(*) FROM skiplock.limit_starts AS o
+			        WHERE o.name = s.name AND o.at > s.at - interval '1 second' AND o.at <= s.at) AS n
+			FROM skiplock.limit_starts AS s WHERE s.name = 'pace') AS x`).Scan(&worstWindow, &starts))
+	t.Logf("rate limit: %d recorded starts, at most %d in any one-second window (limit %d)", starts, worstWindow, rate)
+	require.Equal(t, claims, starts, "every claim recorded its start")
+	require.LessOrEqual(t, worstWindow, rate)
+	checkInvariants(t, e, checkOpts{committed: ids})
+}
