@@ -267,6 +267,7 @@ func (d *Dashboard) routes() {
 	m.Handle("POST /jobs/{id}/cancel", d.action(d.cancelJob))
 	m.Handle("POST /jobs/{id}/replay", d.action(d.replayJob))
 	m.Handle("POST /jobs/{id}/payload", d.action(d.payload))
+	m.Handle("POST /workflows/{id}/tasks/{task}/output", d.action(d.taskOutput))
 	m.Handle("POST /dead/replay", d.action(d.replayGroup))
 	m.Handle("POST /dead/purge", d.action(d.purgeGroup))
 	d.mux = m

@@ -1,7 +1,11 @@
 package dashboard
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"html/template"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
@@ -36,9 +40,9 @@ func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
 
 // workflowPage is one workflow: its tasks by level of the graph (a task's
 // level is one more than its deepest parent's), with states and timings,
-// and what its tasks wait for. Outputs are never shown (like payloads,
-// they may hold personal data: `skiplock workflow get --outputs` shows
-// them); error text is hidden on a read-only dashboard.
+// and what its tasks wait for. Outputs are not part of the page: like
+// payloads they may hold personal data, and are revealed one at a time
+// (taskOutput); error text is hidden on a read-only dashboard.
 type workflowPage struct {
 	skiplock.WorkflowStatus
 	Levels [][]skiplock.TaskStatus
@@ -99,4 +103,49 @@ func levels(tasks []skiplock.TaskStatus) [][]skiplock.TaskStatus {
 		slices.SortStableFunc(l, func(a, b skiplock.TaskStatus) int { return int(a.ID - b.ID) })
 	}
 	return out
+}
+
+// taskOutput reveals one task's output (a POST, refused cross-origin), under
+// the rules of a payload's reveal: allowed by Options.ShowPayloads, never on
+// a read-only dashboard, to an authenticated user only, and logged (ids and
+// user, never the output).
+func (d *Dashboard) taskOutput(w http.ResponseWriter, r *http.Request) {
+	if !d.opts.ShowPayloads || d.opts.ReadOnly {
+		d.fail(w, r, http.StatusForbidden, "task outputs are hidden (start skiplock serve with --show-payloads to allow revealing them)")
+		return
+	}
+	user, ok := d.authenticated(r)
+	if !ok {
+		d.fail(w, r, http.StatusForbidden, "revealing a task output requires an authenticated user")
+		return
+	}
+	wf, err1 := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	task, err2 := strconv.ParseInt(r.PathValue("task"), 10, 64)
+	if err1 != nil || err2 != nil || wf <= 0 || task <= 0 {
+		d.fail(w, r, http.StatusBadRequest, "workflow and task ids must be positive whole numbers")
+		return
+	}
+	ctx, cancel := d.timeout(r)
+	defer cancel()
+	raw, found, err := d.store.TaskOutputByID(ctx, d.pool, wf, task)
+	if err != nil {
+		d.dbFail(w, r, "task output", err)
+		return
+	}
+	if !found {
+		d.fail(w, r, http.StatusNotFound, "no such task")
+		return
+	}
+	d.log.Info("dashboard: task output revealed", slog.Int64("workflow_id", wf), slog.Int64("task_id", task), slog.String("user", user))
+	text := "(no output)"
+	if raw != nil {
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, raw, "", "  ") != nil {
+			pretty.Reset()
+			pretty.Write(raw)
+		}
+		text = pretty.String()
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write([]byte(`<pre class="payload">` + template.HTMLEscapeString(text) + "</pre>\n"))
 }

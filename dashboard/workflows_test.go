@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,4 +57,44 @@ func TestWorkflowPages(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, code)
 		})
 	}
+}
+
+// A task's output is revealed like a payload: by POST, to an authenticated
+// user of a dashboard that allows reveals, logged without the output, and
+// escaped; refused otherwise.
+func TestRevealTaskOutput(t *testing.T) {
+	log, logs := logBuffer()
+	f := newFixture(t, Options{ShowPayloads: true, User: "alice", Password: "pw", Logger: log})
+	ctx := context.Background()
+	id, err := f.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "order", Tasks: []skiplock.Task{{Name: "charge", Kind: "charge"}}})
+	require.NoError(t, err)
+	var task int64
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `UPDATE `+f.d.store.Table("workflow_tasks")+` SET output = jsonb_build_object('m', $1::text, 'h', $2::text)
+		WHERE workflow_id = $3 RETURNING id`, marker, hostile, id).Scan(&task))
+	auth := basicAuth("alice", "pw")
+	sameOrigin := http.Header{"Sec-Fetch-Site": {"same-origin"}, "Authorization": auth["Authorization"]}
+	path := fmt.Sprintf("/workflows/%d/tasks/%d/output", id, task)
+
+	rec := f.serve(http.MethodGet, fmt.Sprintf("/workflows/%d", id), "127.0.0.1", nil, auth)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.Contains(t, rec.Body.String(), `hx-post="`+path+`"`)
+	require.NotContains(t, rec.Body.String(), marker)
+
+	rec = f.serve(http.MethodPost, path, "127.0.0.1", url.Values{}, sameOrigin)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Contains(t, rec.Body.String(), marker)
+	require.NotContains(t, rec.Body.String(), "<script>alert")
+	require.Regexp(t, fmt.Sprintf(`msg="dashboard: task output revealed" workflow_id=%d task_id=%d user=alice`, id, task), logs.String())
+	require.NotContains(t, logs.String(), marker)
+
+	rec = f.serve(http.MethodPost, path, "127.0.0.1", url.Values{}, nil)
+	require.NotEqual(t, http.StatusOK, rec.Code, "anonymous")
+	require.NotContains(t, rec.Body.String(), marker)
+	rec = f.serve(http.MethodPost, fmt.Sprintf("/workflows/%d/tasks/999999/output", id), "127.0.0.1", url.Values{}, sameOrigin)
+	require.Equal(t, http.StatusNotFound, rec.Code)
+
+	plain := newFixture(t, Options{})
+	code, body, _ := plain.do(http.MethodPost, path, url.Values{}, http.Header{"Sec-Fetch-Site": {"same-origin"}})
+	require.Equal(t, http.StatusForbidden, code)
+	require.NotContains(t, body, marker)
 }

@@ -311,3 +311,13 @@ func (s *Store) StepsOfJob(ctx context.Context, db DBTX, jobID int64) (map[strin
 	}
 	return out, rows.Err()
 }
+
+// TaskOutputByID returns one task's output (nil: none); found is false when
+// the workflow has no such task.
+func (s *Store) TaskOutputByID(ctx context.Context, db DBTX, workflowID, taskID int64) (output []byte, found bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("task_output_by_id"), workflowID, taskID).Scan(&output)
+	if isNoRows(err) {
+		return nil, false, nil
+	}
+	return output, err == nil, err
+}

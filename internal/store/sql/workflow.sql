@@ -188,3 +188,8 @@ ORDER BY 4;
 -- Every checkpoint of a job, read once per run (durable.go caches them).
 --   $1 job id
 SELECT s.name, s.output FROM {{schema}}.job_steps AS s WHERE s.job_id = $1;
+
+-- name: task_output_by_id
+-- One task's output (NULL: none), for a reveal on the dashboard.
+--   $1 workflow id  $2 task id
+SELECT t.output FROM {{schema}}.workflow_tasks AS t WHERE t.workflow_id = $1 AND t.id = $2;
