@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +33,20 @@ var ErrSignalTimeout = errors.New("skiplock: no signal before the timeout")
 
 func validateStepName(name string) error { return validateTaskName("step", name) }
 
+// validateUserStep also keeps Step's names apart from those Sleep and
+// WaitSignal record.
+func validateUserStep(name string) error {
+	if err := validateStepName(name); err != nil {
+		return err
+	}
+	for _, p := range []string{"sleep:", "wait:", "signal:"} {
+		if strings.HasPrefix(name, p) {
+			return invalidJob("step", "names starting with %q are Sleep's and WaitSignal's", p)
+		}
+	}
+	return nil
+}
+
 // Step runs fn once for the job of the handler of ctx, and records its
 // result durably under name: when the job runs again (a retry after a
 // failure or a crash, a wake-up after Sleep or WaitSignal), Step returns the
@@ -47,7 +63,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if err != nil {
 		return v, err
 	}
-	if err := validateStepName(name); err != nil {
+	if err := validateUserStep(name); err != nil {
 		return v, err
 	}
 	if ok, err := recordedStep(ctx, run, name, &v); ok || err != nil {
@@ -62,7 +78,10 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 		return v, err
 	}
 	_, held, err := run.client.store.StepPut(ctx, run.client.pool, run.lease(), run.worker, name, raw)
-	return v, stepPutError(run, name, held, err)
+	if err = stepPutError(run, name, held, err); err == nil {
+		run.steps.put(name, raw)
+	}
+	return v, err
 }
 
 // StepTx is Step for work in this database that must happen exactly once:
@@ -78,12 +97,13 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 	if err != nil {
 		return v, err
 	}
-	if err := validateStepName(name); err != nil {
+	if err := validateUserStep(name); err != nil {
 		return v, err
 	}
 	if ok, err := recordedStep(ctx, run, name, &v); ok || err != nil {
 		return v, err
 	}
+	var stored []byte
 	err = pgx.BeginFunc(ctx, run.client.pool, func(tx pgx.Tx) error {
 		var err error
 		if v, err = fn(ctx, tx); err != nil {
@@ -94,14 +114,54 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 			return err
 		}
 		_, held, err := run.client.store.StepPut(ctx, tx, run.lease(), run.worker, name, raw)
-		return stepPutError(run, name, held, err)
+		if err = stepPutError(run, name, held, err); err == nil {
+			stored = raw
+		}
+		return err
 	})
+	if err == nil {
+		run.steps.put(name, stored) // committed
+	}
 	return v, err
+}
+
+// stepCache holds a run's checkpoints, read once per run: only this job's
+// lease holder records checkpoints, so besides those read at the start only
+// this run's own can appear (a run that lost its lease records nothing).
+type stepCache struct {
+	mu     sync.Mutex // guards loaded and m (a handler may call Step from several goroutines)
+	loaded bool
+	m      map[string][]byte
+}
+
+// get returns the checkpoint of step name, reading the job's checkpoints
+// on first use.
+func (c *stepCache) get(ctx context.Context, run *jobRun, name string) ([]byte, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded {
+		m, err := run.client.store.StepsOfJob(ctx, run.client.pool, run.id)
+		if err != nil {
+			return nil, false, err
+		}
+		c.loaded, c.m = true, m
+	}
+	out, ok := c.m[name]
+	return out, ok, nil
+}
+
+// put records that this run's checkpoint of step name committed.
+func (c *stepCache) put(name string, output []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loaded {
+		c.m[name] = output
+	}
 }
 
 // recordedStep decodes the checkpoint of step name into v when there is one.
 func recordedStep[T any](ctx context.Context, run *jobRun, name string, v *T) (bool, error) {
-	out, _, found, err := run.client.store.StepGet(ctx, run.client.pool, run.id, name)
+	out, found, err := run.steps.get(ctx, run, name)
 	if err != nil {
 		return false, fmt.Errorf("skiplock: step %q: %w", name, err)
 	}
@@ -291,6 +351,9 @@ func WaitSignal(ctx context.Context, name string, timeout time.Duration) (json.R
 	case slept:
 		run.snoozedTx.Store(true)
 		return nil, &errWaiting{name: name}
+	}
+	if raw, err := json.Marshal(cp); err == nil {
+		run.steps.put(got, raw)
 	}
 	return signalResult(cp, nil)
 }

@@ -63,6 +63,7 @@ type jobRun struct {
 	snoozedTx   atomic.Bool // WaitSignal returned the job to ready in its own transaction
 
 	taskState taskState // the workflow task the job runs, looked up once (workflow.go)
+	steps     stepCache // the job's checkpoints, read once per run (durable.go)
 
 	meta Metadata // the job's metadata, decoded once per run (metadata.go)
 }

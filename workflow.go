@@ -225,11 +225,17 @@ func (c *Client) createWorkflow(ctx context.Context, tx any, name, policy string
 	}
 	if callback != nil {
 		cb, err := c.specs([]Task{*callback}, true)
-		if err != nil {
-			return 0, fmt.Errorf("callback: %w", err)
+		var fe *FieldError
+		if errors.As(err, &fe) {
+			return 0, &FieldError{Field: "callback" + strings.TrimPrefix(fe.Field, "tasks[0]"), Message: fe.Message, base: ErrInvalidJob}
+		} else if err != nil {
+			return 0, err
 		}
 		cb[0].Callback = true
 		for _, s := range specs {
+			if s.Name == cb[0].Name {
+				return 0, invalidJob("callback.name", "%q is also a member's name", s.Name)
+			}
 			cb[0].DependsOn = append(cb[0].DependsOn, s.Name)
 		}
 		specs = append(specs, cb[0])
@@ -243,12 +249,11 @@ func (c *Client) createWorkflow(ctx context.Context, tx any, name, policy string
 		return 0, err
 	}
 	var id int64
-	q := c.store.SQL("workflow_create")
 	switch db := tx.(type) {
 	case store.DBTX:
 		id, err = c.store.CreateWorkflow(ctx, db, name, policy, raw, m, callback != nil)
 	case SQLQueryer:
-		err = db.QueryRowContext(ctx, q, sqlArgs([]any{name, policy, string(raw), m, callback != nil})...).Scan(&id)
+		err = db.QueryRowContext(ctx, c.store.SQL("workflow_create"), sqlArgs([]any{name, policy, string(raw), m, callback != nil})...).Scan(&id)
 	default:
 		return 0, fmt.Errorf("skiplock: EnqueueWorkflowTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
 	}

@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -344,6 +345,19 @@ func TestWorkflowValidation(t *testing.T) {
 		require.Equal(t, tc.field, fe.Field, err.Error())
 		require.ErrorIs(t, err, skiplock.ErrInvalidJob)
 	}
+	for _, tc := range []struct {
+		b     skiplock.Batch
+		field string
+	}{
+		{skiplock.Batch{Name: "b", Members: []skiplock.Task{{Name: "callback", Kind: "k"}}, Callback: skiplock.Task{Kind: "cb"}}, "callback.name"},
+		{skiplock.Batch{Name: "b", Members: []skiplock.Task{{Name: "m", Kind: "k"}}, Callback: skiplock.Task{Kind: ""}}, "callback.kind"},
+		{skiplock.Batch{Name: "b", Callback: skiplock.Task{Kind: "cb"}}, "tasks"},
+	} {
+		_, err := c.EnqueueBatch(ctx, tc.b)
+		var fe *skiplock.FieldError
+		require.ErrorAs(t, err, &fe, "%+v", tc.b)
+		require.Equal(t, tc.field, fe.Field, err.Error())
+	}
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM skiplock.workflows) + (SELECT count(*) FROM skiplock.jobs)").Scan(&n))
 	require.Zero(t, n)
@@ -372,10 +386,30 @@ func TestEnqueueWorkflowTx(t *testing.T) {
 			require.NoError(t, tx.Rollback(ctx))
 		}
 	}
+	sqlDB, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	defer sqlDB.Close()
+	for _, commit := range []bool{false, true} {
+		tx, err := sqlDB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, err = c.EnqueueWorkflowTx(ctx, tx, skiplock.Workflow{Name: "sql", Tasks: []skiplock.Task{
+			{Name: "a", Kind: "k", Metadata: skiplock.Metadata{"trace": "t1"}}, {Name: "b", Kind: "k", DependsOn: []string{"a"}}}})
+		require.NoError(t, err)
+		if commit {
+			require.NoError(t, tx.Commit())
+		} else {
+			require.NoError(t, tx.Rollback())
+		}
+	}
 	ws, err := c.WorkflowList(ctx, skiplock.WorkflowFilter{})
 	require.NoError(t, err)
+	require.Len(t, ws, 2)
+	require.Equal(t, "sql", ws[0].Name)
+	require.Equal(t, 2, ws[0].Tasks)
+	require.Equal(t, 2, countJobs(t, db.Pool, "true"))
+	ws, err = c.WorkflowList(ctx, skiplock.WorkflowFilter{Name: "tx", State: "running"})
+	require.NoError(t, err)
 	require.Len(t, ws, 1)
-	require.Equal(t, 1, countJobs(t, db.Pool, "true"))
 }
 
 // Cancelling a workflow: its pending tasks never run, a ready job is
@@ -646,4 +680,111 @@ func TestWorkflowSignalReceivedOnce(t *testing.T) {
 	st = waitWorkflow(t, c, id)
 	require.Equal(t, "completed", st.State)
 	require.ElementsMatch(t, []string{`{"by": "ann"}`, `{"by": "bob"}`}, got)
+}
+
+// Tasks added below a failed task under CancelDependents are cancelled at
+// once, and so are the new tasks below them; the others wait as usual.
+func TestAddTasksBelowFailedTask(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{})
+	id, err := c.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "w", Tasks: []skiplock.Task{{Name: "a", Kind: "k"}, {Name: "b", Kind: "k"}}})
+	require.NoError(t, err)
+	st, err := c.WorkflowGet(ctx, id, false)
+	require.NoError(t, err)
+	_, err = c.Cancel(ctx, *taskByName(st, "a").JobID)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `SELECT skiplock.add_tasks($1, '[
+		{"name": "x", "queue": "default", "kind": "k", "depends_on": ["a"]},
+		{"name": "y", "queue": "default", "kind": "k", "depends_on": ["x", "b"]},
+		{"name": "z", "queue": "default", "kind": "k", "depends_on": ["b"]}]')`, id)
+	require.NoError(t, err)
+	st, err = c.WorkflowGet(ctx, id, false)
+	require.NoError(t, err)
+	require.Equal(t, "cancelled", taskByName(st, "a").State)
+	require.Equal(t, "cancelled", taskByName(st, "x").State)
+	require.Equal(t, "cancelled", taskByName(st, "y").State)
+	require.Equal(t, "pending", taskByName(st, "z").State)
+	require.Equal(t, 5, st.Tasks)
+	require.Equal(t, 2, st.Open) // b and z
+	require.Equal(t, 3, st.Cancelled)
+	require.Equal(t, "running", st.State)
+}
+
+// Drain runs a signal wait like the workers do: the job goes to sleep in
+// its wait (settled as snoozed, no lease-lost warning) and, once signalled,
+// the next Drain receives the signal and completes it.
+func TestDrainWaitSignal(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	var got string
+	require.NoError(t, skiplock.Handle(c, "waiter", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		p, err := skiplock.WaitSignal(ctx, "go", time.Hour)
+		if err != nil {
+			return err
+		}
+		got = string(p)
+		return nil
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "waiter"})
+	require.NoError(t, err)
+	res, err := c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Snoozed)
+	require.Zero(t, res.LeaseLost)
+	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: r.ID}, map[string]int{"n": 1})
+	require.NoError(t, err)
+	res, err = c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Completed)
+	require.JSONEq(t, `{"n": 1}`, got)
+}
+
+// A signal wakes only a job asleep in a wait for its name: never a job
+// waiting out a retry's backoff or a Sleep, even one that waited for the
+// same name before.
+func TestSignalWakesOnlyItsWait(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), Backoff: func(int) time.Duration { return time.Hour }})
+	require.NoError(t, skiplock.Handle(c, "k", func(ctx context.Context, j *skiplock.Job[stepArgs]) error {
+		switch j.Args.Name {
+		case "backoff":
+			if _, err := skiplock.WaitSignal(ctx, "go", time.Hour); err != nil {
+				return err
+			}
+			return errors.New("fails after its wait: an hour's backoff")
+		case "sleep":
+			return skiplock.Sleep(ctx, "nap", time.Hour)
+		}
+		return nil
+	}))
+	backoff, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k", Payload: stepArgs{Name: "backoff"}})
+	require.NoError(t, err)
+	sleeper, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k", Payload: stepArgs{Name: "sleep"}})
+	require.NoError(t, err)
+	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
+	require.NoError(t, err)
+	res, err := c.Drain(ctx, skiplock.DrainOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Retried)
+	require.Equal(t, 1, res.Snoozed)
+	runAt := func(id int64) time.Time {
+		var at time.Time
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT run_at FROM skiplock.jobs WHERE id = $1", id).Scan(&at))
+		return at
+	}
+	before := map[int64]time.Time{backoff.ID: runAt(backoff.ID), sleeper.ID: runAt(sleeper.ID)}
+	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
+	require.NoError(t, err)
+	_, err = c.Signal(ctx, "nap", skiplock.SignalTarget{JobID: sleeper.ID}, nil)
+	require.NoError(t, err)
+	for id, at := range before {
+		require.True(t, at.After(time.Now().Add(30*time.Minute)), "job %d is due in an hour", id)
+		require.Equal(t, at, runAt(id), "job %d was not made due by a signal", id)
+	}
 }

@@ -126,6 +126,15 @@ const SeedChunk = 10_000
 
 const benchKind = "bench"
 
+// stepNames are the names of the steps:N handler's steps.
+var stepNames = func() []string {
+	out := make([]string, 100)
+	for i := range out {
+		out[i] = "step-" + strconv.Itoa(i+1)
+	}
+	return out
+}()
+
 // Run runs the harness once on pool's database; see the package comment.
 // The schema must be migrated. ctx cancels the run (its jobs are still
 // cleaned up).
@@ -145,7 +154,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	tr := newTracer(st)
 	queue, workerID := names()
-	bp, err := ownPool(ctx, pool, tr, 8, queue)
+	conns := int32(8)
+	if h.Steps > 0 {
+		conns += int32(min(o.Workers, 32)) // the handlers' steps use the client's pool, as an application's would
+	}
+	bp, err := ownPool(ctx, pool, tr, conns, queue)
 	if err != nil {
 		return Result{}, err
 	}
@@ -203,6 +216,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		}
 		if h.Tx {
 			return pgx.BeginFunc(ctx, txPool, func(tx pgx.Tx) error { return skiplock.CompleteTx(ctx, c, tx, j) })
+		}
+		for i := range h.Steps {
+			if _, err := skiplock.Step(ctx, stepNames[i], func(context.Context) (int, error) { return i, nil }); err != nil {
+				return err
+			}
 		}
 		if h.Noop {
 			return nil

@@ -17,6 +17,7 @@ func TestParseHandler(t *testing.T) {
 	good := map[string]Handler{
 		"noop":             {Noop: true},
 		"completetx":       {Noop: true, Tx: true},
+		"steps:3":          {Noop: true, Steps: 3},
 		"sleep:2ms-5ms":    {Min: 2 * time.Millisecond, Max: 5 * time.Millisecond},
 		"sleep:3ms":        {Min: 3 * time.Millisecond, Max: 3 * time.Millisecond},
 		" sleep:1ms - 2ms": {Min: time.Millisecond, Max: 2 * time.Millisecond},
@@ -33,7 +34,7 @@ func TestParseHandler(t *testing.T) {
 	require.Equal(t, 3500*time.Microsecond, Handler{Min: 2 * time.Millisecond, Max: 5 * time.Millisecond}.Mean())
 
 	for _, in := range []string{"", "sleep", "sleep:", "sleep:5ms-2ms", "sleep:-1ms", "sleep:0s", "sleep:2ms-", "sleep:2h",
-		"sleep:abc", "busy:1ms", "noop2"} {
+		"sleep:abc", "busy:1ms", "noop2", "steps:0", "steps:x", "steps:101"} {
 		_, err := ParseHandler(in)
 		var oe *OptionError
 		require.True(t, errors.As(err, &oe), "%q: %v", in, err)
@@ -138,4 +139,41 @@ func TestRunRejectsUnmigratedSchema(t *testing.T) {
 	require.ErrorContains(t, err, "not migrated")
 	_, err = RunLatency(context.Background(), db.Pool, LatencyOptions{Samples: 1, Schema: "nothing_here"})
 	require.ErrorContains(t, err, "not migrated")
+}
+
+func TestParseShape(t *testing.T) {
+	s, err := ParseShape("fanout:10")
+	require.NoError(t, err)
+	require.Equal(t, Shape{Fanout: 10}, s)
+	require.Equal(t, 12, s.Tasks())
+	require.Equal(t, "fanout:10", s.String())
+	for _, in := range []string{"", "fanout", "fanout:", "fanout:0", "fanout:-2", "fanout:x", "chain:3", "fanout:10001"} {
+		_, err := ParseShape(in)
+		var oe *OptionError
+		require.True(t, errors.As(err, &oe), "%q: %v", in, err)
+		require.Equal(t, "workflow", oe.Option, in)
+	}
+	var oe *OptionError
+	require.True(t, errors.As(WorkflowOptions{Shape: "fanout:3", Workers: -1}.Validate(), &oe))
+	require.Equal(t, "workers", oe.Option)
+}
+
+// TestRunWorkflowEndToEnd runs a few small workflows and checks the
+// figures are plausible and nothing is left behind.
+func TestRunWorkflowEndToEnd(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	res, err := RunWorkflow(ctx, db.Pool, WorkflowOptions{Shape: "fanout:3", Tasks: 100, Workers: 4, Batch: 5})
+	require.NoError(t, err)
+	require.Equal(t, 20, res.Workflows)
+	require.Equal(t, 100, res.Tasks)
+	require.Greater(t, res.TasksPerS, 0.0)
+	require.InDelta(t, res.TasksPerS/5, res.WorkflowsPerS, 0.001)
+	require.Greater(t, res.StatementsPerTask, 0.0)
+	require.Greater(t, res.WALBytesPerTask, 0.0)
+	require.Zero(t, res.Failed)
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs) + (SELECT count(*) FROM skiplock.workflows)
+		+ (SELECT count(*) FROM skiplock.workflow_tasks) + (SELECT count(*) FROM skiplock.workflow_deps)`).Scan(&left))
+	require.Zero(t, left, "the run cleans up after itself")
 }

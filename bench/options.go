@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +46,10 @@ type Handler struct {
 	// Tx (with Noop) completes each job with CompleteTx in a transaction of
 	// its own, as a handler doing exactly-once database work would, instead
 	// of returning nil for the batched completer.
-	Tx       bool
+	Tx bool
+	// Steps (with Noop) runs that many checkpointed no-op steps
+	// (skiplock.Step) in each job: the cost of durable steps.
+	Steps    int
 	Min, Max time.Duration
 }
 
@@ -55,6 +59,8 @@ func (h Handler) Mean() time.Duration { return (h.Min + h.Max) / 2 }
 // String renders h in the syntax ParseHandler accepts.
 func (h Handler) String() string {
 	switch {
+	case h.Noop && h.Steps > 0:
+		return "steps:" + strconv.Itoa(h.Steps)
 	case h.Noop && h.Tx:
 		return "completetx"
 	case h.Noop:
@@ -76,9 +82,16 @@ func ParseHandler(s string) (Handler, error) {
 	if s == "completetx" {
 		return Handler{Noop: true, Tx: true}, nil
 	}
+	if n, ok := strings.CutPrefix(s, "steps:"); ok {
+		k, err := strconv.Atoi(n)
+		if err != nil || k < 1 || k > 100 {
+			return Handler{}, optErr("handler", "steps must be between 1 and 100, got %q", n)
+		}
+		return Handler{Noop: true, Steps: k}, nil
+	}
 	spec, ok := strings.CutPrefix(s, "sleep:")
 	if !ok {
-		return Handler{}, optErr("handler", `must be "noop", "completetx" or "sleep:MIN-MAX" (e.g. sleep:2ms-5ms), got %q`, s)
+		return Handler{}, optErr("handler", `must be "noop", "completetx", "steps:N" or "sleep:MIN-MAX" (e.g. sleep:2ms-5ms), got %q`, s)
 	}
 	lo, hi, ranged := strings.Cut(spec, "-")
 	if !ranged {

@@ -9,7 +9,7 @@ import (
 
 // tracedStatements are the store statements worth naming in a report.
 var tracedStatements = []string{"claim", "claim_capped", "claim_limited", "complete_delete", "complete_archive", "heartbeat",
-	"reschedule", "dead_letter", "reap", "worker_beat", "enqueue", "notify_queues"}
+	"reschedule", "dead_letter", "reap", "worker_beat", "enqueue", "notify_queues", "workflow_create", "step_get", "step_put"}
 
 // Statement is one statement's count in a Result.
 type Statement = measure.Statement

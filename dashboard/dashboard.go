@@ -259,12 +259,15 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /schedules", d.schedules)
 	m.HandleFunc("GET /workers", d.workers)
 	m.HandleFunc("GET /health", d.doctor)
+	m.HandleFunc("GET /workflows", d.workflows)
+	m.HandleFunc("GET /workflows/{id}", d.workflow)
 
 	m.Handle("POST /queues/pause", d.action(d.pauseQueue))
 	m.Handle("POST /queues/resume", d.action(d.resumeQueue))
 	m.Handle("POST /jobs/{id}/cancel", d.action(d.cancelJob))
 	m.Handle("POST /jobs/{id}/replay", d.action(d.replayJob))
 	m.Handle("POST /jobs/{id}/payload", d.action(d.payload))
+	m.Handle("POST /workflows/{id}/tasks/{task}/output", d.action(d.taskOutput))
 	m.Handle("POST /dead/replay", d.action(d.replayGroup))
 	m.Handle("POST /dead/purge", d.action(d.purgeGroup))
 	d.mux = m

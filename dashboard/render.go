@@ -22,7 +22,7 @@ var templateFS embed.FS
 // pageTemplate is one page: the layout plus the page's own blocks.
 type pageTemplate struct{ t *template.Template }
 
-var pageNames = []string{"overview", "queues", "jobs", "job", "dead", "confirm", "schedules", "workers", "health", "error"}
+var pageNames = []string{"overview", "queues", "jobs", "job", "dead", "confirm", "schedules", "workers", "health", "error", "workflows", "workflow"}
 
 func parsePages() (map[string]*pageTemplate, error) {
 	out := map[string]*pageTemplate{}
@@ -128,6 +128,7 @@ var funcs = template.FuncMap{
 	"join":    strings.Join,
 	"delta":   delta,
 	"deref":   func(p *string) string { return deref(p) },
+	"deref64": func(p *int64) int64 { return *p },
 	"derefI":  func(p *int) string { return derefInt(p) },
 	"statusc": func(s status) string { return string(s) },
 }

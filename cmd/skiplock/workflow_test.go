@@ -83,6 +83,9 @@ func TestWorkflowCLI(t *testing.T) {
 		{[]string{"signal", "send", "paid", "--workflow", wid, "--payload", "{"}, 2, "--payload"},
 		{[]string{"signal", "send", "--workflow", wid}, 2, "NAME"},
 		{[]string{"signal", "send", "paid", "--job", "99999"}, 1, "--job"},
+		{[]string{"bench", "--workflow", "chain:3"}, 2, "--workflow"},
+		{[]string{"bench", "--workflow", "fanout:3", "--handler", "noop"}, 2, "--handler"},
+		{[]string{"bench", "--latency", "--workflow", "fanout:3"}, 2, "--workflow"},
 	} {
 		code, _, stderr := cli(tc.args...)
 		require.Equal(t, tc.code, code, "%v: %s", tc.args, stderr)

@@ -256,3 +256,68 @@ func (s *Store) TimerPut(ctx context.Context, db DBTX, l Lease, worker, name str
 	}
 	return output, now, err == nil, err
 }
+
+// DeleteWorkflowsNamed deletes every finished workflow named name, with its
+// tasks, edges and signals, and returns how many.
+func (s *Store) DeleteWorkflowsNamed(ctx context.Context, db DBTX, name string) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.SQL("workflow_delete_named"), name).Scan(&n)
+	return n, err
+}
+
+// WorkflowWait is something a workflow's tasks wait for: a signal sent and
+// not received yet ("signal"), a sleep ("timer") or a signal wait ("signal
+// wait") with its wake time.
+type WorkflowWait struct {
+	What string
+	Name string
+	Task *string
+	At   time.Time
+}
+
+// WorkflowWaits returns a workflow's pending signals and timers, oldest first.
+func (s *Store) WorkflowWaits(ctx context.Context, db DBTX, id int64) ([]WorkflowWait, error) {
+	rows, err := db.Query(ctx, s.SQL("workflow_waits"), id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []WorkflowWait
+	for rows.Next() {
+		var w WorkflowWait
+		if err := rows.Scan(&w.What, &w.Name, &w.Task, &w.At); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// StepsOfJob returns every checkpoint of a job by step name.
+func (s *Store) StepsOfJob(ctx context.Context, db DBTX, jobID int64) (map[string][]byte, error) {
+	rows, err := db.Query(ctx, s.SQL("steps_of_job"), jobID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]byte{}
+	for rows.Next() {
+		var name string
+		var output []byte
+		if err := rows.Scan(&name, &output); err != nil {
+			return nil, err
+		}
+		out[name] = output
+	}
+	return out, rows.Err()
+}
+
+// TaskOutputByID returns one task's output (nil: none); found is false when
+// the workflow has no such task.
+func (s *Store) TaskOutputByID(ctx context.Context, db DBTX, workflowID, taskID int64) (output []byte, found bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("task_output_by_id"), workflowID, taskID).Scan(&output)
+	if isNoRows(err) {
+		return nil, false, nil
+	}
+	return output, err == nil, err
+}

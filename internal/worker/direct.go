@@ -38,6 +38,10 @@ func RunOne(ctx context.Context, cfg Config, queues, kinds []string, accept func
 	} else {
 		out = Decide(j, Result{}, RunState{HandedBack: true})
 	}
+	if out.SnoozedTx {
+		// The handler already returned the job to the table (WaitSignal).
+		return j, out, Snoozed, nil
+	}
 	if out.Kind == Nothing {
 		logSettled(cfg.Logger, result{job: j, out: out}, LeaseLost)
 		return j, out, LeaseLost, nil

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -9,24 +10,99 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/devdb"
 )
 
 // TestKill9MidWorkflow kills worker processes with SIGKILL while they run
 // workflows (a root task that fans out leaves at run time, and a join that
 // reads every leaf's output), each task made of a checkpointed step, a
 // StepTx, and a final transaction that fans out, sets the output and
-// completes the job (CompleteTx). After the faults heal every workflow must
-// have completed, and the checker's invariants hold for every task's job.
-// Besides:
-//   - no task started before every parent completed (by the database's
-//     clock: a task's first run starts after its parents' completions);
-//   - a step whose checkpoint was recorded never ran again (step "one"
-//     records whether its checkpoint existed when it ran);
-//   - the StepTx effect and the final effect exist exactly once per task;
-//   - the join's output is the sum of the leaves' outputs.
+// completes the job (CompleteTx), with replacements started as a new
+// process would be. See runWorkflowFaults for what is checked.
 func TestKill9MidWorkflow(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	runWorkflowFaults(t, newEnv(t), "kill -9", 150, func(e *env, ws map[string]*proc, n string, i int) bool {
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond) // land the kill at different steps
+		ws[n].kill9(t)
+		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
+		time.Sleep(200 * time.Millisecond)
+		return i < 5
+	})
+}
+
+// TestSIGSTOPMidWorkflow freezes workers (SIGSTOP) past their lease while
+// they run workflow tasks, and lets them resume: the other workers' reapers
+// hand the frozen tasks back and finish them; the resumed workers' writes
+// are refused by the fence. The same checks as TestKill9MidWorkflow.
+func TestSIGSTOPMidWorkflow(t *testing.T) {
+	t.Parallel()
+	runWorkflowFaults(t, newEnv(t), "SIGSTOP", 500, func(e *env, ws map[string]*proc, n string, i int) bool {
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond)
+		ws[n].signal(syscall.SIGSTOP)
+		time.Sleep(lease + 2*reaper + time.Second) // past the lease: the others reap its tasks
+		ws[n].signal(syscall.SIGCONT)
+		return i < 1
+	})
+}
+
+// TestTerminateMidWorkflow kills every database connection of a worker
+// (pg_terminate_backend, as an operator or a pooler would) while it runs
+// workflow tasks, three times: its statements fail mid-task, its pool
+// reconnects, and whatever it was writing either committed whole or not at
+// all.
+func TestTerminateMidWorkflow(t *testing.T) {
+	t.Parallel()
+	runWorkflowFaults(t, newEnv(t), "terminate", 200, func(e *env, ws map[string]*proc, n string, i int) bool {
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond)
+		e.terminate(ws[n].app)
+		time.Sleep(300 * time.Millisecond)
+		return i < 2
+	})
+}
+
+// TestPostgresCrashMidWorkflow crashes the database (immediate shutdown,
+// crash recovery on start) twice while workers run workflows, on a private
+// cluster; the second outage outlasts the leases. The trigger that moves a
+// graph forward runs inside the transactions the crash aborts: a task ends,
+// and releases its children, exactly when its job's removal commits.
+func TestPostgresCrashMidWorkflow(t *testing.T) {
+	t.Parallel()
+	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
+		t.Skip("no PostgreSQL server binaries for a private cluster:", err)
+	}
+	e, c := privateEnv(t, 0)
+	ctx := context.Background()
+	runWorkflowFaults(t, e, "postgres crash", 400, func(e *env, ws map[string]*proc, n string, i int) bool {
+		require.NoError(t, c.Crash(ctx))
+		time.Sleep([]time.Duration{time.Second, lease + time.Second}[i%2])
+		require.NoError(t, c.Restart(ctx))
+		// Let the test's pool shed its broken connections.
+		ok := 0
+		waitFor(t, 30*time.Second, "the database to answer again", func() bool {
+			if _, err := e.tryCount("SELECT 1"); err != nil {
+				ok = 0
+				return false
+			}
+			ok++
+			return ok >= 10
+		})
+		return i < 1
+	})
+}
+
+// runWorkflowFaults runs 6 workflows (a root that fans out five leaves at
+// run time, and a join that sums their outputs; every task pauses pause ms
+// twice) on three workers, strikes
+// a worker that has tasks in flight with fault until fault says stop, and
+// checks, once every workflow finished, the checker's invariants for every
+// task's job and the workflow ones:
+//   - no task started before every parent completed (by the database's
+//     clock: a task's first run starts after its parents' completions);
+//   - the lease holder never ran a step whose checkpoint was recorded (step
+//     "one" records whether its checkpoint existed when it ran);
+//   - the StepTx effect and the final effect exist exactly once per task;
+//   - every workflow completed, and the join's output is the leaves' sum.
+func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(e *env, ws map[string]*proc, n string, i int) bool) {
 	ctx := context.Background()
 	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
 		job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
@@ -37,7 +113,7 @@ func TestKill9MidWorkflow(t *testing.T) {
 	var wfIDs []int64
 	for range workflows {
 		id, err := e.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "chaos", Tasks: []skiplock.Task{
-			{Name: "split", Kind: "wfstep", Args: map[string]int{"sleep": 150, "fanout": fanout}, MaxAttempts: 20},
+			{Name: "split", Kind: "wfstep", Args: map[string]int{"sleep": pause, "fanout": fanout}, MaxAttempts: 20},
 		}})
 		require.NoError(t, err)
 		wfIDs = append(wfIDs, id)
@@ -48,8 +124,8 @@ func TestKill9MidWorkflow(t *testing.T) {
 		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
 	}
 
-	kills := 0
-	for i := 0; i < 6; i++ {
+	strikes := 0
+	for i := 0; ; i++ {
 		n := names[i%len(names)]
 		p := ws[n]
 		waitFor(t, 20*time.Second, p.app+" to be running tasks", func() bool {
@@ -58,13 +134,12 @@ func TestKill9MidWorkflow(t *testing.T) {
 		if e.inFlight(p.app) == 0 {
 			break
 		}
-		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond) // land the kill at different steps
-		p.kill9(t)
-		kills++
-		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
-		time.Sleep(200 * time.Millisecond)
+		strikes++
+		if !fault(e, ws, n, i) {
+			break
+		}
 	}
-	require.GreaterOrEqual(t, kills, 3, "the kills must land on workers with tasks in flight")
+	require.GreaterOrEqual(t, strikes, 2, "the faults must land on workers with tasks in flight")
 
 	waitFor(t, 90*time.Second, "every workflow to finish", func() bool {
 		n, err := e.tryCount("SELECT count(*) FROM skiplock.workflows WHERE state = 'running'")
@@ -104,18 +179,87 @@ func TestKill9MidWorkflow(t *testing.T) {
 			}
 		}
 	}
-	require.Zero(t, e.count(`SELECT count(*) FROM skiplock.workflow_tasks AS c
-		JOIN skiplock.workflow_deps AS d ON d.task_id = c.id
-		JOIN skiplock.workflow_tasks AS p ON p.id = d.parent_id
-		WHERE (SELECT min(started_at) FROM public.runs WHERE job_id = c.job_id) <= p.finished_at`),
-		"a task started before a parent completed")
-	require.Zero(t, e.count("SELECT count(*) FROM public.wf_effects WHERE replayed"), "a recorded step ran again")
-	require.Zero(t, e.count(`SELECT count(*) FROM (SELECT task_id, step FROM public.wf_effects WHERE step IN ('two', 'done')
-		GROUP BY task_id, step HAVING count(*) <> 1) AS x`), "a StepTx or final effect exists other than once")
-	require.Equal(t, len(jobs), e.count("SELECT count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'done'"))
-	require.Zero(t, e.count("SELECT count(*) FROM skiplock.job_steps"), "finished jobs leave no checkpoints")
-	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL")
-	require.Positive(t, cut, "no task execution was cut by a kill")
-	t.Logf("kill -9 mid-workflow: %d kills cut %d task executions; %d workflows of %d tasks completed; %d step-one reruns before their checkpoint",
-		kills, cut, workflows, fanout+2, e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"))
+	require.Empty(t, workflowViolations(t, e), "workflow invariants")
+	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL OR outcome LIKE 'ctx:%'")
+	require.Positive(t, cut, "no task execution was cut by a fault")
+	t.Logf("%s mid-workflow: %d strikes cut %d task executions; %d workflows of %d tasks completed; reaped %d; %d step-one runs beyond one per task",
+		what, strikes, cut, workflows, fanout+2, r.Reaped,
+		e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"))
+}
+
+// workflowViolations checks the workflow invariants on e's database, once
+// every workflow finished, and returns the violated ones with their counts:
+//   - task-before-parent: a task's first run started before one of its
+//     parents completed (database clock);
+//   - step-rerun: the lease holder ran step "one" although its checkpoint
+//     existed (the fault worker records it);
+//   - effect-not-once: a StepTx effect ("two") or a final effect ("done")
+//     exists other than once for a task that has it;
+//   - done-missing: a completed task without its final effect;
+//   - not-completed: a workflow or a task that did not complete;
+//   - checkpoint-left: a checkpoint outlived its job.
+func workflowViolations(t *testing.T, e *env) map[string]int {
+	t.Helper()
+	checks := map[string]string{
+		"task-before-parent": `SELECT count(*) FROM skiplock.workflow_tasks AS c
+			JOIN skiplock.workflow_deps AS d ON d.task_id = c.id
+			JOIN skiplock.workflow_tasks AS p ON p.id = d.parent_id
+			WHERE (SELECT min(started_at) FROM public.runs WHERE job_id = c.job_id) <= p.finished_at`,
+		"step-rerun": `SELECT count(*) FROM public.wf_effects WHERE replayed`,
+		"effect-not-once": `SELECT count(*) FROM (SELECT task_id, step FROM public.wf_effects WHERE step IN ('two', 'done')
+			GROUP BY task_id, step HAVING count(*) <> 1) AS x`,
+		"done-missing": `SELECT count(*) FROM skiplock.workflow_tasks AS t WHERE t.state = 'completed'
+			AND NOT EXISTS (SELECT 1 FROM public.wf_effects AS f WHERE f.task_id = t.id AND f.step = 'done')`,
+		"not-completed": `SELECT (SELECT count(*) FROM skiplock.workflows WHERE state <> 'completed')
+			+ (SELECT count(*) FROM skiplock.workflow_tasks WHERE state <> 'completed')`,
+		"checkpoint-left": `SELECT count(*) FROM skiplock.job_steps AS s
+			WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.id = s.job_id)`,
+	}
+	out := map[string]int{}
+	for name, q := range checks {
+		if n := e.count(q); n > 0 {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+// TestWorkflowChecksCanFire seeds one violation of each workflow invariant
+// into a database and requires workflowViolations to report every one: a
+// check that cannot fire proves nothing.
+func TestWorkflowChecksCanFire(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
+		job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	require.NoError(t, err)
+	require.Empty(t, workflowViolations(t, e), "an empty database violates nothing")
+
+	id, err := e.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "seeded", Tasks: []skiplock.Task{
+		{Name: "a", Kind: "wfstep"}, {Name: "b", Kind: "wfstep", DependsOn: []string{"a"}}}})
+	require.NoError(t, err)
+	exec := func(q string, args ...any) {
+		t.Helper()
+		_, err := e.pool.Exec(ctx, q, args...)
+		require.NoError(t, err)
+	}
+	// b "ran" before a completed; a is completed without its final effect;
+	// b has two "two" effects and a rerun step; the workflow never ended;
+	// a checkpoint outlived its job.
+	exec(`UPDATE skiplock.workflow_tasks SET state = 'completed', finished_at = now() WHERE workflow_id = $1 AND name = 'a'`, id)
+	exec(`UPDATE skiplock.workflow_tasks SET job_id = 424242 WHERE workflow_id = $1 AND name = 'b'`, id)
+	exec(`INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, started_at)
+		VALUES (424242, 1, 'w', 1, 1, now() - interval '1 minute')`)
+	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, replayed)
+		SELECT 424242, t.id, x.step, x.replayed FROM skiplock.workflow_tasks AS t,
+		(VALUES ('two', false), ('two', false), ('one', true)) AS x(step, replayed)
+		WHERE t.workflow_id = $1 AND t.name = 'b'`, id)
+	exec(`INSERT INTO skiplock.job_steps (job_id, name, output) VALUES (424243, 'one', '1')`)
+
+	got := workflowViolations(t, e)
+	for _, name := range []string{"task-before-parent", "step-rerun", "effect-not-once", "done-missing", "not-completed", "checkpoint-left"} {
+		require.Contains(t, got, name, "the %s check did not fire: %v", name, got)
+	}
 }

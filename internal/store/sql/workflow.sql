@@ -156,3 +156,40 @@ SELECT {{schema}}.cancel_workflow($1);
 -- name: workflow_retry
 --   $1 id
 SELECT {{schema}}.retry_workflow($1);
+
+-- name: workflow_delete_named
+-- Deletes every finished workflow of this name (the benchmark's cleanup).
+--   $1 name
+SELECT count(*) FILTER (WHERE {{schema}}.delete_workflow(w.id))
+FROM {{schema}}.workflows AS w WHERE w.name = $1 AND w.state <> 'running';
+
+-- name: workflow_waits
+-- What a workflow's tasks wait for, for the dashboard: unconsumed signals
+-- sent to the workflow or to one of its jobs (name and time, never the
+-- payload), and the timers (sleeps and signal waits) of its enqueued tasks,
+-- with their wake time.
+--   $1 workflow id
+SELECT 'signal' AS what, g.name, NULL::text AS task, g.created_at AS at
+FROM {{schema}}.signals AS g
+WHERE g.consumed_at IS NULL
+  AND (g.workflow_id = $1
+       OR g.job_id IN (SELECT t.job_id FROM {{schema}}.workflow_tasks AS t WHERE t.workflow_id = $1 AND t.state = 'enqueued'))
+UNION ALL
+SELECT CASE WHEN s.name LIKE 'wait:%' THEN 'signal wait' ELSE 'timer' END, substr(s.name, strpos(s.name, ':') + 1), t.name,
+       (s.output->>'wake_at')::timestamptz
+FROM {{schema}}.workflow_tasks AS t
+JOIN {{schema}}.job_steps AS s ON s.job_id = t.job_id
+WHERE t.workflow_id = $1 AND t.state = 'enqueued' AND (s.name LIKE 'sleep:%' OR s.name LIKE 'wait:%')
+  AND NOT EXISTS (SELECT 1 FROM {{schema}}.job_steps AS r
+                  WHERE r.job_id = s.job_id AND r.name = 'signal:' || substr(s.name, 6) AND s.name LIKE 'wait:%')
+ORDER BY 4;
+
+-- name: steps_of_job
+-- Every checkpoint of a job, read once per run (durable.go caches them).
+--   $1 job id
+SELECT s.name, s.output FROM {{schema}}.job_steps AS s WHERE s.job_id = $1;
+
+-- name: task_output_by_id
+-- One task's output (NULL: none), for a reveal on the dashboard.
+--   $1 workflow id  $2 task id
+SELECT t.output FROM {{schema}}.workflow_tasks AS t WHERE t.workflow_id = $1 AND t.id = $2;

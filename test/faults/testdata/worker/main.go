@@ -272,6 +272,7 @@ type wfSpec struct {
 	Sleep  int `json:"sleep"`
 	Fanout int `json:"fanout"`
 	Value  int `json:"value"`
+	Leaves int `json:"leaves"` // the join: how many leaves' outputs to sum
 }
 
 // wfStep is one workflow task: a checkpointed step (at least once; it
@@ -299,8 +300,12 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 		}
 	}
 	if _, err := skiplock.Step(ctx, "one", func(ctx context.Context) (int, error) {
+		// A violation is the lease holder running a step whose checkpoint
+		// exists; a worker that lost its lease (frozen past it) may still be
+		// inside a step the job's new owner recorded meanwhile.
 		var recorded int
-		if err := pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.job_steps WHERE job_id = $1 AND name = 'one'", j.ID).Scan(&recorded); err != nil {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.job_steps WHERE job_id = $1 AND name = 'one'
+			AND EXISTS (SELECT 1 FROM skiplock.jobs WHERE id = $1 AND lease_token = $2)`, j.ID, j.LeaseToken).Scan(&recorded); err != nil {
 			return 0, err
 		}
 		_, err := pool.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step, replayed) VALUES ($1, $2, 'one', $3)",
@@ -332,16 +337,14 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 	}
 	if len(leaves) > 0 {
 		leaves = append(leaves, skiplock.Task{Name: "join", Kind: "wfstep", DependsOn: names,
-			Args: wfSpec{Sleep: j.Args.Sleep}})
+			Args: wfSpec{Sleep: j.Args.Sleep, Leaves: len(names)}})
 	}
-	if info.Name == "join" {
-		for i := 0; ; i++ {
-			v, err := skiplock.TaskOutput[int](ctx, fmt.Sprintf("leaf-%d", i))
-			if err != nil {
-				break
-			}
-			out += v
+	for i := range j.Args.Leaves {
+		v, err := skiplock.TaskOutput[int](ctx, fmt.Sprintf("leaf-%d", i))
+		if err != nil {
+			return err
 		}
+		out += v
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -359,11 +362,15 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 	if _, err := tx.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step) VALUES ($1, $2, 'done')", j.ID, info.TaskID); err != nil {
 		return err
 	}
+	// The run is recorded as successful in the completing transaction: if
+	// the commit's reply is lost (the database crashed after committing),
+	// the record and the completion still agree.
+	if _, err := tx.Exec(ctx, `UPDATE public.runs SET finished = true, outcome = 'ok', finished_at = clock_timestamp()
+		WHERE id = $1`, run); err != nil {
+		return err
+	}
 	if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return err
-	}
-	return endRun(context.WithoutCancel(ctx), pool, run, "ok")
+	return tx.Commit(ctx)
 }
