@@ -683,10 +683,14 @@ func (r *scenarioRun) produce(ctx context.Context, stop <-chan struct{}, queue s
 			for range n {
 				ps = append(ps, skiplock.EnqueueParams{Queue: queue, Kind: pressureKind, Payload: payload})
 			}
+			// Counted before they are sent: once committed they may finish
+			// before EnqueueMany returns, and completed must never read
+			// above offered.
+			r.offered.Add(int64(n))
 			if _, err := r.c.EnqueueMany(ctx, ps); err != nil {
+				r.offered.Add(-int64(n))
 				return fmt.Errorf("enqueue: %w", err)
 			}
-			r.offered.Add(int64(n))
 			due -= float64(n)
 		}
 	}
