@@ -12,15 +12,15 @@ import (
 
 	"github.com/skiplock/skiplock/internal/migrations"
 	"github.com/skiplock/skiplock/internal/sqlfile"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // DBTX is what the health queries run on: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx. Begin is used only where a check must run inside a transaction it
-// rolls back (the doctor's EXPLAIN of the claim).
+// pgx.Tx, the data layer's store.DBTX plus Begin, used only where a check
+// must run inside a transaction it rolls back (the doctor's EXPLAIN of the
+// claim).
 type DBTX interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	store.DBTX
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 

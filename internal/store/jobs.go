@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,10 +78,6 @@ func (b Bound) Before(o Bound) bool {
 // statement (claim, claim_capped or claim_limited, with the limits' locks
 // first) in one pipeline, one implicit transaction, after claim_no_jit.
 func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob, error) {
-	b, ok := db.(batcher)
-	if !ok {
-		return nil, fmt.Errorf("store: a claim needs a pool, connection or transaction, got %T", db)
-	}
 	var kinds any
 	if p.Kinds != nil {
 		kinds = p.Kinds
@@ -121,16 +116,10 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 	default:
 		batch.Queue(s.SQL("claim"), append(args, BoundArgs(p.Queues, p.After)...)...).Query(scan(nil, nil))
 	}
-	if err := b.SendBatch(ctx, batch).Close(); err != nil {
+	if err := db.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-// batcher is a DBTX that can pipeline statements (a pool, a connection or
-// a transaction).
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // scanClaimed reads a claim's rows (the claim_update fragment's RETURNING

@@ -21,10 +21,12 @@ var files embed.FS
 var raw = sqlfile.MustParse(files, "sql")
 
 // DBTX is what a query runs on: a pool, a connection or a transaction.
+// SendBatch pipelines statements in one round trip (the claim).
 type DBTX interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Store is the query set rendered for one schema.
