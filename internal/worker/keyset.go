@@ -30,7 +30,8 @@ type keyset struct {
 	cheap    time.Duration // claims from the front cheaper than this stay there (keysetCheap)
 	after    map[string]store.Bound
 	lastFull time.Time
-	fullCost time.Duration // moving average of claims from the front
+	fullCost time.Duration          // moving average of claims from the front
+	last     map[string]store.Bound // observe's scratch: this claim's last job per queue
 }
 
 const (
@@ -70,7 +71,11 @@ func (k *keyset) observe(bounded bool, took time.Duration, filled bool, jobs []s
 	if k.after == nil {
 		k.after = map[string]store.Bound{}
 	}
-	last := map[string]store.Bound{}
+	if k.last == nil {
+		k.last = map[string]store.Bound{}
+	}
+	last := k.last // reused: no allocation per claim
+	clear(last)
 	for _, j := range jobs {
 		b := store.BoundOf(j)
 		if cur, ok := last[j.Queue]; !ok || cur.Before(b) {

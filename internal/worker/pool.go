@@ -38,6 +38,7 @@ type pool struct {
 	// limitsRefresh (the producer's alone).
 	limits   []string
 	limitsAt time.Time
+	heldBack bool // the last claim was limited and short: completions wake claimers
 }
 
 // limitsRefresh is how soon a limit set or removed anywhere is obeyed.
@@ -203,11 +204,15 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	// A limited claim that came back short may have been held back by a
 	// full limit: then a completion of these queues may free the slot the
 	// ready jobs wait for, and wakes their claimers (completer.flush).
-	for _, q := range p.cfg.Queues {
-		if len(limits) > 0 && len(jobs) < n {
-			p.r.limitedQueues.Store(q, struct{}{})
-		} else {
-			p.r.limitedQueues.Delete(q)
+	// Pools without limits (the common case) never touch the map.
+	if held := len(limits) > 0 && len(jobs) < n; held != p.heldBack {
+		p.heldBack = held
+		for _, q := range p.cfg.Queues {
+			if held {
+				p.r.limitedQueues.Store(q, struct{}{})
+			} else {
+				p.r.limitedQueues.Delete(q)
+			}
 		}
 	}
 	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
