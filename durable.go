@@ -169,7 +169,7 @@ func recordedStep[T any](ctx context.Context, run *jobRun, name string, v *T) (b
 		return false, nil
 	}
 	if err := json.Unmarshal(out, v); err != nil {
-		return true, fmt.Errorf("skiplock: step %q: the recorded result does not decode into %T: %w", name, *v, err)
+		return true, fmt.Errorf("skiplock: step %q: the recorded result does not decode into %T: %s", name, *v, jsonErrorText(err))
 	}
 	return true, nil
 }
@@ -250,7 +250,7 @@ func timerStep(ctx context.Context, run *jobRun, name string, d time.Duration, a
 	}
 	var cp timerCheckpoint
 	if err := json.Unmarshal(out, &cp); err != nil {
-		return wake, now, fmt.Errorf("skiplock: step %q: not a timer: %w", name, err)
+		return wake, now, fmt.Errorf("skiplock: step %q: not a timer: %s", name, jsonErrorText(err))
 	}
 	return cp.WakeAt, now, nil
 }

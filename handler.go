@@ -169,26 +169,31 @@ func decodeArgs[T any](raw []byte, dst *T) error {
 
 type decodeError struct{ err error }
 
-// Error says why without quoting the payload: encoding/json's own messages
-// can (a syntax error names the offending character, a type error the
-// number it could not store), so those two are described by position and
-// type only.
+// Error says why without quoting the payload (see jsonErrorText).
 func (e *decodeError) Error() string {
-	const prefix = "payload does not decode into the handler's type: "
+	return "payload does not decode into the handler's type: " + jsonErrorText(e.err)
+}
+
+// jsonErrorText describes a decoding error of encoding/json without quoting
+// the document: its own messages can (a syntax error names the offending
+// character, a type error the number it could not store), so those two are
+// described by position and type only. Payloads, task outputs and step
+// results all go through it before an error text can be stored or logged.
+func jsonErrorText(err error) string {
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
-	case errors.As(e.err, &se):
-		return prefix + "invalid JSON at byte offset " + strconv.FormatInt(se.Offset, 10)
-	case errors.As(e.err, &te):
+	case errors.As(err, &se):
+		return "invalid JSON at byte offset " + strconv.FormatInt(se.Offset, 10)
+	case errors.As(err, &te):
 		what, _, _ := strings.Cut(te.Value, " ") // "number 1.5" names the number
-		msg := prefix + "cannot store a JSON " + what + " in Go type " + te.Type.String()
+		msg := "cannot store a JSON " + what + " in Go type " + te.Type.String()
 		if te.Field != "" {
 			msg += " (field " + te.Field + ")"
 		}
 		return msg + " at byte offset " + strconv.FormatInt(te.Offset, 10)
 	}
-	return prefix + e.err.Error()
+	return err.Error()
 }
 
 // Snooze reschedules the job after d without spending an attempt.

@@ -400,7 +400,7 @@ func TaskOutput[T any](ctx context.Context, name string) (T, error) {
 		return v, nil
 	}
 	if err := json.Unmarshal(out, &v); err != nil {
-		return v, fmt.Errorf("skiplock: TaskOutput %q: the output does not decode into %T: %w", name, v, err)
+		return v, fmt.Errorf("skiplock: TaskOutput %q: the output does not decode into %T: %s", name, v, jsonErrorText(err))
 	}
 	return v, nil
 }
