@@ -35,8 +35,9 @@ const MaxLimitConcurrency = 1_000_000
 // their queues every 2 seconds: a limit set or removed is obeyed from then.
 // A job over its limit stays ready; it is claimed when a slot frees (a
 // completion in this process wakes its claimers at once, other processes
-// within their poll interval). A worker pool with a TenantCap does not
-// apply limits.
+// within their poll interval). A worker pool with a TenantCap that a limit
+// covers obeys the limit and sets its cap aside (a limit is a guarantee,
+// the cap a preference), and logs so once.
 type Limit struct {
 	// Name identifies the limit: letters, digits and _ . : - (64 at most,
 	// starting with a letter or digit).

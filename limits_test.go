@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -269,4 +270,37 @@ func TestRateLimitIsNeverExceeded(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10, st[0].Rate)
 	require.Equal(t, time.Second, st[0].Per)
+}
+
+// A pool with a tenant cap that a limit covers obeys the limit (a
+// guarantee) rather than the cap (a preference), and says so once.
+func TestLimitsTakePrecedenceOverTheTenantCap(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	logs := &countingLogger{substr: "sets its tenant cap aside"}
+	c := schedClient(t, db.URL, skiplock.Config{Logger: slog.New(logs), PollInterval: 50 * time.Millisecond,
+		Pools: []skiplock.Pool{{Queues: []string{"default"}, Concurrency: 8, BatchSize: 10, TenantCap: 5}}})
+	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "one", Kind: "k", Concurrency: 1}))
+	var ps []skiplock.EnqueueParams
+	for i := 0; i < 20; i++ {
+		ps = append(ps, skiplock.EnqueueParams{Kind: "k", Tenant: fmt.Sprint("t", i%4)})
+	}
+	_, err := c.EnqueueMany(ctx, ps)
+	require.NoError(t, err)
+	var running, most, done atomic.Int64
+	require.NoError(t, skiplock.Handle(c, "k", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		done.Add(1)
+		return nil
+	}))
+	require.NoError(t, c.Start(ctx))
+	require.Eventually(t, func() bool { return done.Load() == 20 }, 30*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Stop(ctx))
+	require.Equal(t, int64(1), most.Load(), "the limit of 1 holds in a capped pool")
+	require.Equal(t, int64(1), logs.n.Load(), "said once")
 }

@@ -43,8 +43,9 @@ type ClaimParams struct {
 	After map[string]Bound
 	// Limits names the concurrency limits that cover this claimer's work
 	// (LimitsCovering): the claim then runs in a transaction holding their
-	// locks, from the front, and takes only what they allow. The
-	// tenant-capped claim does not apply limits.
+	// locks, from the front, and takes only what they allow. Limits come
+	// first: a pool they cover claims this way even with a TenantCap (a
+	// limit is a guarantee, the cap a preference).
 	Limits []string
 	// TenantCursor holds, per queue, the last tenant the tenant-capped
 	// claim visited: the next capped claim starts after it (round robin).
@@ -94,6 +95,12 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 		}
 	}
 	switch {
+	case len(p.Limits) > 0:
+		// The limits' locks before the claim: its snapshot is then taken
+		// after they are held, so it includes every job claimed by their
+		// previous holder, and no limit is exceeded by two claimers at once.
+		batch.Queue(s.SQL("limit_locks"), p.Limits)
+		batch.Queue(s.SQL("claim_limited"), append(args, p.Limits)...).Query(scan(nil, nil))
 	case p.TenantCap > 0:
 		cursors := make([]*string, len(p.Queues))
 		for i, q := range p.Queues {
@@ -107,12 +114,6 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 				p.TenantCursor[j.Queue] = *cursor
 			}
 		}))
-	case len(p.Limits) > 0:
-		// The limits' locks before the claim: its snapshot is then taken
-		// after they are held, so it includes every job claimed by their
-		// previous holder, and no limit is exceeded by two claimers at once.
-		batch.Queue(s.SQL("limit_locks"), p.Limits)
-		batch.Queue(s.SQL("claim_limited"), append(args, p.Limits)...).Query(scan(nil, nil))
 	default:
 		batch.Queue(s.SQL("claim"), append(args, BoundArgs(p.Queues, p.After)...)...).Query(scan(nil, nil))
 	}

@@ -39,6 +39,7 @@ type pool struct {
 	limits   []string
 	limitsAt time.Time
 	heldBack bool // the last claim was limited and short: completions wake claimers
+	capAside bool // logged that limits set the tenant cap aside
 }
 
 // limitsRefresh is how soon a limit set or removed anywhere is obeyed.
@@ -233,6 +234,11 @@ func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
 		return p.limits
 	}
 	p.limits, p.limitsAt = names, now
+	if len(names) > 0 && p.cfg.TenantCap > 0 && !p.capAside {
+		p.capAside = true
+		p.r.log.Warn("skiplock: limits cover this pool: it obeys them and sets its tenant cap aside",
+			slog.String("pool", p.cfg.Name), slog.Any("limits", names))
+	}
 	return names
 }
 
