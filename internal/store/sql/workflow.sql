@@ -1,7 +1,7 @@
 -- Workflows, their tasks' outputs, durable steps and signals (migration 007).
--- The graph itself moves forward in the database: the trigger jobs_task_left
--- ends a task in the transaction that removes its job, and enqueues the
--- children it released. Statements a handler runs for its own job are
+-- The graph itself moves forward in the database: the statement trigger
+-- jobs_left (migration 011) ends the tasks of the jobs a statement removed,
+-- in that statement's transaction, and enqueues the children they released. Statements a handler runs for its own job are
 -- fenced by (id, lease_token, locked_by), as lease.sql's are.
 
 -- name: workflow_create
