@@ -67,6 +67,12 @@ type Config struct {
 	// client purges older ones in small batches. Default 30 days; at least
 	// 1 hour; negative keeps them forever.
 	DeadLetterRetention time.Duration
+	// WorkflowRetention is how long a finished workflow or batch (completed,
+	// failed or cancelled) is kept with its tasks, outputs and signals, for
+	// WorkflowGet, `skiplock workflow get` and WorkflowRetry: a started client
+	// deletes older ones in small batches. Default 7 days; at least 1 hour;
+	// negative keeps them forever. Running workflows are never deleted.
+	WorkflowRetention time.Duration
 	// PollOnly disables LISTEN; jobs are found by polling every
 	// PollInterval. Not needed behind a pooler: a started client notices
 	// one by itself (and then polls, saying so once at warn level).
@@ -184,13 +190,18 @@ func (c Config) withDefaults() Config {
 	if c.DeadLetterRetention == 0 {
 		c.DeadLetterRetention = DefaultDeadLetterRetention
 	}
+	if c.WorkflowRetention == 0 {
+		c.WorkflowRetention = DefaultWorkflowRetention
+	}
 	return c
 }
 
-// Retention defaults (Config.CompletedRetention, Config.DeadLetterRetention).
+// Retention defaults (Config.CompletedRetention, Config.DeadLetterRetention,
+// Config.WorkflowRetention).
 const (
 	DefaultCompletedRetention  = 24 * time.Hour
 	DefaultDeadLetterRetention = 30 * 24 * time.Hour
+	DefaultWorkflowRetention   = 7 * 24 * time.Hour
 )
 
 // keepCompleted reports whether finished jobs move to the jobs_done history
@@ -224,6 +235,9 @@ func (c Config) validate() error {
 	}
 	if c.DeadLetterRetention > 0 && c.DeadLetterRetention < time.Hour {
 		return invalidConfig("DeadLetterRetention", "must be at least 1h (or negative to keep dead letters forever), got %s", c.DeadLetterRetention)
+	}
+	if c.WorkflowRetention > 0 && c.WorkflowRetention < time.Hour {
+		return invalidConfig("WorkflowRetention", "must be at least 1h (or negative to keep finished workflows forever), got %s", c.WorkflowRetention)
 	}
 	if c.DeleteCompleted && c.ArchiveCompleted {
 		return invalidConfig("DeleteCompleted", "cannot be combined with ArchiveCompleted (history is kept unless DeleteCompleted is set)")

@@ -11,7 +11,8 @@ import (
 // retention and jobs_done partitions: in archive mode the daily partitions
 // are created a week ahead; partitions older than CompletedRetention are
 // dropped whole; dead letters older than DeadLetterRetention are purged in
-// small batches. Every process runs them; an advisory lock per pass (keyed
+// small batches, and so are workflows that finished longer ago than
+// WorkflowRetention. Every process runs them; an advisory lock per pass (keyed
 // on the schema) lets one process at a time do each pass.
 func (c *Client) retentionServices() []service.Service {
 	return c.retention().Services()
@@ -25,6 +26,8 @@ func (c *Client) retention() *maintenance.Retention {
 		Archive:             c.cfg.keepCompleted(),
 		CompletedRetention:  c.cfg.CompletedRetention,
 		DeadLetterRetention: c.cfg.DeadLetterRetention,
+		WorkflowRetention:   c.cfg.WorkflowRetention,
+		Store:               c.store,
 	})
 }
 

@@ -18,6 +18,7 @@ func TestRetentionConfig(t *testing.T) {
 	require.Equal(t, skiplock.DefaultCompletedRetention, c.Config().CompletedRetention)
 	require.Equal(t, 24*time.Hour, c.Config().CompletedRetention)
 	require.Equal(t, 30*24*time.Hour, c.Config().DeadLetterRetention)
+	require.Equal(t, 7*24*time.Hour, c.Config().WorkflowRetention)
 
 	pool := c.Pool()
 	for _, tc := range []struct {
@@ -26,6 +27,7 @@ func TestRetentionConfig(t *testing.T) {
 	}{
 		{skiplock.Config{CompletedRetention: time.Minute}, "Config.CompletedRetention"},
 		{skiplock.Config{DeadLetterRetention: time.Second}, "Config.DeadLetterRetention"},
+		{skiplock.Config{WorkflowRetention: time.Minute}, "Config.WorkflowRetention"},
 	} {
 		_, err := skiplock.NewClient(pool, tc.cfg)
 		require.ErrorIs(t, err, skiplock.ErrInvalidConfig)
@@ -34,7 +36,7 @@ func TestRetentionConfig(t *testing.T) {
 		require.Equal(t, tc.field, fe.Field)
 	}
 	for _, cfg := range []skiplock.Config{
-		{CompletedRetention: -1, DeadLetterRetention: -1}, // keep forever
+		{CompletedRetention: -1, DeadLetterRetention: -1, WorkflowRetention: -1}, // keep forever
 		{CompletedRetention: time.Hour, DeadLetterRetention: time.Hour},
 	} {
 		_, err := skiplock.NewClient(pool, cfg)

@@ -146,3 +146,11 @@ func TestWorkHistoryFlags(t *testing.T) {
 	require.Equal(t, 2, code, stderr)
 	require.Contains(t, stderr, "--completed-retention: must be at least 1h")
 }
+
+// So is a bad workflow retention.
+func TestWorkWorkflowRetentionFlag(t *testing.T) {
+	db := dbtest.New(t)
+	code, _, stderr := runCLI(t, "work", "--database-url", db.URL, "--exec", "true", "--workflow-retention", "30m")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "--workflow-retention: must be at least 1h")
+}

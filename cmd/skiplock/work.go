@@ -48,6 +48,7 @@ type workFlags struct {
 	// history of finished jobs (Config.DeleteCompleted, CompletedRetention)
 	deleteCompleted    bool
 	completedRetention time.Duration
+	workflowRetention  time.Duration
 	listenURL          string
 }
 
@@ -90,6 +91,7 @@ later) holds up none of the others. Log lines then carry database=host:port/name
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
 	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by `job get` (default 24h; at least 1h; negative: forever)")
+	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by `workflow get` (default 168h; at least 1h; negative: forever)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464")
 	return cmd
 }
@@ -101,7 +103,8 @@ var workConfigFlags = map[string]string{
 	"Pools[0].BatchSize": "--batch", "Pools[0].TenantCap": "--tenant-cap", "LeaseDuration": "--lease",
 	"HeartbeatInterval": "--lease", "PollInterval": "--poll-interval", "Schema": "--schema",
 	"CompletedRetention": "--completed-retention", "DeleteCompleted": "--delete-completed",
-	"ListenURL": "--listen-url",
+	"WorkflowRetention": "--workflow-retention",
+	"ListenURL":         "--listen-url",
 }
 
 func runWork(cmd *cobra.Command, f workFlags) error {
@@ -263,7 +266,8 @@ func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, log *sl
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
-		ListenURL: listenURL(f.listenURL),
+		WorkflowRetention: f.workflowRetention,
+		ListenURL:         listenURL(f.listenURL),
 		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
 	})

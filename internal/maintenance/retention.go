@@ -11,6 +11,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/health"
 	"github.com/skiplock/skiplock/internal/service"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Retention defaults.
@@ -28,6 +29,9 @@ const (
 	// DefaultDeadLetterBatches bounds the purge transactions of one pass; the
 	// rest waits for the next pass.
 	DefaultDeadLetterBatches = 100
+	// DefaultWorkflowBatch bounds the finished workflows one purge
+	// transaction deletes (each with its tasks, edges and signals).
+	DefaultWorkflowBatch = 200
 	// retentionStatementTimeout bounds every statement of a pass.
 	retentionStatementTimeout = 30 * time.Second
 	// retentionLockTimeout bounds how long partition DDL waits for its table
@@ -70,6 +74,14 @@ type RetentionConfig struct {
 	// DeadLetterBatches bounds the purge transactions of one pass. Default
 	// DefaultDeadLetterBatches.
 	DeadLetterBatches int
+	// WorkflowRetention is how long finished workflows are kept. Zero or
+	// negative keeps them forever. Needs Store.
+	WorkflowRetention time.Duration
+	// WorkflowBatch bounds one workflow purge transaction. Default
+	// DefaultWorkflowBatch; a pass runs at most DeadLetterBatches of them.
+	WorkflowBatch int
+	// Store reaches the workflow tables' statements.
+	Store *store.Store
 }
 
 // Retention retires old data without row-by-row DELETE on the hot path: it
@@ -85,6 +97,7 @@ type Retention struct {
 	cfg        RetentionConfig
 	partitions *service.Periodic
 	dead       *service.Periodic
+	workflows  *service.Periodic
 }
 
 // NewRetention returns a stopped Retention with defaults filled in.
@@ -101,6 +114,9 @@ func NewRetention(cfg RetentionConfig) *Retention {
 	if cfg.DeadLetterBatches <= 0 {
 		cfg.DeadLetterBatches = DefaultDeadLetterBatches
 	}
+	if cfg.WorkflowBatch <= 0 {
+		cfg.WorkflowBatch = DefaultWorkflowBatch
+	}
 	r := &Retention{cfg: cfg}
 	r.partitions = &service.Periodic{Name: "partitions", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
 		Tick: func(ctx context.Context) error {
@@ -112,12 +128,18 @@ func NewRetention(cfg RetentionConfig) *Retention {
 			_, err := r.PurgeDeadLetters(ctx)
 			return err
 		}}
+	r.workflows = &service.Periodic{Name: "workflow_retention", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
+		Tick: func(ctx context.Context) error {
+			_, err := r.PurgeWorkflows(ctx)
+			return err
+		}}
 	return r
 }
 
 // Services returns the passes that have work to do as services: the
 // partition pass when archiving or when old partitions are to be dropped,
-// and the dead-letter pass when dead letters expire.
+// the dead-letter pass when dead letters expire, and the workflow pass when
+// finished workflows do.
 func (r *Retention) Services() []service.Service {
 	var out []service.Service
 	if r.cfg.Archive || r.cfg.CompletedRetention > 0 {
@@ -125,6 +147,9 @@ func (r *Retention) Services() []service.Service {
 	}
 	if r.cfg.DeadLetterRetention > 0 {
 		out = append(out, r.dead)
+	}
+	if r.cfg.WorkflowRetention > 0 && r.cfg.Store != nil {
+		out = append(out, r.workflows)
 	}
 	return out
 }
@@ -164,14 +189,18 @@ func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, err
 	return st, nil
 }
 
-// DeadLetterStats counts what one dead-letter pass did.
-type DeadLetterStats struct {
-	// Purged counts the dead letters deleted; Batches the transactions.
+// PurgeStats counts what one batched purge pass did.
+type PurgeStats struct {
+	// Purged counts the rows (dead letters, workflows) deleted; Batches the
+	// transactions.
 	Purged  int64
 	Batches int
 	// Skipped reports that another process held the pass's lock.
 	Skipped bool
 }
+
+// DeadLetterStats counts what one dead-letter pass did.
+type DeadLetterStats = PurgeStats
 
 // PurgeDeadLetters runs one dead-letter pass: batches of at most
 // DeadLetterBatch dead letters older than DeadLetterRetention, oldest
@@ -179,16 +208,52 @@ type DeadLetterStats struct {
 // DeadLetterBatches ran. It stops as soon as another process holds the
 // pass's lock.
 func (r *Retention) PurgeDeadLetters(ctx context.Context) (DeadLetterStats, error) {
-	var st DeadLetterStats
 	if r.cfg.DeadLetterRetention <= 0 {
-		return st, nil
+		return PurgeStats{}, nil
 	}
+	return r.purge(ctx, purgePass{lock: "dead_letters", what: "dead letters", size: r.cfg.DeadLetterBatch,
+		retention: r.cfg.DeadLetterRetention, retentionAttr: "dead_letter_retention"},
+		func(tx pgx.Tx) (int64, error) {
+			return health.PurgeDeadBatch(ctx, tx, r.cfg.Schema, r.cfg.DeadLetterRetention, r.cfg.DeadLetterBatch)
+		})
+}
+
+// PurgeWorkflows runs one workflow pass: batches of at most WorkflowBatch
+// workflows (and batches) that finished longer than WorkflowRetention ago,
+// oldest first, each deleted with its tasks, edges and signals in one
+// transaction, until none is left or DeadLetterBatches ran. Running
+// workflows are never touched.
+func (r *Retention) PurgeWorkflows(ctx context.Context) (PurgeStats, error) {
+	if r.cfg.WorkflowRetention <= 0 || r.cfg.Store == nil {
+		return PurgeStats{}, nil
+	}
+	return r.purge(ctx, purgePass{lock: "workflows", what: "finished workflows", size: r.cfg.WorkflowBatch,
+		retention: r.cfg.WorkflowRetention, retentionAttr: "workflow_retention"},
+		func(tx pgx.Tx) (int64, error) {
+			return r.cfg.Store.PurgeWorkflows(ctx, tx, r.cfg.WorkflowRetention, r.cfg.WorkflowBatch)
+		})
+}
+
+// purgePass names one batched purge: its lock, what it deletes (for the log
+// line and errors), its batch size and its retention.
+type purgePass struct {
+	lock, what    string
+	size          int
+	retention     time.Duration
+	retentionAttr string
+}
+
+// purge runs batch under the pass's lock, each call its own transaction,
+// until a call deletes fewer than size rows, DeadLetterBatches calls ran, or
+// another process holds the lock; it logs what it deleted.
+func (r *Retention) purge(ctx context.Context, p purgePass, batch func(pgx.Tx) (int64, error)) (PurgeStats, error) {
+	var st PurgeStats
 	var err error
 	for st.Batches < r.cfg.DeadLetterBatches {
 		var n int64
-		err = r.locked(ctx, "dead_letters", func(tx pgx.Tx) error {
+		err = r.locked(ctx, p.lock, func(tx pgx.Tx) error {
 			var err error
-			n, err = health.PurgeDeadBatch(ctx, tx, r.cfg.Schema, r.cfg.DeadLetterRetention, r.cfg.DeadLetterBatch)
+			n, err = batch(tx)
 			return err
 		})
 		if errors.Is(err, errLockTaken) {
@@ -196,19 +261,18 @@ func (r *Retention) PurgeDeadLetters(ctx context.Context) (DeadLetterStats, erro
 			break
 		}
 		if err != nil {
-			err = fmt.Errorf("retention: dead letters: %w", err)
+			err = fmt.Errorf("retention: %s: %w", p.what, err)
 			break
 		}
 		st.Batches++
 		st.Purged += n
-		if n < int64(r.cfg.DeadLetterBatch) {
+		if n < int64(p.size) {
 			break
 		}
 	}
 	if r.cfg.Logger != nil && st.Purged > 0 {
-		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "skiplock: retention purged dead letters",
-			slog.Int64("purged", st.Purged), slog.Int("batches", st.Batches),
-			slog.Duration("dead_letter_retention", r.cfg.DeadLetterRetention))
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "skiplock: retention purged "+p.what,
+			slog.Int64("purged", st.Purged), slog.Int("batches", st.Batches), slog.Duration(p.retentionAttr, p.retention))
 	}
 	return st, err
 }
@@ -223,11 +287,13 @@ func (r *Retention) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops both passes and waits for the current ones.
+// Stop stops every pass and waits for the current ones.
 func (r *Retention) Stop(ctx context.Context) error {
-	err := r.partitions.Stop(ctx)
-	if err2 := r.dead.Stop(ctx); err == nil {
-		err = err2
+	var err error
+	for _, p := range []*service.Periodic{r.partitions, r.dead, r.workflows} {
+		if err2 := p.Stop(ctx); err == nil {
+			err = err2
+		}
 	}
 	return err
 }

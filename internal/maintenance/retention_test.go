@@ -11,6 +11,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 func retExec(t *testing.T, db *dbtest.DB, sql string, args ...any) {
@@ -132,6 +133,60 @@ func TestRetentionDeadLetters(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, DeadLetterStats{}, st)
 	require.Equal(t, int64(12), retCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`))
+}
+
+// workflowAt creates a two-task workflow (a → b, a signal sent to it) and,
+// unless running, finishes it ago in the past: both tasks completed.
+func workflowAt(t *testing.T, db *dbtest.DB, name string, ago time.Duration, running bool) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT skiplock.create_workflow($1, 'cancel',
+		'[{"name":"a","queue":"q","kind":"k"},{"name":"b","queue":"q","kind":"k","depends_on":["a"]}]', NULL, false)`, name).Scan(&id))
+	retExec(t, db, `SELECT skiplock.signal('go', workflow_id => $1)`, id)
+	retExec(t, db, `DELETE FROM skiplock.jobs WHERE task_id IN (SELECT id FROM skiplock.workflow_tasks WHERE workflow_id = $1)`, id)
+	at := `now() - $2::bigint * interval '1 microsecond'`
+	if running {
+		retExec(t, db, `UPDATE skiplock.workflows SET state = 'running', finished_at = NULL, tasks_open = 1, created_at = `+at+` WHERE id = $1`, id, ago.Microseconds())
+		return id
+	}
+	retExec(t, db, `UPDATE skiplock.workflow_tasks SET state = 'completed', finished_at = `+at+` WHERE workflow_id = $1`, id, ago.Microseconds())
+	retExec(t, db, `UPDATE skiplock.workflows SET state = 'completed', tasks_open = 0, tasks_completed = 2,
+		created_at = `+at+` - interval '1 minute', finished_at = `+at+` WHERE id = $1`, id, ago.Microseconds())
+	return id
+}
+
+// Finished workflows older than WorkflowRetention go, each with its tasks,
+// edges and signals, in bounded batches; recent and running ones stay,
+// however old the running one is.
+func TestRetentionWorkflows(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	var old []int64
+	for i := range 5 {
+		old = append(old, workflowAt(t, db, fmt.Sprintf("old-%d", i), 8*24*time.Hour, false))
+	}
+	recent := workflowAt(t, db, "recent", 6*24*time.Hour, false)
+	running := workflowAt(t, db, "running", 30*24*time.Hour, true)
+
+	st := store.New(db.Schema)
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Store: st, WorkflowRetention: 7 * 24 * time.Hour,
+		WorkflowBatch: 2})
+	require.Len(t, r.Services(), 1, "the workflow pass runs")
+	got, err := r.PurgeWorkflows(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PurgeStats{Purged: 5, Batches: 3}, got, "three bounded batches")
+	require.Equal(t, int64(0), retCount(t, db, `SELECT count(*) FROM skiplock.workflows WHERE id = ANY ($1)`, old))
+	require.Equal(t, int64(0), retCount(t, db, `SELECT count(*) FROM skiplock.workflow_tasks WHERE workflow_id = ANY ($1)`, old))
+	require.Equal(t, int64(0), retCount(t, db, `SELECT count(*) FROM skiplock.signals WHERE workflow_id = ANY ($1)`, old))
+	require.Equal(t, int64(2), retCount(t, db, `SELECT count(*) FROM skiplock.workflow_deps`), "the kept workflows' edges stay")
+	require.Equal(t, int64(2), retCount(t, db, `SELECT count(*) FROM skiplock.workflows WHERE id IN ($1, $2)`, recent, running))
+
+	off := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Store: st, WorkflowRetention: -1})
+	require.Empty(t, off.Services())
+	got, err = off.PurgeWorkflows(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PurgeStats{}, got)
 }
 
 // While another process holds a pass's lock, a pass does nothing and says so.

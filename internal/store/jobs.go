@@ -397,7 +397,9 @@ type FencedWrite struct {
 
 // FencedWrites returns every statement a lease holder writes with (the
 // heartbeat, both completions, CompleteTx's two, the reschedule used for
-// retries, snoozes and hand-backs, and dead-lettering) with arguments that
+// retries, snoozes and hand-backs, dead-lettering, and a handler's durable
+// writes to its own job: step and timer checkpoints, a task's output, a
+// signal wait's lock and its sleep) with arguments that
 // name one lease of worker. They are meant to be EXPLAINed, never run: each
 // must reach its rows through jobs_pkey alone (lease.sql explains why), which
 // the tests and the doctor's fenced_writes check hold them to.
@@ -412,6 +414,12 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 		{"complete_one_archive", Query{s.SQL("complete_one_archive"), []any{int64(1), int64(1), worker}}},
 		{"reschedule", s.RescheduleQuery([]Reschedule{{Lease: l[0], Error: &msg}}, worker)},
 		{"dead_letter", s.DeadLetterQuery([]Dead{{Lease: l[0], Reason: "error", Error: msg}}, worker)},
+		// A handler's durable writes to its own job (workflow.sql).
+		{"step_put", Query{s.SQL("step_put"), []any{int64(1), int64(1), worker, "explain", "{}"}}},
+		{"timer_put", Query{s.SQL("timer_put"), []any{int64(1), int64(1), worker, "sleep:explain", Micros(time.Minute), nil}}},
+		{"task_set_output", Query{s.SQL("task_set_output"), []any{int64(1), int64(1), worker, "{}"}}},
+		{"wait_lock", Query{s.SQL("wait_lock"), []any{int64(1), int64(1), worker}}},
+		{"wait_sleep", Query{s.SQL("wait_sleep"), []any{int64(1), int64(1), worker, time.Unix(0, 0)}}},
 	}
 }
 

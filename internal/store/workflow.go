@@ -265,6 +265,15 @@ func (s *Store) DeleteWorkflowsNamed(ctx context.Context, db DBTX, name string) 
 	return n, err
 }
 
+// PurgeWorkflows deletes up to limit workflows that finished longer than
+// olderThan ago, with their tasks, edges and signals (retention), and
+// returns how many it deleted.
+func (s *Store) PurgeWorkflows(ctx context.Context, db DBTX, olderThan time.Duration, limit int) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, s.SQL("workflow_purge"), olderThan.Microseconds(), limit).Scan(&n)
+	return n, err
+}
+
 // WorkflowWait is something a workflow's tasks wait for: a signal sent and
 // not received yet ("signal"), a sleep ("timer") or a signal wait ("signal
 // wait") with its wake time.

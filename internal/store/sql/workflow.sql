@@ -163,6 +163,23 @@ SELECT {{schema}}.retry_workflow($1);
 SELECT count(*) FILTER (WHERE {{schema}}.delete_workflow(w.id))
 FROM {{schema}}.workflows AS w WHERE w.name = $1 AND w.state <> 'running';
 
+-- name: workflow_purge
+-- Retention: deletes up to $2 workflows (and batches) that finished more
+-- than $1 microseconds ago, oldest first, each with its tasks, edges and
+-- signals (delete_workflow). A workflow finishes after it was created, so
+-- the range read on workflows_created bounds the scan to the workflows
+-- created before the cutoff that are still kept. Another process's pass
+-- skips the rows this one holds. Returns how many were deleted.
+--   $1 retention (microseconds)  $2 batch size
+SELECT count(*) FILTER (WHERE {{schema}}.delete_workflow(w.id))::bigint
+FROM (SELECT w.id FROM {{schema}}.workflows AS w
+      WHERE w.created_at < now() - $1::bigint * interval '1 microsecond'
+        AND w.state <> 'running'
+        AND w.finished_at < now() - $1::bigint * interval '1 microsecond'
+      ORDER BY w.created_at
+      LIMIT $2
+      FOR UPDATE SKIP LOCKED) AS w;
+
 -- name: workflow_waits
 -- What a workflow's tasks wait for, for the dashboard: unconsumed signals
 -- sent to the workflow or to one of its jobs (name and time, never the
