@@ -30,6 +30,8 @@ type Client struct {
 	fallback *handlerEntry
 	runner   *worker.Runner
 	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard, priority aging
+
+	steps stepWriter // Step's group commit (stepwriter.go)
 }
 
 // NewClient returns a Client using pool, which the caller owns and closes

@@ -77,8 +77,9 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if err != nil {
 		return v, err
 	}
-	_, held, err := run.client.store.StepPut(ctx, run.client.pool, run.lease(), run.worker, name, raw)
-	if err = stepPutError(run, name, held, err); err == nil {
+	held, recorded, err := run.client.steps.put(ctx, run.client, run.worker,
+		store.StepCheckpoint{Lease: run.lease(), Name: name, Output: raw})
+	if err = stepPutError(run, name, held, recorded, err); err == nil {
 		run.steps.put(name, raw)
 	}
 	return v, err
@@ -114,7 +115,7 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 			return err
 		}
 		_, held, err := run.client.store.StepPut(ctx, tx, run.lease(), run.worker, name, raw)
-		if err = stepPutError(run, name, held, err); err == nil {
+		if err = stepPutError(run, name, held, false, err); err == nil {
 			stored = raw
 		}
 		return err
@@ -174,10 +175,13 @@ func recordedStep[T any](ctx context.Context, run *jobRun, name string, v *T) (b
 	return true, nil
 }
 
-func stepPutError(run *jobRun, name string, held bool, err error) error {
+// stepPutError is the error of a step whose checkpoint write reported held
+// (the lease), recorded (the step was recorded already: ErrStepRecorded, as
+// is a unique violation) and err.
+func stepPutError(run *jobRun, name string, held, recorded bool, err error) error {
 	var pe *pgconn.PgError
 	switch {
-	case errors.As(err, &pe) && pe.Code == "23505":
+	case recorded || errors.As(err, &pe) && pe.Code == "23505":
 		return fmt.Errorf("skiplock: step %q of job %d: %w", name, run.id, ErrStepRecorded)
 	case err != nil:
 		return fmt.Errorf("skiplock: step %q of job %d: %w", name, run.id, err)
@@ -243,7 +247,7 @@ func timerStep(ctx context.Context, run *jobRun, name string, d time.Duration, a
 	if err == nil && !found {
 		var held bool
 		out, now, held, err = run.client.store.TimerPut(ctx, run.client.pool, run.lease(), run.worker, name, d, at)
-		err = stepPutError(run, name, held, err)
+		err = stepPutError(run, name, held, false, err)
 	}
 	if err != nil {
 		return wake, now, err
@@ -343,7 +347,7 @@ func WaitSignal(ctx context.Context, name string, timeout time.Duration) (json.R
 			return err
 		}
 		_, held, err = st.StepPut(ctx, tx, run.lease(), run.worker, got, raw)
-		return stepPutError(run, got, held, err)
+		return stepPutError(run, got, held, false, err)
 	})
 	switch {
 	case err != nil:

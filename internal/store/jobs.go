@@ -416,6 +416,7 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 		{"dead_letter", s.DeadLetterQuery([]Dead{{Lease: l[0], Reason: "error", Error: msg}}, worker)},
 		// A handler's durable writes to its own job (workflow.sql).
 		{"step_put", Query{s.SQL("step_put"), []any{int64(1), int64(1), worker, "explain", "{}"}}},
+		{"step_put_many", Query{s.SQL("step_put_many"), []any{[]int64{1}, []int64{1}, []string{"explain"}, []string{"{}"}, worker}}},
 		{"timer_put", Query{s.SQL("timer_put"), []any{int64(1), int64(1), worker, "sleep:explain", Micros(time.Minute), nil}}},
 		{"task_set_output", Query{s.SQL("task_set_output"), []any{int64(1), int64(1), worker, "{}"}}},
 		{"wait_lock", Query{s.SQL("wait_lock"), []any{int64(1), int64(1), worker}}},

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Workflow statements (workflow.sql). A handler's statements for its own job
@@ -91,6 +93,49 @@ func (s *Store) StepPut(ctx context.Context, db DBTX, l Lease, worker, name stri
 		return now, false, nil
 	}
 	return now, err == nil, err
+}
+
+// StepCheckpoint is one step's checkpoint for StepPutMany.
+type StepCheckpoint struct {
+	Lease  Lease
+	Name   string
+	Output []byte
+}
+
+// StepPutMany records many steps' checkpoints in one statement (one
+// commit) for worker. For each checkpoint, in order: held is false when its
+// lease is gone, recorded is true when the step had been recorded already
+// (StepPut's unique violation). The same job and step must not appear twice.
+func (s *Store) StepPutMany(ctx context.Context, db DBTX, worker string, cps []StepCheckpoint) (held, recorded []bool, err error) {
+	ids, tokens := make([]int64, len(cps)), make([]int64, len(cps))
+	names, outputs := make([]string, len(cps)), make([]string, len(cps))
+	for i, c := range cps {
+		ids[i], tokens[i], names[i], outputs[i] = c.Lease.ID, c.Lease.Token, c.Name, string(c.Output)
+	}
+	rows, err := db.Query(ctx, s.SQL("step_put_many"), ids, tokens, names, outputs, worker)
+	if err != nil {
+		return nil, nil, err
+	}
+	type key struct {
+		id   int64
+		name string
+	}
+	inserted := map[key]bool{}
+	var id int64
+	var name string
+	var ins bool
+	if _, err := pgx.ForEachRow(rows, []any{&id, &name, &ins}, func() error {
+		inserted[key{id, name}] = ins
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	held, recorded = make([]bool, len(cps)), make([]bool, len(cps))
+	for i, c := range cps {
+		ins, ok := inserted[key{c.Lease.ID, c.Name}]
+		held[i], recorded[i] = ok, ok && !ins
+	}
+	return held, recorded, nil
 }
 
 // WaitLock locks job l's row for a signal wait and returns its workflow

@@ -64,6 +64,29 @@ INSERT INTO {{schema}}.job_steps (job_id, name, output)
 SELECT h.id, $4, $5::jsonb FROM held AS h
 RETURNING now();
 
+-- name: step_put_many
+-- step_put for many runs at once (Step's group commit: the checkpoints that
+-- handlers record while one write is in flight go together in the next, one
+-- commit for all). For each checkpoint asked for whose lease is held, one
+-- row: inserted false when the step was recorded already (step_put's 23505).
+-- A checkpoint missing from the result lost its lease. The same (job, step)
+-- must not appear twice.
+--   $1 job ids  $2 tokens  $3 step names  $4 outputs  $5 worker id
+WITH held AS (
+    SELECT j.id, j.task_id, l.name, l.output
+    FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS l(id, token, name, output)
+    JOIN {{schema}}.jobs AS j ON j.id = l.id AND j.lease_token = l.token AND j.locked_by = $5
+), mark AS (
+    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h WHERE j.id = h.id AND h.task_id IS NULL
+), ins AS (
+    INSERT INTO {{schema}}.job_steps (job_id, name, output)
+    SELECT h.id, h.name, h.output::jsonb FROM held AS h
+    ON CONFLICT (job_id, name) DO NOTHING
+    RETURNING job_id, name
+)
+SELECT h.id, h.name, i.job_id IS NOT NULL
+FROM held AS h LEFT JOIN ins AS i ON i.job_id = h.id AND i.name = h.name;
+
 -- name: timer_put
 -- Records a timer step: {"wake_at": ...}, the wake time by the database
 -- clock ($5 later than now, or at $6 when given). Returns the checkpoint and

@@ -1,0 +1,72 @@
+package skiplock
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// Checkpoints asked for at once are written together, each with its own
+// answer: recorded, lease lost, or recorded already; the same step of the
+// same job twice goes in two writes, the second finding the first.
+func TestStepWriterGroupsCheckpoints(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c, err := NewClient(db.Pool, Config{})
+	require.NoError(t, err)
+	const n = 60
+	rows, err := db.Pool.Query(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
+		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, $1) RETURNING id`, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	// Job 0's step "s" is recorded already.
+	_, err = db.Pool.Exec(ctx, `INSERT INTO skiplock.job_steps (job_id, name, output) VALUES ($1, 's', '1')`, ids[0])
+	require.NoError(t, err)
+
+	type answer struct{ held, recorded bool }
+	got := make([]answer, n+1)
+	var wg sync.WaitGroup
+	for i := range n + 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cp := store.StepCheckpoint{Name: "s", Output: []byte(`{"i": 1}`)}
+			switch {
+			case i == n: // job 1's step again, in the same burst
+				cp.Lease = store.Lease{ID: ids[1], Token: 7}
+			case i == 2: // a lease that is not held
+				cp.Lease = store.Lease{ID: ids[i], Token: 8}
+			default:
+				cp.Lease = store.Lease{ID: ids[i], Token: 7}
+			}
+			held, recorded, err := c.steps.put(ctx, c, "w", cp)
+			require.NoError(t, err)
+			got[i] = answer{held, recorded}
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, answer{true, true}, got[0], "recorded before")
+	require.Equal(t, answer{false, false}, got[2], "lease not held")
+	require.ElementsMatch(t, []answer{{true, false}, {true, true}}, []answer{got[1], got[n]}, "job 1's step: one records, one finds it")
+	for i := 3; i < n; i++ {
+		require.Equal(t, answer{true, false}, got[i], i)
+	}
+	var steps, marked int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE j.task_id = 0)
+		FROM skiplock.job_steps AS s JOIN skiplock.jobs AS j ON j.id = s.job_id`).Scan(&steps, &marked))
+	require.Equal(t, n-1, steps, "one checkpoint per held job")
+	require.Equal(t, steps, marked, "every job with a checkpoint is marked to shed it when it ends")
+	c.steps.mu.Lock()
+	defer c.steps.mu.Unlock()
+	require.False(t, c.steps.busy)
+	require.Less(t, c.steps.writes, n, "checkpoints asked for together were written together")
+	t.Logf("%d checkpoints in %d writes", n+1, c.steps.writes)
+}
