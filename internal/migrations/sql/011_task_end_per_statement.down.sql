@@ -2,6 +2,10 @@
 DROP TRIGGER IF EXISTS jobs_left ON {{schema}}.jobs;
 DROP FUNCTION IF EXISTS {{schema}}.jobs_left();
 DROP FUNCTION IF EXISTS {{schema}}.tasks_left(bigint[], bigint[], boolean[]);
+ALTER FUNCTION {{schema}}.add_tasks(bigint, jsonb) RESET enable_seqscan;
+ALTER FUNCTION {{schema}}.add_tasks(bigint, jsonb) SET plan_cache_mode = force_custom_plan;
+ALTER FUNCTION {{schema}}.delete_workflow(bigint) RESET enable_seqscan;
+ALTER FUNCTION {{schema}}.delete_workflow(bigint) SET plan_cache_mode = force_custom_plan;
 
 CREATE FUNCTION {{schema}}.job_left()
 RETURNS trigger
