@@ -344,8 +344,8 @@ func (c *Client) enqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParam
 	var inserted int64
 	if len(rows) > 0 {
 		// COPY cannot call now(); read the database clock once instead.
-		var now time.Time
-		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		now, err := c.store.Now(ctx, tx)
+		if err != nil {
 			return 0, fmt.Errorf("skiplock: enqueue: %w", err)
 		}
 		n, err := tx.CopyFrom(ctx, pgx.Identifier{c.store.Schema, "jobs"}, copyColumns, &copySource{rows: rows, now: now})

@@ -223,8 +223,8 @@ func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
 	}
 	q := c.store.SQL("schedule_upsert")
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		var now time.Time
-		if err := tx.QueryRow(ctx, c.store.SQL("now")).Scan(&now); err != nil {
+		now, err := c.store.Now(ctx, tx)
+		if err != nil {
 			return err
 		}
 		for _, r := range rows {

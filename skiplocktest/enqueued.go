@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Match describes the job a test expects. Empty fields match anything.
@@ -331,13 +332,6 @@ func argsJSON(v any) (json.RawMessage, error) {
 	return b, nil
 }
 
-const selectJobs = `SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, run_at > now(),
-       tenant, entity, unique_key, payload::text, COALESCE(payload @> $3::jsonb, false)
-FROM %s
-WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR queue = $2)
-ORDER BY id
-LIMIT 1000`
-
 // query reads in-flight jobs of m.Kind and m.Queue through db (a pgx or
 // database/sql handle); with args it also asks PostgreSQL whether each
 // payload contains args.Args.
@@ -350,7 +344,7 @@ func query(ctx context.Context, c *skiplock.Client, db any, m Match, args *Match
 		}
 		contains = string(b)
 	}
-	q := fmt.Sprintf(selectJobs, pgx.Identifier{c.Config().Schema, "jobs"}.Sanitize())
+	q := store.New(c.Config().Schema).SQL("enqueued_jobs")
 	var out []candidate
 	scan := func(sc func(dest ...any) error) error {
 		j := &EnqueuedJob{}

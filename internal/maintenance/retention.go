@@ -11,6 +11,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/health"
 	"github.com/skiplock/skiplock/internal/service"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Retention defaults.
@@ -83,6 +84,7 @@ type RetentionConfig struct {
 // pooler); a process that finds it taken leaves that pass to the holder.
 type Retention struct {
 	cfg        RetentionConfig
+	st         *store.Store
 	partitions *service.Periodic
 	dead       *service.Periodic
 }
@@ -101,7 +103,7 @@ func NewRetention(cfg RetentionConfig) *Retention {
 	if cfg.DeadLetterBatches <= 0 {
 		cfg.DeadLetterBatches = DefaultDeadLetterBatches
 	}
-	r := &Retention{cfg: cfg}
+	r := &Retention{cfg: cfg, st: store.New(cfg.Schema)}
 	r.partitions = &service.Periodic{Name: "partitions", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
 		Tick: func(ctx context.Context) error {
 			_, err := r.MaintainPartitions(ctx)
@@ -248,14 +250,9 @@ func (r *Retention) locked(ctx context.Context, pass string, fn func(pgx.Tx) err
 	ctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout+time.Second)
 	defer cancel()
 	return pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
-		settings := fmt.Sprintf("SET LOCAL statement_timeout = %d; SET LOCAL idle_in_transaction_session_timeout = %d",
-			retentionStatementTimeout.Milliseconds(), retentionIdleTimeout.Milliseconds())
-		if _, err := tx.Exec(ctx, settings); err != nil {
-			return err
-		}
-		var got bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
-			RetentionLockKey(r.cfg.Schema, pass)).Scan(&got); err != nil {
+		got, err := r.st.BeginRetentionPass(ctx, tx, RetentionLockKey(r.cfg.Schema, pass),
+			retentionStatementTimeout, retentionIdleTimeout)
+		if err != nil {
 			return err
 		}
 		if !got {

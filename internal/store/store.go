@@ -92,3 +92,25 @@ func (s *Store) DirectSession(ctx context.Context, conn *pgx.Conn) (bool, error)
 	}
 	return pid == conn.PgConn().PID(), nil
 }
+
+// Now reads the database clock (the transaction's start time when db is a
+// transaction).
+func (s *Store) Now(ctx context.Context, db DBTX) (time.Time, error) {
+	var now time.Time
+	err := db.QueryRow(ctx, s.SQL("now")).Scan(&now)
+	return now, err
+}
+
+// Listen subscribes conn to the installation's notifications: ready jobs
+// (Channel) and cancellations (CancelChannel).
+func (s *Store) Listen(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, s.SQL("listen"))
+	return err
+}
+
+// NotifySelfTest sends payload on the jobs channel: the listener's check
+// that notifications reach its session.
+func (s *Store) NotifySelfTest(ctx context.Context, conn *pgx.Conn, payload string) error {
+	_, err := conn.Exec(ctx, s.SQL("notify_self_test"), payload)
+	return err
+}

@@ -208,7 +208,8 @@ func (r *Runner) Start(ctx context.Context) error {
 		if !r.cfg.PollOnly && r.cfg.Connect != nil {
 			r.listener = notify.New(notify.Config{
 				Connect:  r.cfg.Connect,
-				Channels: []string{r.cfg.Store.Channel(), r.cfg.Store.CancelChannel()},
+				Listen:   r.cfg.Store.Listen,
+				SelfTest: r.cfg.Store.NotifySelfTest,
 				OnNotify: r.onNotify,
 				OnConnect: func(delivered bool) {
 					r.listenerUp.Store(delivered)
