@@ -302,8 +302,9 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 // Call it once per transaction (a second call in the same transaction finds
 // the job already gone and reports ErrLeaseLost), and only while the handler
 // runs: job must be the one the client passed to the handler, and c that
-// client; anything else reports ErrLeaseLost. tx is a pgx.Tx or a *sql.Tx.
-func CompleteTx[T any](ctx context.Context, c *Client, tx any, job *Job[T]) error {
+// client; anything else reports ErrLeaseLost. tx is a pgx.Tx, or a *sql.Tx
+// wrapped with SQLTx.
+func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error {
 	if job == nil || job.run == nil {
 		return fmt.Errorf("skiplock: CompleteTx: the job was not handed to a handler by a Client: %w", ErrLeaseLost)
 	}
@@ -314,20 +315,7 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx any, job *Job[T]) erro
 	if run.returned.Load() {
 		return fmt.Errorf("skiplock: CompleteTx: job %d: its handler already returned: %w", run.id, ErrLeaseLost)
 	}
-	q := c.store.SQL("complete_one_delete")
-	if c.cfg.keepCompleted() {
-		q = c.store.SQL("complete_one_archive")
-	}
-	var id int64
-	var err error
-	switch db := tx.(type) {
-	case store.DBTX:
-		err = db.QueryRow(ctx, q, run.id, run.token, run.worker).Scan(&id)
-	case SQLQueryer:
-		err = db.QueryRowContext(ctx, q, run.id, run.token, run.worker).Scan(&id)
-	default:
-		return fmt.Errorf("skiplock: CompleteTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
-	}
+	err := c.store.CompleteOne(ctx, tx, store.Lease{ID: run.id, Token: run.token}, run.worker, c.cfg.keepCompleted())
 	switch {
 	case isNoRows(err):
 		run.leaseLost.Store(true)

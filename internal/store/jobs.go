@@ -382,6 +382,25 @@ type EnqueueArgs struct {
 	Metadata    *string // JSON object text; nil: none
 }
 
+// Enqueue inserts one job through the enqueue_job function, or finds the
+// in-flight job holding a's unique key: inserted says which.
+func (s *Store) Enqueue(ctx context.Context, db Querier, a EnqueueArgs) (id int64, inserted bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("enqueue"), a.Args()...).Scan(&id, &inserted)
+	return id, inserted, err
+}
+
+// CompleteOne completes the job of lease l inside the caller's transaction
+// (CompleteTx), fenced like every lease holder's write; archive keeps it in
+// jobs_done. pgx.ErrNoRows: the lease is gone.
+func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker string, archive bool) error {
+	q := s.SQL("complete_one_delete")
+	if archive {
+		q = s.SQL("complete_one_archive")
+	}
+	var id int64
+	return db.QueryRow(ctx, q, l.ID, l.Token, worker).Scan(&id)
+}
+
 // Args returns the positional arguments of the "enqueue" statement.
 func (a EnqueueArgs) Args() []any {
 	return []any{a.Queue, a.Kind, a.Payload, a.Priority, a.RunAt, a.MaxAttempts, a.UniqueKey,

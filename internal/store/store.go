@@ -20,12 +20,20 @@ var files embed.FS
 
 var raw = sqlfile.MustParse(files, "sql")
 
+// Querier is what a statement that only reads its result rows runs on: a
+// pgx pool, connection or transaction, or a user's database/sql
+// transaction behind the root package's SQLTx adapter (skiplock.Tx has the
+// same two methods).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // DBTX is what a query runs on: a pool, a connection or a transaction.
 // SendBatch pipelines statements in one round trip (the claim).
 type DBTX interface {
+	Querier
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
