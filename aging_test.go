@@ -20,7 +20,7 @@ func TestPriorityAgingEndsStarvation(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 50 * time.Millisecond,
-		Pools: []skiplock.Pool{{Queues: []string{"q"}, Concurrency: 1, BatchSize: 1}}})
+		Pools: []skiplock.WorkerPool{{Queues: []string{"q"}, Concurrency: 1, BatchSize: 1}}})
 	require.Error(t, c.SetQueueAging(ctx, "q", 10*time.Millisecond, 5), "after under a second is refused")
 	require.Error(t, c.SetQueueAging(ctx, "q", time.Second, 5000), "an invalid priority is refused")
 	require.Error(t, c.SetQueueAging(ctx, "bad queue", time.Second, 5))

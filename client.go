@@ -176,20 +176,13 @@ func (c *Client) StopAndCancel(ctx context.Context) error {
 	return r.StopAndCancel(ctx)
 }
 
-// Stats is a snapshot of this process's worker counters.
-type Stats struct {
-	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
-	Running                                             int
-	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
-	ClaimP50, ClaimP99 time.Duration
-	ListenerUp         bool
-	// Claims counts every claim statement since Start; ClaimCounts is the
-	// cumulative count of those that took at most each ClaimBuckets bound;
-	// ClaimSum is their total duration (a Prometheus histogram's parts).
-	Claims      uint64
-	ClaimCounts []uint64
-	ClaimSum    time.Duration
-}
+// Stats is a snapshot of this process's worker counters: jobs claimed,
+// completed, failed, dead-lettered and whose lease was lost since Start;
+// Running now; ClaimP50 and ClaimP99 over the last 1,024 claim statements;
+// whether the listener is up; and the claim-latency histogram's parts
+// (Claims, ClaimCounts per ClaimBuckets bound, ClaimSum). The one
+// definition is the runtime's; this name is how users reach it.
+type Stats = worker.Stats
 
 // ClaimBuckets are the upper bounds, in seconds, of the claim-latency
 // histogram in Stats: 0.5 ms to 2.5 s.
@@ -203,10 +196,7 @@ func (c *Client) Stats() Stats {
 	if r == nil {
 		return Stats{}
 	}
-	s := r.Stats()
-	return Stats{Claimed: s.Claimed, Completed: s.Completed, Failed: s.Failed, DeadLettered: s.DeadLettered,
-		LeaseLost: s.LeaseLost, Running: s.Running, ClaimP50: s.ClaimP50, ClaimP99: s.ClaimP99, ListenerUp: s.ListenerUp,
-		Claims: s.Claims, ClaimCounts: s.ClaimCounts, ClaimSum: s.ClaimSum}
+	return r.Stats()
 }
 
 // Reap returns expired leases now (the reaper also runs on its own).

@@ -182,7 +182,7 @@ func TestCompleteTxFrozenWorkerLosesLease(t *testing.T) {
 	// test, so only the test decides when A's lease ends.
 	a := schedClient(t, db.URL, skiplock.Config{WorkerID: "A", LeaseDuration: time.Minute, HeartbeatInterval: 25 * time.Second,
 		ReaperInterval: -1, PollOnly: true, PollInterval: time.Hour, Logger: quietLogger(),
-		Pools: []skiplock.Pool{{Concurrency: 1, BatchSize: 1}}})
+		Pools: []skiplock.WorkerPool{{Concurrency: 1, BatchSize: 1}}})
 	inside, resume := make(chan int64, 1), make(chan struct{})
 	resultA := make(chan error, 1)
 	require.NoError(t, skiplock.Handle(a, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
@@ -302,7 +302,7 @@ func TestCompleteTxNotTheCallersJob(t *testing.T) {
 	// A Job the caller made up holds no lease.
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
-	forged := &skiplock.Job[effectArgs]{ID: 1, LeaseToken: 42, WorkerID: "mine"}
+	forged := &skiplock.Job[effectArgs]{JobRow: skiplock.JobRow{ID: 1, LeaseToken: 42}, WorkerID: "mine"}
 	require.ErrorIs(t, skiplock.CompleteTx(ctx, c, tx, forged), skiplock.ErrLeaseLost)
 	require.ErrorIs(t, skiplock.CompleteTx[effectArgs](ctx, c, tx, nil), skiplock.ErrLeaseLost)
 	require.NoError(t, tx.Rollback(ctx))

@@ -86,7 +86,7 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: slog.New(devClientLog{loggerAt(stderr, slog.LevelWarn).Handler()}),
 		ListenURL: listenURL(f.listenURL),
-		Pools: []skiplock.Pool{
+		Pools: []skiplock.WorkerPool{
 			{Name: "interactive", Queues: []string{"default"}, Concurrency: 16},
 			{Name: "bulk", Queues: []string{"bulk"}, Concurrency: 4, TenantCap: 5},
 		},

@@ -264,7 +264,7 @@ func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, log *sl
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
 		ListenURL: listenURL(f.listenURL),
-		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
+		Pools: []skiplock.WorkerPool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
 	})
 	if err != nil {

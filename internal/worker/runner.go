@@ -141,14 +141,17 @@ type tracked struct {
 	finished        bool // handler returned; outcome queued for the completer
 }
 
-// Stats is a snapshot of the runner's counters.
+// Stats is a snapshot of the runner's counters, exported to users as
+// skiplock.Stats (Client.Stats).
 type Stats struct {
 	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
 	Running                                             int
-	ClaimP50, ClaimP99                                  time.Duration
-	ListenerUp                                          bool
-	// Claims is how many claim statements ran; ClaimCounts the cumulative
-	// count per ClaimBuckets bound; ClaimSum their total duration.
+	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
+	ClaimP50, ClaimP99 time.Duration
+	ListenerUp         bool
+	// Claims counts every claim statement since Start; ClaimCounts is the
+	// cumulative count of those that took at most each ClaimBuckets bound;
+	// ClaimSum is their total duration (a Prometheus histogram's parts).
 	Claims      uint64
 	ClaimCounts []uint64
 	ClaimSum    time.Duration
