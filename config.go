@@ -167,7 +167,7 @@ func (c Config) withDefaults() Config {
 		c.ReaperInterval = max(c.LeaseDuration/6, time.Second)
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 20
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes

@@ -26,7 +26,7 @@ type EnqueueParams struct {
 	// Payload is the job's arguments: a value marshalled to a JSON object, or
 	// raw JSON as json.RawMessage or []byte. nil means {}.
 	Payload any
-	// Priority orders ready jobs: larger runs earlier (-1000..1000).
+	// Priority orders ready jobs: larger runs earlier (MinPriority..MaxPriority).
 	Priority int
 	// RunAt schedules the job; zero means now (by the database clock).
 	RunAt time.Time
@@ -354,7 +354,7 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 		} else if a.Delay == 0 {
 			queues[a.Queue] = true
 		}
-		maxAttempts := any(int32(20))
+		maxAttempts := any(int32(DefaultMaxAttempts))
 		if a.MaxAttempts != nil {
 			maxAttempts = int32(*a.MaxAttempts)
 		}

@@ -51,7 +51,7 @@ type Schedule struct {
 	// Payload of every enqueued job: a value marshalled to a JSON object, or
 	// raw JSON as json.RawMessage or []byte. nil means {}.
 	Payload any
-	// Priority of the enqueued jobs (-1000..1000, larger runs earlier).
+	// Priority of the enqueued jobs (MinPriority..MaxPriority, larger runs earlier).
 	Priority int
 	// MaxAttempts of the enqueued jobs; 0 uses the client's default.
 	MaxAttempts int
