@@ -53,13 +53,34 @@ func (c *Client) Config() Config { return c.cfg }
 // Pool returns the client's connection pool.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 
-// Start runs the worker pools until Stop. It fails if no handler is
-// registered.
-func (c *Client) Start(ctx context.Context) error {
+// Start runs the worker pools and the maintenance services until Stop or
+// StopAndCancel. It fails if no handler is registered.
+//
+// ctx bounds start-up only: the statements Start runs, and whether it
+// starts at all (a ctx cancelled before Start returns makes it fail). Once
+// Start has returned nil, the client runs whatever becomes of ctx, and
+// stops only through Stop (which drains running jobs) or StopAndCancel
+// (which cancels them). That is so the usual shutdown drains:
+//
+//	ctx, _ := signal.NotifyContext(ctx, syscall.SIGTERM)
+//	client.Start(ctx)
+//	<-ctx.Done()
+//	client.Stop(context.Background()) // running jobs get ShutdownTimeout
+//
+// Handlers' contexts never derive from ctx. When Start fails it stops
+// whatever it had started (worker pools, listener, maintenance) before it
+// returns, so nothing keeps running, and Start may be called again.
+func (c *Client) Start(ctx context.Context) error { return c.start(ctx) }
+
+// start is Start; tests append services that fail after the real ones.
+func (c *Client) start(ctx context.Context, extra ...service.Service) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.runner != nil {
 		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("skiplock: Start: %w", err)
 	}
 	if len(c.handlers) == 0 && c.fallback == nil {
 		return errors.New("skiplock: Start: no handlers registered (use skiplock.Handle)")
@@ -97,7 +118,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		connCfg = lc
 	}
-	c.runner = worker.New(worker.Config{
+	runner := worker.New(worker.Config{
 		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,
 		Handler: c.runJob, Lease: c.cfg.LeaseDuration, HeartbeatInterval: c.cfg.HeartbeatInterval,
 		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.keepCompleted(),
@@ -109,17 +130,30 @@ func (c *Client) Start(ctx context.Context) error {
 			return pgx.ConnectConfig(ctx, cc)
 		},
 	})
-	if err := c.runner.Start(ctx); err != nil {
-		return err
+	services := append(c.retentionServices(), c.schedulerServices()...)
+	services = append(services, c.vacuumServices()...)
+	services = append(services, c.agingServices()...)
+	services = append(services, extra...)
+	started := 0
+	err := runner.Start(ctx)
+	for ; err == nil && started < len(services); started++ {
+		err = services[started].Start(ctx)
 	}
-	c.services = append(c.retentionServices(), c.schedulerServices()...)
-	c.services = append(c.services, c.vacuumServices()...)
-	c.services = append(c.services, c.agingServices()...)
-	for _, s := range c.services {
-		if err := s.Start(ctx); err != nil {
-			return err
+	if err == nil {
+		err = ctx.Err() // cancelled while starting
+	}
+	if err != nil {
+		// Stop what started, newest first, and the runner at once (it has
+		// claimed nothing worth draining yet, and must not outlive Start).
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+		defer cancel()
+		for i := min(started, len(services)) - 1; i >= 0; i-- {
+			_ = services[i].Stop(stopCtx)
 		}
+		_ = runner.StopAndCancel(stopCtx)
+		return fmt.Errorf("skiplock: Start: %w", err)
 	}
+	c.runner, c.services = runner, services
 	return nil
 }
 
