@@ -20,7 +20,7 @@ func TestPriorityAgingEndsStarvation(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 50 * time.Millisecond,
-		Pools: []skiplock.Pool{{Queues: []string{"q"}, Concurrency: 1, BatchSize: 1}}})
+		Pools: []skiplock.WorkerPool{{Queues: []string{"q"}, Concurrency: 1, BatchSize: 1}}})
 	require.Error(t, c.SetQueueAging(ctx, "q", 10*time.Millisecond, 5), "after under a second is refused")
 	require.Error(t, c.SetQueueAging(ctx, "q", time.Second, 5000), "an invalid priority is refused")
 	require.Error(t, c.SetQueueAging(ctx, "bad queue", time.Second, 5))
@@ -42,17 +42,24 @@ func TestPriorityAgingEndsStarvation(t *testing.T) {
 	// The starved job: due for a minute already, priority -10.
 	_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: "q", Kind: "low", Priority: -10, RunAt: time.Now().Add(-time.Minute)})
 	require.NoError(t, err)
-	// A steady stream of priority-10 jobs, always more than the worker runs.
+	// A steady stream of priority-10 jobs, always more than the worker runs
+	// (at most 200 a second): a backlog first, then 100 every 50 ms, so a
+	// loaded machine that slows the stream tenfold still starves the job.
+	high := func(n int) []skiplock.EnqueueParams {
+		ps := make([]skiplock.EnqueueParams, n)
+		for i := range ps {
+			ps[i] = skiplock.EnqueueParams{Queue: "q", Kind: "high", Priority: 10}
+		}
+		return ps
+	}
+	_, err = c.EnqueueMany(ctx, high(500))
+	require.NoError(t, err)
 	stream, stopStream := context.WithCancel(ctx)
 	streamed := make(chan struct{})
 	go func() {
 		defer close(streamed)
 		for stream.Err() == nil {
-			ps := make([]skiplock.EnqueueParams, 20)
-			for i := range ps {
-				ps[i] = skiplock.EnqueueParams{Queue: "q", Kind: "high", Priority: 10}
-			}
-			if _, err := c.EnqueueMany(stream, ps); err != nil {
+			if _, err := c.EnqueueMany(stream, high(100)); err != nil {
 				return
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -75,8 +82,11 @@ func TestPriorityAgingEndsStarvation(t *testing.T) {
 	case <-time.After(25 * time.Second):
 		t.Fatal("the low-priority job was not promoted and run within two aging passes")
 	}
+	// The handler ran; its completion is written by the completer's next batch.
 	var prio int
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT priority FROM skiplock.jobs_done WHERE kind = 'low'`).Scan(&prio))
+	require.Eventually(t, func() bool {
+		return db.Pool.QueryRow(ctx, `SELECT priority FROM skiplock.jobs_done WHERE kind = 'low'`).Scan(&prio) == nil
+	}, 10*time.Second, 20*time.Millisecond, "the low-priority job's completion is archived")
 	require.Equal(t, 20, prio, "promoted to the queue's age_to")
 	require.NoError(t, c.SetQueueAging(ctx, "q", 0, 0))
 	var off bool

@@ -55,13 +55,34 @@ func (c *Client) Config() Config { return c.cfg }
 // Pool returns the client's connection pool.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 
-// Start runs the worker pools until Stop. It fails if no handler is
-// registered.
-func (c *Client) Start(ctx context.Context) error {
+// Start runs the worker pools and the maintenance services until Stop or
+// StopAndCancel. It fails if no handler is registered.
+//
+// ctx bounds start-up only: the statements Start runs, and whether it
+// starts at all (a ctx cancelled before Start returns makes it fail). Once
+// Start has returned nil, the client runs whatever becomes of ctx, and
+// stops only through Stop (which drains running jobs) or StopAndCancel
+// (which cancels them). That is so the usual shutdown drains:
+//
+//	ctx, _ := signal.NotifyContext(ctx, syscall.SIGTERM)
+//	client.Start(ctx)
+//	<-ctx.Done()
+//	client.Stop(context.Background()) // running jobs get ShutdownTimeout
+//
+// Handlers' contexts never derive from ctx. When Start fails it stops
+// whatever it had started (worker pools, listener, maintenance) before it
+// returns, so nothing keeps running, and Start may be called again.
+func (c *Client) Start(ctx context.Context) error { return c.start(ctx) }
+
+// start is Start; tests append services that fail after the real ones.
+func (c *Client) start(ctx context.Context, extra ...service.Service) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.runner != nil {
 		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("skiplock: Start: %w", err)
 	}
 	if len(c.handlers) == 0 && c.fallback == nil {
 		return errors.New("skiplock: Start: no handlers registered (use skiplock.Handle)")
@@ -99,7 +120,7 @@ func (c *Client) Start(ctx context.Context) error {
 		}
 		connCfg = lc
 	}
-	c.runner = worker.New(worker.Config{
+	runner := worker.New(worker.Config{
 		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,
 		Handler: c.runJob, Lease: c.cfg.LeaseDuration, HeartbeatInterval: c.cfg.HeartbeatInterval,
 		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.keepCompleted(),
@@ -111,17 +132,30 @@ func (c *Client) Start(ctx context.Context) error {
 			return pgx.ConnectConfig(ctx, cc)
 		},
 	})
-	if err := c.runner.Start(ctx); err != nil {
-		return err
+	services := append(c.retentionServices(), c.schedulerServices()...)
+	services = append(services, c.vacuumServices()...)
+	services = append(services, c.agingServices()...)
+	services = append(services, extra...)
+	started := 0
+	err := runner.Start(ctx)
+	for ; err == nil && started < len(services); started++ {
+		err = services[started].Start(ctx)
 	}
-	c.services = append(c.retentionServices(), c.schedulerServices()...)
-	c.services = append(c.services, c.vacuumServices()...)
-	c.services = append(c.services, c.agingServices()...)
-	for _, s := range c.services {
-		if err := s.Start(ctx); err != nil {
-			return err
+	if err == nil {
+		err = ctx.Err() // cancelled while starting
+	}
+	if err != nil {
+		// Stop what started, newest first, and the runner at once (it has
+		// claimed nothing worth draining yet, and must not outlive Start).
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+		defer cancel()
+		for i := min(started, len(services)) - 1; i >= 0; i-- {
+			_ = services[i].Stop(stopCtx)
 		}
+		_ = runner.StopAndCancel(stopCtx)
+		return fmt.Errorf("skiplock: Start: %w", err)
 	}
+	c.runner, c.services = runner, services
 	return nil
 }
 
@@ -178,20 +212,13 @@ func (c *Client) StopAndCancel(ctx context.Context) error {
 	return r.StopAndCancel(ctx)
 }
 
-// Stats is a snapshot of this process's worker counters.
-type Stats struct {
-	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
-	Running                                             int
-	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
-	ClaimP50, ClaimP99 time.Duration
-	ListenerUp         bool
-	// Claims counts every claim statement since Start; ClaimCounts is the
-	// cumulative count of those that took at most each ClaimBuckets bound;
-	// ClaimSum is their total duration (a Prometheus histogram's parts).
-	Claims      uint64
-	ClaimCounts []uint64
-	ClaimSum    time.Duration
-}
+// Stats is a snapshot of this process's worker counters: jobs claimed,
+// completed, failed, dead-lettered and whose lease was lost since Start;
+// Running now; ClaimP50 and ClaimP99 over the last 1,024 claim statements;
+// whether the listener is up; and the claim-latency histogram's parts
+// (Claims, ClaimCounts per ClaimBuckets bound, ClaimSum). The one
+// definition is the runtime's; this name is how users reach it.
+type Stats = worker.Stats
 
 // ClaimBuckets are the upper bounds, in seconds, of the claim-latency
 // histogram in Stats: 0.5 ms to 2.5 s.
@@ -205,10 +232,7 @@ func (c *Client) Stats() Stats {
 	if r == nil {
 		return Stats{}
 	}
-	s := r.Stats()
-	return Stats{Claimed: s.Claimed, Completed: s.Completed, Failed: s.Failed, DeadLettered: s.DeadLettered,
-		LeaseLost: s.LeaseLost, Running: s.Running, ClaimP50: s.ClaimP50, ClaimP99: s.ClaimP99, ListenerUp: s.ListenerUp,
-		Claims: s.Claims, ClaimCounts: s.ClaimCounts, ClaimSum: s.ClaimSum}
+	return r.Stats()
 }
 
 // Reap returns expired leases now (the reaper also runs on its own).
@@ -304,8 +328,9 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 // Call it once per transaction (a second call in the same transaction finds
 // the job already gone and reports ErrLeaseLost), and only while the handler
 // runs: job must be the one the client passed to the handler, and c that
-// client; anything else reports ErrLeaseLost. tx is a pgx.Tx or a *sql.Tx.
-func CompleteTx[T any](ctx context.Context, c *Client, tx any, job *Job[T]) error {
+// client; anything else reports ErrLeaseLost. tx is a pgx.Tx, or a *sql.Tx
+// wrapped with SQLTx.
+func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error {
 	if job == nil || job.run == nil {
 		return fmt.Errorf("skiplock: CompleteTx: the job was not handed to a handler by a Client: %w", ErrLeaseLost)
 	}
@@ -316,20 +341,7 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx any, job *Job[T]) erro
 	if run.returned.Load() {
 		return fmt.Errorf("skiplock: CompleteTx: job %d: its handler already returned: %w", run.id, ErrLeaseLost)
 	}
-	q := c.store.SQL("complete_one_delete")
-	if c.cfg.keepCompleted() {
-		q = c.store.SQL("complete_one_archive")
-	}
-	var id int64
-	var err error
-	switch db := tx.(type) {
-	case store.DBTX:
-		err = db.QueryRow(ctx, q, run.id, run.token, run.worker).Scan(&id)
-	case SQLQueryer:
-		err = db.QueryRowContext(ctx, q, run.id, run.token, run.worker).Scan(&id)
-	default:
-		return fmt.Errorf("skiplock: CompleteTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
-	}
+	err := c.store.CompleteOne(ctx, tx, store.Lease{ID: run.id, Token: run.token}, run.worker, c.cfg.keepCompleted())
 	switch {
 	case isNoRows(err):
 		run.leaseLost.Store(true)

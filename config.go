@@ -27,7 +27,7 @@ type Config struct {
 	WorkerID string
 	// Pools are the worker pools Start runs. Default: one pool named
 	// "default" over the "default" queue, concurrency 10.
-	Pools []Pool
+	Pools []WorkerPool
 	// LeaseDuration is how long a claim is valid without a heartbeat.
 	// Default 30s.
 	LeaseDuration time.Duration
@@ -109,10 +109,10 @@ type Config struct {
 	WorkMiddleware []WorkMiddleware
 }
 
-// Pool is one worker pool: the queues (and optionally kinds) it claims and
+// WorkerPool is one worker pool: the queues (and optionally kinds) it claims and
 // how many jobs it runs at once. Pools are independent, so a bulk backfill
 // in one never crowds out latency-sensitive work in another.
-type Pool struct {
+type WorkerPool struct {
 	// Name labels the pool in logs and metrics. Default the first queue.
 	Name string
 	// Queues this pool claims from. Default ["default"].
@@ -141,9 +141,9 @@ func (c Config) withDefaults() Config {
 		c.WorkerID = fmt.Sprintf("%s:%d:%04x", host, os.Getpid(), os.Getpid()^int(time.Now().UnixNano()&0xffff))
 	}
 	if len(c.Pools) == 0 {
-		c.Pools = []Pool{{}}
+		c.Pools = []WorkerPool{{}}
 	}
-	pools := make([]Pool, len(c.Pools))
+	pools := make([]WorkerPool, len(c.Pools))
 	for i, p := range c.Pools {
 		if len(p.Queues) == 0 {
 			p.Queues = []string{DefaultQueue}
@@ -173,7 +173,7 @@ func (c Config) withDefaults() Config {
 		c.ReaperInterval = max(c.LeaseDuration/6, time.Second)
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 20
+		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes

@@ -16,7 +16,9 @@
 //	client.EnqueueTx(ctx, tx, skiplock.EnqueueParams{Kind: "order.confirm", Payload: Confirm{OrderID: 7}})
 //	tx.Commit(ctx) // the job exists if and only if this commits
 //
-// EnqueueTx takes a pgx.Tx or a database/sql *sql.Tx. Any language can
+// EnqueueTx takes a Tx: a pgx.Tx as it is, or a database/sql *sql.Tx wrapped
+// with SQLTx (EnqueueManyTx, CompleteTx and the workflow functions take the
+// same). Any language can
 // enqueue with plain SQL: SELECT skiplock.enqueue(queue => 'q', kind => 'k', payload => '{}').
 //
 // # Handlers

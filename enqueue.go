@@ -2,7 +2,6 @@ package skiplock
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,7 +26,7 @@ type EnqueueParams struct {
 	// Payload is the job's arguments: a value marshalled to a JSON object, or
 	// raw JSON as json.RawMessage or []byte. nil means {}.
 	Payload any
-	// Priority orders ready jobs: larger runs earlier (-1000..1000).
+	// Priority orders ready jobs: larger runs earlier (MinPriority..MaxPriority).
 	Priority int
 	// RunAt schedules the job; zero means now (by the database clock).
 	RunAt time.Time
@@ -171,17 +170,11 @@ func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, e
 	return c.EnqueueTx(ctx, c.pool, p)
 }
 
-// SQLQueryer is the database/sql side of EnqueueTx: satisfied by *sql.Tx,
-// *sql.DB and *sql.Conn (with pgx's stdlib driver or lib/pq).
-type SQLQueryer interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // EnqueueTx inserts one job inside the caller's transaction: the job exists
 // if and only if that transaction commits, and its wake-up NOTIFY is
-// delivered only then. tx is a pgx.Tx (or anything with pgx's Exec, Query and
-// QueryRow, such as a *pgxpool.Pool or *pgx.Conn), or a database/sql
-// *sql.Tx, *sql.DB or *sql.Conn. EnqueueTx never commits or rolls back.
+// delivered only then. tx is a pgx.Tx (or a *pgxpool.Pool or *pgx.Conn), or
+// a database/sql *sql.Tx wrapped with SQLTx. EnqueueTx never commits or rolls
+// back.
 //
 // If the caller's COMMIT fails, whether the job exists is unknown: the
 // connection may have died after the server committed, and pgx then
@@ -189,28 +182,20 @@ type SQLQueryer interface {
 // Retry with a UniqueKey when a second job would hurt: while the first is
 // still ready or running, the retry returns its id instead of inserting
 // another.
-func (c *Client) EnqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
+func (c *Client) EnqueueTx(ctx context.Context, tx Tx, p EnqueueParams) (EnqueueResult, error) {
 	if len(c.cfg.EnqueueMiddleware) > 0 {
 		return c.enqueueTxWrapped(ctx, tx, p)
 	}
 	return c.enqueueTx(ctx, tx, p)
 }
 
-func (c *Client) enqueueTx(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
+func (c *Client) enqueueTx(ctx context.Context, tx Tx, p EnqueueParams) (EnqueueResult, error) {
 	a, err := c.prepare(p)
 	if err != nil {
 		return EnqueueResult{}, err
 	}
 	var r EnqueueResult
-	switch db := tx.(type) {
-	case store.DBTX:
-		err = db.QueryRow(ctx, c.store.SQL("enqueue"), a.Args()...).Scan(&r.ID, &r.Inserted)
-	case SQLQueryer:
-		err = db.QueryRowContext(ctx, c.store.SQL("enqueue"), sqlArgs(a.Args())...).Scan(&r.ID, &r.Inserted)
-	default:
-		return r, fmt.Errorf("skiplock: EnqueueTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
-	}
-	if err != nil {
+	if r.ID, r.Inserted, err = c.store.Enqueue(ctx, tx, a); err != nil {
 		return r, enqueueError(err)
 	}
 	return r, nil
@@ -304,18 +289,26 @@ func (c *Client) EnqueueMany(ctx context.Context, ps []EnqueueParams) (int64, er
 	return n, err
 }
 
-// EnqueueManyTx is EnqueueMany inside the caller's pgx transaction.
-func (c *Client) EnqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) (int64, error) {
+// EnqueueManyTx is EnqueueMany inside the caller's transaction, a Tx as
+// EnqueueTx takes. On a pgx transaction the jobs go through COPY; on a
+// database/sql one (SQLTx), which has no COPY, one enqueue statement each.
+// Either way the jobs exist if and only if tx commits.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx Tx, ps []EnqueueParams) (int64, error) {
 	if len(c.cfg.EnqueueMiddleware) > 0 {
 		return c.enqueueManyTxWrapped(ctx, tx, ps)
 	}
 	return c.enqueueManyTx(ctx, tx, ps)
 }
 
-func (c *Client) enqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) (int64, error) {
-	rows := make([][]any, 0, len(ps))
-	var uniques []store.EnqueueArgs
-	queues := map[string]bool{}
+// copyTx is what EnqueueManyTx's COPY path needs: a pgx transaction (or
+// pool, or connection).
+type copyTx interface {
+	store.DBTX
+	CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error)
+}
+
+func (c *Client) enqueueManyTx(ctx context.Context, tx Tx, ps []EnqueueParams) (int64, error) {
+	args := make([]store.EnqueueArgs, len(ps))
 	for i, p := range ps {
 		a, err := c.prepare(p)
 		if err != nil {
@@ -325,6 +318,32 @@ func (c *Client) enqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParam
 			}
 			return 0, err
 		}
+		args[i] = a
+	}
+	if ct, ok := tx.(copyTx); ok {
+		return c.enqueueCopy(ctx, ct, args)
+	}
+	// database/sql: no COPY, no pipeline; enqueue_job notifies per queue.
+	var inserted int64
+	for _, a := range args {
+		_, ins, err := c.store.Enqueue(ctx, tx, a)
+		if err != nil {
+			return 0, enqueueError(err)
+		}
+		if ins {
+			inserted++
+		}
+	}
+	return inserted, nil
+}
+
+// enqueueCopy writes validated jobs through COPY, and those with a unique
+// key (which must find an in-flight holder) through enqueue_job, pipelined.
+func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.EnqueueArgs) (int64, error) {
+	rows := make([][]any, 0, len(args))
+	var uniques []store.EnqueueArgs
+	queues := map[string]bool{}
+	for _, a := range args {
 		if a.UniqueKey != nil {
 			uniques = append(uniques, a)
 			continue
@@ -335,7 +354,7 @@ func (c *Client) enqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParam
 		} else if a.Delay == 0 {
 			queues[a.Queue] = true
 		}
-		maxAttempts := any(int32(20))
+		maxAttempts := any(int32(DefaultMaxAttempts))
 		if a.MaxAttempts != nil {
 			maxAttempts = int32(*a.MaxAttempts)
 		}
@@ -344,8 +363,8 @@ func (c *Client) enqueueManyTx(ctx context.Context, tx pgx.Tx, ps []EnqueueParam
 	var inserted int64
 	if len(rows) > 0 {
 		// COPY cannot call now(); read the database clock once instead.
-		var now time.Time
-		if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		now, err := c.store.Now(ctx, tx)
+		if err != nil {
 			return 0, fmt.Errorf("skiplock: enqueue: %w", err)
 		}
 		n, err := tx.CopyFrom(ctx, pgx.Identifier{c.store.Schema, "jobs"}, copyColumns, &copySource{rows: rows, now: now})

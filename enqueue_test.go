@@ -64,7 +64,7 @@ func TestEnqueueTxExistsIffCommit(t *testing.T) {
 		for _, commit := range []bool{true, false} {
 			tx, err := sdb.BeginTx(ctx, nil)
 			require.NoError(t, err)
-			res, err := c.EnqueueTx(ctx, tx, skiplock.EnqueueParams{Kind: "sql", UniqueKey: "k-" + map[bool]string{true: "c", false: "r"}[commit],
+			res, err := c.EnqueueTx(ctx, skiplock.SQLTx(tx), skiplock.EnqueueParams{Kind: "sql", UniqueKey: "k-" + map[bool]string{true: "c", false: "r"}[commit],
 				Tenant: "t", Entity: "e", RunAt: time.Now().Add(time.Minute)})
 			require.NoError(t, err)
 			if commit {
@@ -340,4 +340,45 @@ func TestClaimUsesPartialIndex(t *testing.T) {
 		require.Contains(t, text, "jobs_ready", "%s:\n%s", tc.name, text)
 		require.NotContains(t, text, "Seq Scan on jobs", "%s:\n%s", tc.name, text)
 	}
+}
+
+// EnqueueManyTx takes the same Tx as EnqueueTx: on a database/sql
+// transaction (no COPY) the jobs go in one statement each, exist if and only
+// if it commits, a held unique key is skipped, and a bad job rejects the
+// call by its index with nothing written.
+func TestEnqueueManyTxDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{})
+	sdb, err := sql.Open("pgx", db.URL)
+	require.NoError(t, err)
+	defer sdb.Close()
+	_, err = c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "many", UniqueKey: "held"})
+	require.NoError(t, err)
+	for _, commit := range []bool{false, true} {
+		tx, err := sdb.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		n, err := c.EnqueueManyTx(ctx, skiplock.SQLTx(tx), []skiplock.EnqueueParams{
+			{Kind: "many", Queue: "bulk"},
+			{Kind: "many", Queue: "bulk", Delay: time.Minute, Tenant: "t"},
+			{Kind: "many", UniqueKey: "held"}, // in flight already: skipped
+		})
+		require.NoError(t, err)
+		require.EqualValues(t, 2, n)
+		if commit {
+			require.NoError(t, tx.Commit())
+		} else {
+			require.NoError(t, tx.Rollback())
+		}
+		require.Equal(t, 2*boolInt(commit), countJobs(t, db.Pool, "queue = 'bulk'"))
+	}
+	tx, err := sdb.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer tx.Rollback() //nolint:errcheck // rolled back on purpose
+	_, err = c.EnqueueManyTx(ctx, skiplock.SQLTx(tx), []skiplock.EnqueueParams{{Kind: "many", Queue: "bad"}, {Kind: ""}})
+	var fe *skiplock.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "jobs[1].kind", fe.Field)
+	require.Zero(t, countJobs(t, db.Pool, "queue = 'bad'"))
 }

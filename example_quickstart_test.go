@@ -33,7 +33,7 @@ func run(ctx context.Context) error {
 	}
 
 	client, err := skiplock.NewClient(pool, skiplock.Config{
-		Pools: []skiplock.Pool{
+		Pools: []skiplock.WorkerPool{
 			{Queues: []string{"default"}, Concurrency: 20},
 			{Name: "backfill", Queues: []string{"bulk"}, Concurrency: 4, TenantCap: 5},
 		},

@@ -42,9 +42,9 @@ func BenchmarkFleetOverDatabases(b *testing.B) {
 				var done atomic.Int64
 				clients := make([]*skiplock.Client, n)
 				for i, db := range dbs {
-					pools := make([]skiplock.Pool, cs.pools)
+					pools := make([]skiplock.WorkerPool, cs.pools)
 					for p := range pools {
-						pools[p] = skiplock.Pool{Name: fmt.Sprint("p", p), Concurrency: 32, BatchSize: 50}
+						pools[p] = skiplock.WorkerPool{Name: fmt.Sprint("p", p), Concurrency: 32, BatchSize: 50}
 					}
 					c, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema, PollInterval: 100 * time.Millisecond,
 						Logger: slog.New(slog.DiscardHandler), Pools: pools})

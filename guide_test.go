@@ -133,7 +133,7 @@ func runService() error {
 	client, err := skiplock.NewClient(pool, skiplock.Config{
 		Logger:          slog.New(slog.NewJSONHandler(os.Stderr, nil)),
 		ShutdownTimeout: 25 * time.Second, // inside Kubernetes' 30 s grace period
-		Pools:           []skiplock.Pool{{Queues: []string{"default"}, Concurrency: 20}},
+		Pools:           []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 20}},
 	})
 	if err != nil {
 		return err

@@ -13,33 +13,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
 )
 
-// Job is a job as its handler sees it, with the payload decoded into T.
+// JobRow is a claimed job's row: ID, Queue, Kind, Priority, Attempt (1 on
+// the first run, counted at claim time), MaxAttempts, Payload (as stored),
+// RunAt, CreatedAt, AttemptedAt, Tenant, Entity, UniqueKey and LeaseToken,
+// this claim's fencing token (see docs/fencing.md). It is the same row for
+// every payload type: Job[T] embeds it, so job.ID and the rest read as
+// fields of the Job.
+type JobRow = store.ClaimedRow
+
+// Job is a job as its handler sees it, with the payload decoded into T. Its
+// row's fields (JobRow) are promoted: job.ID, job.Attempt, job.LeaseToken.
 type Job[T any] struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Priority    int
-	Attempt     int // 1 on the first run; counted at claim time
-	MaxAttempts int
-	Args        T               // the payload decoded into T
-	Payload     json.RawMessage // the payload as stored
-	RunAt       time.Time
-	CreatedAt   time.Time
-	AttemptedAt time.Time
-	Tenant      string
-	Entity      string
-	UniqueKey   string
-	// LeaseToken is this claim's fencing token. Every claim takes a new one
-	// from a database sequence, so the tokens of successive leases of the
-	// same job strictly increase: a worker that lost its lease always holds a
-	// smaller token than the job's current owner. External systems can fence
-	// writes with it (accept a write only if its token is at least the
-	// highest one seen for the job); the job's stable idempotency key is ID.
-	// See docs/fencing.md.
-	LeaseToken int64
+	JobRow
+	Args T // the payload decoded into T
 	// WorkerID is the process that holds the lease.
 	WorkerID string
 	// Metadata is the job's metadata set at enqueue (trace context, request
@@ -137,12 +127,7 @@ func HandleFallback(c *Client, fn HandlerFunc[json.RawMessage], opts ...HandlerO
 func newEntry[T any](c *Client, fn HandlerFunc[T], opts []HandlerOption) *handlerEntry {
 	h := &handlerEntry{}
 	h.run = func(ctx context.Context, wj *worker.Job, run *jobRun) error {
-		j := &Job[T]{
-			ID: wj.ID, Queue: wj.Queue, Kind: wj.Kind, Priority: wj.Priority, Attempt: wj.Attempt,
-			MaxAttempts: wj.MaxAttempts, Payload: wj.Payload, RunAt: wj.RunAt, CreatedAt: wj.CreatedAt,
-			AttemptedAt: wj.AttemptedAt, Tenant: wj.Tenant, Entity: wj.Entity, UniqueKey: wj.UniqueKey,
-			LeaseToken: wj.LeaseToken, WorkerID: run.worker, Metadata: run.metadata(wj.Metadata), run: run,
-		}
+		j := &Job[T]{JobRow: wj.ClaimedRow, WorkerID: run.worker, Metadata: run.metadata(wj.Metadata), run: run}
 		if err := decodeArgs(wj.Payload, &j.Args); err != nil {
 			return &decodeError{err: err}
 		}

@@ -65,7 +65,7 @@ func TestHostileErrorTextFailsOnlyItsJob(t *testing.T) {
 	c := newClient(t, db.Pool, skiplock.Config{
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Backoff: func(int) time.Duration { return time.Millisecond },
-		Pools:   []skiplock.Pool{{Concurrency: 4}},
+		Pools:   []skiplock.WorkerPool{{Concurrency: 4}},
 	})
 	hostile := map[string]string{
 		"nul":     "crash\x00dump",

@@ -31,7 +31,7 @@ func TestTypedKindsAndUnhandledKinds(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 20 * time.Millisecond,
-		Pools: []skiplock.Pool{{Queues: []string{"emails"}}}})
+		Pools: []skiplock.WorkerPool{{Queues: []string{"emails"}}}})
 	got := make(chan welcomeArgs, 1)
 	require.NoError(t, skiplock.HandleArgs(c, func(ctx context.Context, j *skiplock.Job[welcomeArgs]) error {
 		got <- j.Args

@@ -100,7 +100,7 @@ func TestLimitsAreNeverExceeded(t *testing.T) {
 	var clients []*skiplock.Client
 	for i := 0; i < 3; i++ {
 		c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 200 * time.Millisecond,
-			Pools: []skiplock.Pool{{Queues: []string{"default"}, Concurrency: 6, BatchSize: 10}}})
+			Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 6, BatchSize: 10}}})
 		require.NoError(t, skiplock.Handle(c, "send", func(ctx context.Context, j *skiplock.Job[struct{ N int }]) error {
 			n := sending.Add(1)
 			defer sending.Add(-1)
@@ -225,7 +225,7 @@ func TestRateLimitIsNeverExceeded(t *testing.T) {
 	var clients []*skiplock.Client
 	for i := 0; i < 2; i++ {
 		c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 100 * time.Millisecond,
-			Pools: []skiplock.Pool{{Queues: []string{"default"}, Concurrency: 8, BatchSize: 10}}})
+			Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 8, BatchSize: 10}}})
 		for _, kind := range []string{"call", "sync"} {
 			require.NoError(t, skiplock.Handle(c, kind, func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
 				mu.Lock()
@@ -280,7 +280,7 @@ func TestLimitsTakePrecedenceOverTheTenantCap(t *testing.T) {
 	ctx := context.Background()
 	logs := &countingLogger{substr: "sets its tenant cap aside"}
 	c := schedClient(t, db.URL, skiplock.Config{Logger: slog.New(logs), PollInterval: 50 * time.Millisecond,
-		Pools: []skiplock.Pool{{Queues: []string{"default"}, Concurrency: 8, BatchSize: 10, TenantCap: 5}}})
+		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 8, BatchSize: 10, TenantCap: 5}}})
 	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "one", Kind: "k", Concurrency: 1}))
 	var ps []skiplock.EnqueueParams
 	for i := 0; i < 20; i++ {

@@ -7,8 +7,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/skiplock/skiplock/internal/worker"
 )
 
@@ -176,7 +174,7 @@ func (c *Client) enqueueChain(ctx context.Context, jobs []*EnqueueParams, insert
 }
 
 // enqueueTxWrapped is EnqueueTx with enqueue middleware registered.
-func (c *Client) enqueueTxWrapped(ctx context.Context, tx any, p EnqueueParams) (EnqueueResult, error) {
+func (c *Client) enqueueTxWrapped(ctx context.Context, tx Tx, p EnqueueParams) (EnqueueResult, error) {
 	var r EnqueueResult
 	jobs := []*EnqueueParams{&p}
 	err := c.enqueueChain(ctx, jobs, func(ctx context.Context) error {
@@ -188,7 +186,7 @@ func (c *Client) enqueueTxWrapped(ctx context.Context, tx any, p EnqueueParams) 
 }
 
 // enqueueManyTxWrapped is EnqueueManyTx with enqueue middleware registered.
-func (c *Client) enqueueManyTxWrapped(ctx context.Context, tx pgx.Tx, ps []EnqueueParams) (int64, error) {
+func (c *Client) enqueueManyTxWrapped(ctx context.Context, tx Tx, ps []EnqueueParams) (int64, error) {
 	jobs := make([]*EnqueueParams, len(ps))
 	for i := range ps {
 		p := ps[i]

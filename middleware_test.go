@@ -62,7 +62,7 @@ func TestMetadataEveryPath(t *testing.T) {
 	defer sqlDB.Close()
 	stdTx, err := sqlDB.BeginTx(ctx, nil)
 	require.NoError(t, err)
-	viaSQL, err := c.EnqueueTx(ctx, stdTx, skiplock.EnqueueParams{Kind: "k", Metadata: md("database/sql")})
+	viaSQL, err := c.EnqueueTx(ctx, skiplock.SQLTx(stdTx), skiplock.EnqueueParams{Kind: "k", Metadata: md("database/sql")})
 	require.NoError(t, err)
 	require.NoError(t, stdTx.Commit())
 

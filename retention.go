@@ -27,7 +27,6 @@ func (c *Client) retention() *maintenance.Retention {
 		CompletedRetention:  c.cfg.CompletedRetention,
 		DeadLetterRetention: c.cfg.DeadLetterRetention,
 		WorkflowRetention:   c.cfg.WorkflowRetention,
-		Store:               c.store,
 	})
 }
 

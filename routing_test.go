@@ -75,7 +75,7 @@ func TestCarrierReplayTenantCap(t *testing.T) {
 
 	c := schedClient(t, db.URL, skiplock.Config{
 		Logger: quietLogger(),
-		Pools:  []skiplock.Pool{{Queues: []string{"tracking"}, Concurrency: 16, BatchSize: 50, TenantCap: 5}},
+		Pools:  []skiplock.WorkerPool{{Queues: []string{"tracking"}, Concurrency: 16, BatchSize: 50, TenantCap: 5}},
 	})
 	var burstDone atomic.Int64
 	var mu sync.Mutex
@@ -203,7 +203,7 @@ func TestTenantCapClaimThroughput(t *testing.T) {
 		db := dbtest.New(t)
 		seedCarrierReplay(t, db.Pool, "q", 20_000, 1000)
 		c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(),
-			Pools: []skiplock.Pool{{Queues: []string{"q"}, Concurrency: 16, BatchSize: 50, TenantCap: tenantCap}}})
+			Pools: []skiplock.WorkerPool{{Queues: []string{"q"}, Concurrency: 16, BatchSize: 50, TenantCap: tenantCap}}})
 		var done atomic.Int64
 		drained := make(chan struct{})
 		require.NoError(t, skiplock.HandleFallback(c, func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
@@ -335,7 +335,7 @@ func TestEntitySerializationUnderConcurrency(t *testing.T) {
 			WorkerID:     fmt.Sprintf("entity-%d", i),
 			Logger:       slog.New(logs),
 			PollInterval: 20 * time.Millisecond, // see the report: entity jobs freed elsewhere wake nobody
-			Pools:        []skiplock.Pool{{Queues: []string{"serial"}, Concurrency: 8}},
+			Pools:        []skiplock.WorkerPool{{Queues: []string{"serial"}, Concurrency: 8}},
 		})
 		require.NoError(t, skiplock.Handle(c, "step", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
 			s := span{entity: j.Entity, start: time.Now(), worker: j.WorkerID}
@@ -422,7 +422,7 @@ func TestEntityWaitingDoesNotBlockOthers(t *testing.T) {
 	ctx := context.Background()
 	c := schedClient(t, db.URL, skiplock.Config{
 		PollInterval: 20 * time.Millisecond,
-		Pools:        []skiplock.Pool{{Queues: []string{"mixed"}, Concurrency: 4, BatchSize: 4}},
+		Pools:        []skiplock.WorkerPool{{Queues: []string{"mixed"}, Concurrency: 4, BatchSize: 4}},
 	})
 	release := make(chan struct{})
 	firstStarted := make(chan struct{})
@@ -483,7 +483,7 @@ func TestEntityNextJobWakesClaimers(t *testing.T) {
 	for range 2 {
 		c := schedClient(t, db.URL, skiplock.Config{
 			PollInterval: 30 * time.Second, Logger: quietLogger(),
-			Pools: []skiplock.Pool{{Queues: []string{"serial"}, Concurrency: 2, BatchSize: 5}},
+			Pools: []skiplock.WorkerPool{{Queues: []string{"serial"}, Concurrency: 2, BatchSize: 5}},
 		})
 		require.NoError(t, skiplock.Handle(c, "step", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
 			if ran.Add(1) == chain {
@@ -531,7 +531,7 @@ func TestPauseStopsClaimsInEveryProcess(t *testing.T) {
 		c := schedClient(t, db.URL, skiplock.Config{
 			WorkerID:     fmt.Sprintf("proc-%d", i),
 			PollInterval: 50 * time.Millisecond,
-			Pools:        []skiplock.Pool{{Queues: []string{"emails", "canary"}, Concurrency: 1, BatchSize: 1}},
+			Pools:        []skiplock.WorkerPool{{Queues: []string{"emails", "canary"}, Concurrency: 1, BatchSize: 1}},
 		})
 		require.NoError(t, skiplock.Handle(c, "canary", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
 			if paused.Load() {

@@ -51,7 +51,7 @@ type Schedule struct {
 	// Payload of every enqueued job: a value marshalled to a JSON object, or
 	// raw JSON as json.RawMessage or []byte. nil means {}.
 	Payload any
-	// Priority of the enqueued jobs (-1000..1000, larger runs earlier).
+	// Priority of the enqueued jobs (MinPriority..MaxPriority, larger runs earlier).
 	Priority int
 	// MaxAttempts of the enqueued jobs; 0 uses the client's default.
 	MaxAttempts int
@@ -223,8 +223,8 @@ func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
 	}
 	q := c.store.SQL("schedule_upsert")
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		var now time.Time
-		if err := tx.QueryRow(ctx, c.store.SQL("now")).Scan(&now); err != nil {
+		now, err := c.store.Now(ctx, tx)
+		if err != nil {
 			return err
 		}
 		for _, r := range rows {
@@ -316,7 +316,8 @@ func (c *Client) schedulerServices() []service.Service {
 func NextRunKey(kind, key string) string { return kind + ":next:" + key }
 
 // EnqueueNext is the "enqueue the next run at the end of this one" pattern.
-// Inside tx, the handler's own transaction (a pgx.Tx or *sql.Tx), it
+// Inside tx, the handler's own transaction (a pgx.Tx, or a *sql.Tx wrapped
+// with SQLTx), it
 // completes job (as CompleteTx) and enqueues its successor: same queue, kind,
 // payload, priority, max attempts, tenant and entity, to run delay after
 // now by the database clock, with the unique key NextRunKey(job.Kind, key).
@@ -326,7 +327,7 @@ func NextRunKey(kind, key string) string { return kind + ":next:" + key }
 // nothing. The handler then commits tx and returns nil: the domain writes,
 // the completion and the next run commit together or not at all. If
 // CompleteTx fails with ErrLeaseLost, tx must not commit.
-func EnqueueNext[T any](ctx context.Context, c *Client, tx any, job *Job[T], delay time.Duration, key string) (EnqueueResult, error) {
+func EnqueueNext[T any](ctx context.Context, c *Client, tx Tx, job *Job[T], delay time.Duration, key string) (EnqueueResult, error) {
 	if err := CompleteTx(ctx, c, tx, job); err != nil {
 		return EnqueueResult{}, err
 	}

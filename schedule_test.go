@@ -175,7 +175,7 @@ func TestSchedulerThreeProcessesOneSecondSchedule(t *testing.T) {
 	for i := range clients {
 		c := schedClient(t, db.URL, skiplock.Config{
 			WorkerID: fmt.Sprintf("sched-%d", i),
-			Pools:    []skiplock.Pool{{Queues: []string{"ticks"}, Concurrency: 2}},
+			Pools:    []skiplock.WorkerPool{{Queues: []string{"ticks"}, Concurrency: 2}},
 		})
 		require.NoError(t, skiplock.Handle(c, "tick", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
 			mu.Lock()
@@ -240,7 +240,7 @@ func TestEnqueueNextChain(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c := schedClient(t, db.URL, skiplock.Config{PollInterval: 20 * time.Millisecond,
-		Pools: []skiplock.Pool{{Queues: []string{"chain"}, Concurrency: 2}}})
+		Pools: []skiplock.WorkerPool{{Queues: []string{"chain"}, Concurrency: 2}}})
 
 	type args struct{ Tenant string }
 	done := make(chan int, 10)

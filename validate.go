@@ -10,8 +10,15 @@ import (
 	"unicode/utf8"
 )
 
-// Limits shared with the SQL function skiplock.validate_job.
+// Validation limits, stated here once: the Go API checks them before it
+// sends anything, the CLI reads them (flag checks and help), and the SQL
+// functions validate_job, validate_metadata and enqueue_job (migrations 001
+// and 006) apply the same numbers to every SQL entry point.
+// TestSQLLimitsEqualGo probes those functions at each bound, so the two
+// cannot drift apart.
 const (
+	// DefaultMaxAttempts is max_attempts when a job does not set it.
+	DefaultMaxAttempts = 20
 	// DefaultMaxPayloadBytes is the default payload size limit (1 MiB).
 	DefaultMaxPayloadBytes = 1 << 20
 	// MaxNameBytes bounds queue and kind names.
@@ -24,7 +31,9 @@ const (
 	MinPriority, MaxPriority = -1000, 1000
 	// MaxAttemptsLimit bounds max_attempts.
 	MaxAttemptsLimit = 1000
-	// MaxScheduleAhead bounds how far in the future run_at may be.
+	// MaxScheduleAhead bounds how far in the future run_at may be. The SQL
+	// function's bound is interval '5 years' (calendar years, so a day or two
+	// more than this with the leap days): Go's is the stricter.
 	MaxScheduleAhead = 5 * 365 * 24 * time.Hour
 	maxPayloadDepth  = 64
 )

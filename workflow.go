@@ -200,14 +200,14 @@ func (c *Client) EnqueueWorkflow(ctx context.Context, wf Workflow) (int64, error
 	return c.EnqueueWorkflowTx(ctx, c.pool, wf)
 }
 
-// EnqueueWorkflowTx enqueues wf inside the caller's transaction (a pgx.Tx or
-// a database/sql *sql.Tx, as EnqueueTx takes): the workflow and its tasks
+// EnqueueWorkflowTx enqueues wf inside the caller's transaction (a Tx, as
+// EnqueueTx takes): the workflow and its tasks
 // exist if and only if that transaction commits. Tasks without parents are
 // enqueued as jobs at once; the others when their parents complete. Every
 // task is validated as Enqueue validates a job, and nothing is written when
 // one is invalid: the error is a *FieldError naming it ("tasks[2].queue").
 // Enqueue middleware does not run for tasks.
-func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx any, wf Workflow) (int64, error) {
+func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx Tx, wf Workflow) (int64, error) {
 	policy, err := validatePolicy(wf.OnFailure)
 	if err != nil {
 		return 0, err
@@ -215,7 +215,7 @@ func (c *Client) EnqueueWorkflowTx(ctx context.Context, tx any, wf Workflow) (in
 	return c.createWorkflow(ctx, tx, wf.Name, policy, wf.Tasks, wf.Metadata, nil)
 }
 
-func (c *Client) createWorkflow(ctx context.Context, tx any, name, policy string, tasks []Task, meta Metadata, callback *Task) (int64, error) {
+func (c *Client) createWorkflow(ctx context.Context, tx Tx, name, policy string, tasks []Task, meta Metadata, callback *Task) (int64, error) {
 	if err := validateTaskName("name", name); err != nil {
 		return 0, err
 	}
@@ -248,15 +248,7 @@ func (c *Client) createWorkflow(ctx context.Context, tx any, name, policy string
 	if err != nil {
 		return 0, err
 	}
-	var id int64
-	switch db := tx.(type) {
-	case store.DBTX:
-		id, err = c.store.CreateWorkflow(ctx, db, name, policy, raw, m, callback != nil)
-	case SQLQueryer:
-		err = db.QueryRowContext(ctx, c.store.SQL("workflow_create"), sqlArgs([]any{name, policy, string(raw), m, callback != nil})...).Scan(&id)
-	default:
-		return 0, fmt.Errorf("skiplock: EnqueueWorkflowTx: unsupported transaction type %T (want pgx.Tx or *sql.Tx)", tx)
-	}
+	id, err := c.store.CreateWorkflow(ctx, tx, name, policy, raw, m, callback != nil)
 	if err != nil {
 		return 0, workflowError("enqueue", err)
 	}
@@ -287,7 +279,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, b Batch) (int64, error) {
 
 // EnqueueBatchTx enqueues b inside the caller's transaction and returns its
 // id (a workflow id: WorkflowGet shows its progress).
-func (c *Client) EnqueueBatchTx(ctx context.Context, tx any, b Batch) (int64, error) {
+func (c *Client) EnqueueBatchTx(ctx context.Context, tx Tx, b Batch) (int64, error) {
 	cb := b.Callback
 	if cb.Name == "" {
 		cb.Name = "callback"

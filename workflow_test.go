@@ -392,7 +392,7 @@ func TestEnqueueWorkflowTx(t *testing.T) {
 	for _, commit := range []bool{false, true} {
 		tx, err := sqlDB.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		_, err = c.EnqueueWorkflowTx(ctx, tx, skiplock.Workflow{Name: "sql", Tasks: []skiplock.Task{
+		_, err = c.EnqueueWorkflowTx(ctx, skiplock.SQLTx(tx), skiplock.Workflow{Name: "sql", Tasks: []skiplock.Task{
 			{Name: "a", Kind: "k", Metadata: skiplock.Metadata{"trace": "t1"}}, {Name: "b", Kind: "k", DependsOn: []string{"a"}}}})
 		require.NoError(t, err)
 		if commit {

@@ -190,7 +190,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: orQuiet(o.Logger, progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
 		DeleteCompleted: o.DeleteCompleted, ListenURL: o.ListenURL,
-		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch,
+		Pools: []skiplock.WorkerPool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch,
 			TenantCap: o.TenantCap}},
 	})
 	if err != nil {

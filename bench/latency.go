@@ -65,7 +65,7 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 	res := LatencyResult{Queue: queue, Samples: o.Samples}
 	// Default settings but for the queue, the worker id and a quiet logger.
 	c, err := skiplock.NewClient(bp, skiplock.Config{Schema: o.Schema, Logger: orQuiet(o.Logger, progress), WorkerID: workerID,
-		ListenURL: o.ListenURL, Pools: []skiplock.Pool{{Queues: []string{queue}}}})
+		ListenURL: o.ListenURL, Pools: []skiplock.WorkerPool{{Queues: []string{queue}}}})
 	if err != nil {
 		return res, err
 	}

@@ -479,7 +479,7 @@ func runScenario(ctx context.Context, pool *pgxpool.Pool, st *store.Store, o Pre
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: orQuiet(o.Logger, o.Progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
 		DeleteCompleted: o.DeleteCompleted, ListenURL: o.ListenURL,
-		Pools: []skiplock.Pool{{Name: "pressure", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+		Pools: []skiplock.WorkerPool{{Name: "pressure", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
 	})
 	if err != nil {
 		return res, err

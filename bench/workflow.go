@@ -180,7 +180,7 @@ func RunWorkflow(ctx context.Context, pool *pgxpool.Pool, o WorkflowOptions) (Wo
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: orQuiet(nil, progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
 		DeleteCompleted: o.DeleteCompleted, ListenURL: o.ListenURL,
-		Pools: []skiplock.Pool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+		Pools: []skiplock.WorkerPool{{Name: "bench", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
 	})
 	if err != nil {
 		return res, err

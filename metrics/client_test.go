@@ -22,7 +22,7 @@ func TestClientCollector(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema, PollInterval: 50 * time.Millisecond,
-		Pools: []skiplock.Pool{{Queues: []string{"default"}, Concurrency: 2}}})
+		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 2}}})
 	require.NoError(t, err)
 	require.NoError(t, skiplock.Handle(c, "ok", func(ctx context.Context, j *skiplock.Job[struct{}]) error { return nil }))
 	require.NoError(t, skiplock.Handle(c, "bad", func(ctx context.Context, j *skiplock.Job[struct{}]) error {

@@ -3,7 +3,6 @@ package skiplocktest
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -11,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Match describes the job a test expects. Empty fields match anything.
@@ -67,10 +65,10 @@ func RequireEnqueued(tb testing.TB, c *skiplock.Client, m Match) *EnqueuedJob {
 	return requireEnqueued(tb, c, c.Pool(), m)
 }
 
-// RequireEnqueuedTx is RequireEnqueued inside tx (a pgx.Tx or *sql.Tx, or
-// any pgx or database/sql handle), so it sees jobs enqueued in tx that are
+// RequireEnqueuedTx is RequireEnqueued inside tx (a pgx.Tx, or a *sql.Tx
+// wrapped with skiplock.SQLTx), so it sees jobs enqueued in tx that are
 // not committed yet.
-func RequireEnqueuedTx(tb testing.TB, c *skiplock.Client, tx any, m Match) *EnqueuedJob {
+func RequireEnqueuedTx(tb testing.TB, c *skiplock.Client, tx skiplock.Tx, m Match) *EnqueuedJob {
 	tb.Helper()
 	return requireEnqueued(tb, c, tx, m)
 }
@@ -82,8 +80,9 @@ func RequireNotEnqueued(tb testing.TB, c *skiplock.Client, m Match) {
 	requireNotEnqueued(tb, c, c.Pool(), m)
 }
 
-// RequireNotEnqueuedTx is RequireNotEnqueued inside tx (a pgx.Tx or *sql.Tx).
-func RequireNotEnqueuedTx(tb testing.TB, c *skiplock.Client, tx any, m Match) {
+// RequireNotEnqueuedTx is RequireNotEnqueued inside tx (a pgx.Tx, or a
+// *sql.Tx wrapped with skiplock.SQLTx).
+func RequireNotEnqueuedTx(tb testing.TB, c *skiplock.Client, tx skiplock.Tx, m Match) {
 	tb.Helper()
 	requireNotEnqueued(tb, c, tx, m)
 }
@@ -148,7 +147,7 @@ func RequireEnqueuedMany(tb testing.TB, c *skiplock.Client, ms ...Match) []*Enqu
 	return jobs
 }
 
-func requireEnqueued(tb testing.TB, c *skiplock.Client, db any, m Match) *EnqueuedJob {
+func requireEnqueued(tb testing.TB, c *skiplock.Client, db skiplock.Tx, m Match) *EnqueuedJob {
 	tb.Helper()
 	candidates, err := query(tb.Context(), c, db, Match{Kind: m.Kind}, &m)
 	if err != nil {
@@ -180,7 +179,7 @@ func requireEnqueued(tb testing.TB, c *skiplock.Client, db any, m Match) *Enqueu
 	return nil
 }
 
-func requireNotEnqueued(tb testing.TB, c *skiplock.Client, db any, m Match) {
+func requireNotEnqueued(tb testing.TB, c *skiplock.Client, db skiplock.Tx, m Match) {
 	tb.Helper()
 	candidates, err := query(tb.Context(), c, db, Match{Kind: m.Kind}, &m)
 	if err != nil {
@@ -285,7 +284,7 @@ func jobLine(j *EnqueuedJob) string {
 }
 
 // otherKinds summarises what is enqueued instead, for a missing kind.
-func otherKinds(tb testing.TB, c *skiplock.Client, db any) string {
+func otherKinds(tb testing.TB, c *skiplock.Client, db skiplock.Tx) string {
 	all, err := query(tb.Context(), c, db, Match{}, nil)
 	if err != nil || len(all) == 0 {
 		return " (nothing is enqueued)"
@@ -331,78 +330,39 @@ func argsJSON(v any) (json.RawMessage, error) {
 	return b, nil
 }
 
-const selectJobs = `SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, run_at > now(),
-       tenant, entity, unique_key, payload::text, COALESCE(payload @> $3::jsonb, false)
-FROM %s
-WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR queue = $2)
-ORDER BY id
-LIMIT 1000`
-
 // query reads in-flight jobs of m.Kind and m.Queue through db (a pgx or
 // database/sql handle); with args it also asks PostgreSQL whether each
 // payload contains args.Args.
-func query(ctx context.Context, c *skiplock.Client, db any, m Match, args *Match) ([]candidate, error) {
-	var contains any // NULL: no Args to check
+func query(ctx context.Context, c *skiplock.Client, db skiplock.Tx, m Match, args *Match) ([]candidate, error) {
+	var contains *string // NULL: no Args to check
 	if args != nil && args.Args != nil {
 		b, err := argsJSON(args.Args)
 		if err != nil {
 			return nil, err
 		}
-		contains = string(b)
+		s := string(b)
+		contains = &s
 	}
-	q := fmt.Sprintf(selectJobs, pgx.Identifier{c.Config().Schema, "jobs"}.Sanitize())
-	var out []candidate
-	scan := func(sc func(dest ...any) error) error {
-		j := &EnqueuedJob{}
-		var tenant, entity, unique sql.NullString
-		var payload string
-		var cand candidate
-		if err := sc(&j.ID, &j.Queue, &j.Kind, &j.State, &j.Priority, &j.Attempts, &j.MaxAttempts, &j.RunAt,
-			&j.Scheduled, &tenant, &entity, &unique, &payload, &cand.argsContained); err != nil {
-			return err
-		}
-		j.Tenant, j.Entity, j.UniqueKey, j.Payload = tenant.String, entity.String, unique.String, json.RawMessage(payload)
-		cand.job = j
-		out = append(out, cand)
-		return nil
+	rows, err := store.New(c.Config().Schema).EnqueuedJobs(ctx, db, m.Kind, m.Queue, contains)
+	if err != nil {
+		return nil, fmt.Errorf("query jobs: %w", err)
 	}
-	switch h := db.(type) {
-	case interface {
-		Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	}:
-		rows, err := h.Query(ctx, q, m.Kind, m.Queue, contains)
-		if err != nil {
-			return nil, fmt.Errorf("query jobs: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return nil, fmt.Errorf("query jobs: %w", err)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("query jobs: %w", err)
-		}
-	case interface {
-		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	}:
-		rows, err := h.QueryContext(ctx, q, m.Kind, m.Queue, contains)
-		if err != nil {
-			return nil, fmt.Errorf("query jobs: %w", err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows.Scan); err != nil {
-				return nil, fmt.Errorf("query jobs: %w", err)
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("query jobs: %w", err)
-		}
-	default:
-		return nil, fmt.Errorf("unsupported database handle %T (want a pgx.Tx, *pgxpool.Pool, *sql.Tx or *sql.DB)", db)
+	out := make([]candidate, len(rows))
+	for i, r := range rows {
+		out[i] = candidate{argsContained: r.Contains, job: &EnqueuedJob{
+			ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Priority: r.Priority, Attempts: r.Attempts,
+			MaxAttempts: r.MaxAttempts, RunAt: r.RunAt, Scheduled: r.Scheduled, Tenant: deref(r.Tenant),
+			Entity: deref(r.Entity), UniqueKey: deref(r.UniqueKey), Payload: json.RawMessage(r.Payload),
+		}}
 	}
 	return out, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func sortedKeys[V any](m map[string]V) []string {

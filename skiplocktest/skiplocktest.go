@@ -19,7 +19,7 @@
 //	// res.Completed == 1
 //
 // The RequireEnqueuedTx and RequireNotEnqueuedTx variants look inside a
-// transaction that has not committed yet (a pgx.Tx or *sql.Tx), which is how
+// transaction that has not committed yet (a pgx.Tx, or a *sql.Tx through skiplock.SQLTx), which is how
 // to test code that enqueues with EnqueueTx before its caller commits.
 //
 // Every helper fails the test through its testing.TB with a message that
@@ -36,10 +36,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // NewSchema creates a fresh schema with a random name in pool's database,
@@ -58,7 +58,7 @@ func NewSchema(tb testing.TB, pool *pgxpool.Pool) string {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		if err := store.New(schema).DropSchema(ctx, pool); err != nil {
 			tb.Logf("skiplocktest: drop schema %s: %v", schema, err)
 		}
 	})

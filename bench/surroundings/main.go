@@ -66,7 +66,7 @@ func run(ctx context.Context, url, schema string, jobs, runs int) error {
 	defer pool.Close()
 	release := make(chan struct{})
 	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, WorkerID: "surroundings",
-		Pools: []skiplock.Pool{{Queues: []string{queue}, Concurrency: 32}}})
+		Pools: []skiplock.WorkerPool{{Queues: []string{queue}, Concurrency: 32}}})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/devdb"
+	"github.com/skiplock/skiplock/internal/health"
 )
 
 func init() { register(newDevCmd) }
@@ -85,7 +86,7 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: slog.New(devClientLog{loggerAt(stderr, slog.LevelWarn).Handler()}),
 		ListenURL: listenURL(f.listenURL),
-		Pools: []skiplock.Pool{
+		Pools: []skiplock.WorkerPool{
 			{Name: "interactive", Queues: []string{"default"}, Concurrency: 16},
 			{Name: "bulk", Queues: []string{"bulk"}, Concurrency: 4, TenantCap: 5},
 		},
@@ -226,13 +227,8 @@ func produceDemo(ctx context.Context, c *skiplock.Client, rate int, log *slog.Lo
 }
 
 func printDevProgress(w io.Writer, ctx context.Context, pool *pgxpool.Pool, s, last skiplock.Stats) {
-	var ready, running, dead int64
-	_ = pool.QueryRow(ctx, fmt.Sprintf(`SELECT
-		(SELECT count(*) FROM %[1]s.jobs WHERE state = 'ready'),
-		(SELECT count(*) FROM %[1]s.jobs WHERE state = 'running'),
-		(SELECT count(*) FROM %[1]s.jobs_dead)`, quoteIdent(g.schema))).Scan(&ready, &running, &dead)
+	n, _ := health.CountJobs(ctx, pool, g.schema)
+	ready, running, dead := n.Ready, n.Running, n.Dead
 	fmt.Fprintf(w, "completed %-8d (%5.0f/s)  failed %-6d  ready %-6d  running %-4d  dead %-5d  claim p99 %s\n",
 		s.Completed, float64(s.Completed-last.Completed)/2, s.Failed, ready, running, dead, s.ClaimP99.Round(10*time.Microsecond))
 }
-
-func quoteIdent(s string) string { return `"` + s + `"` }

@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -186,9 +185,8 @@ func matchingGroups(ctx context.Context, pool *pgxpool.Pool, f health.ReplayFilt
 	if f.Signature == "" {
 		return groups, nil
 	}
-	var sig string
-	q := fmt.Sprintf("SELECT %s.error_signature($1)", pgx.Identifier{g.schema}.Sanitize())
-	if err := pool.QueryRow(ctx, q, f.Signature).Scan(&sig); err != nil {
+	sig, err := health.ErrorSignature(ctx, pool, g.schema, f.Signature)
+	if err != nil {
 		return nil, fmt.Errorf("normalise --signature: %w", err)
 	}
 	var out []health.DeadGroup

@@ -75,7 +75,7 @@ applies it every 10 seconds, at most 1,000 jobs per queue per pass, the longest-
 		},
 	}
 	cmd.Flags().DurationVar(&after, "after", 0, "promote jobs due for longer than this (at least 1s)")
-	cmd.Flags().IntVar(&to, "to", 0, "the priority they are promoted to (-1000..1000)")
+	cmd.Flags().IntVar(&to, "to", 0, fmt.Sprintf("the priority they are promoted to (%d..%d)", skiplock.MinPriority, skiplock.MaxPriority))
 	cmd.Flags().BoolVar(&off, "off", false, "turn aging off")
 	addJSON(cmd)
 	return cmd

@@ -156,8 +156,8 @@ to the Unix epoch.`,
 	f.StringVar(&s.Queue, "queue", skiplock.DefaultQueue, "queue of the enqueued jobs")
 	f.StringVar(&s.Kind, "kind", "", "kind of the enqueued jobs (required)")
 	f.StringVar(&payload, "payload", "{}", "payload of every enqueued job: a JSON object")
-	f.IntVar(&s.Priority, "priority", 0, "priority, -1000..1000 (larger runs earlier)")
-	f.IntVar(&s.MaxAttempts, "max-attempts", 0, "attempts before the dead-letter table (default 20)")
+	f.IntVar(&s.Priority, "priority", 0, fmt.Sprintf("priority, %d..%d (larger runs earlier)", skiplock.MinPriority, skiplock.MaxPriority))
+	f.IntVar(&s.MaxAttempts, "max-attempts", 0, fmt.Sprintf("attempts before the dead-letter table (default %d)", skiplock.DefaultMaxAttempts))
 	addJSON(cmd)
 	return cmd
 }

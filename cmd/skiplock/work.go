@@ -268,7 +268,7 @@ func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, log *sl
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
 		WorkflowRetention: f.workflowRetention,
 		ListenURL:         listenURL(f.listenURL),
-		Pools: []skiplock.Pool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
+		Pools: []skiplock.WorkerPool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
 	})
 	if err != nil {

@@ -64,12 +64,8 @@ type DeadLetterSize struct {
 // DeadLetterSizeOf returns the dead-letter table's size and its daily delta.
 func DeadLetterSizeOf(ctx context.Context, db DBTX, schema string) (DeadLetterSize, error) {
 	var s DeadLetterSize
-	q, err := query(schema, "dead_letter_size")
-	if err != nil {
-		return s, err
-	}
-	err = db.QueryRow(ctx, q).Scan(&s.Total, &s.Last24h, &s.Prev24h)
-	return s, wrap("dead-letter size", err)
+	err := scanOne(ctx, db, schema, "dead_letter_size", "dead-letter size", nil, &s.Total, &s.Last24h, &s.Prev24h)
+	return s, err
 }
 
 // DeadDay is the number of jobs of one kind that died on one UTC day.
@@ -320,4 +316,13 @@ func nullable(s string) any {
 		return nil
 	}
 	return s
+}
+
+// ErrorSignature normalises an error text as the database does for
+// jobs_dead.error_signature, so a signature typed by an operator matches the
+// dead-letter groups'.
+func ErrorSignature(ctx context.Context, db DBTX, schema, text string) (string, error) {
+	var sig string
+	err := scanOne(ctx, db, schema, "error_signature", "error signature", []any{text}, &sig)
+	return sig, err
 }

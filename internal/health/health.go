@@ -435,3 +435,16 @@ func DonePartitions(ctx context.Context, db DBTX, schema string) ([]Partition, e
 func Limits(ctx context.Context, db DBTX, schema string, backlog bool) ([]store.LimitUse, error) {
 	return store.New(schema).ListLimits(ctx, db, backlog)
 }
+
+// JobCounts are exact counts of jobs by state, for small databases
+// (skiplock dev's progress line); QueueStats is the production figure.
+type JobCounts struct {
+	Ready, Running, Dead int64
+}
+
+// CountJobs counts ready and running jobs and dead letters exactly.
+func CountJobs(ctx context.Context, db DBTX, schema string) (JobCounts, error) {
+	var c JobCounts
+	err := scanOne(ctx, db, schema, "job_counts", "job counts", nil, &c.Ready, &c.Running, &c.Dead)
+	return c, err
+}

@@ -79,3 +79,13 @@ func wrap(what string, err error) error {
 // Statement returns one of the health statements rendered for schema, for
 // tools that EXPLAIN them (bench/surroundings); it panics on an unknown name.
 func Statement(schema, name string) (string, error) { return query(schema, name) }
+
+// scanOne runs the one-row statement name with args and scans it into dest;
+// what names it in the error.
+func scanOne(ctx context.Context, db DBTX, schema, name, what string, args []any, dest ...any) error {
+	q, err := query(schema, name)
+	if err != nil {
+		return err
+	}
+	return wrap(what, db.QueryRow(ctx, q, args...).Scan(dest...))
+}

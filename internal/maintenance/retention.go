@@ -75,13 +75,11 @@ type RetentionConfig struct {
 	// DefaultDeadLetterBatches.
 	DeadLetterBatches int
 	// WorkflowRetention is how long finished workflows are kept. Zero or
-	// negative keeps them forever. Needs Store.
+	// negative keeps them forever.
 	WorkflowRetention time.Duration
 	// WorkflowBatch bounds one workflow purge transaction. Default
 	// DefaultWorkflowBatch; a pass runs at most DeadLetterBatches of them.
 	WorkflowBatch int
-	// Store reaches the workflow tables' statements.
-	Store *store.Store
 }
 
 // Retention retires old data without row-by-row DELETE on the hot path: it
@@ -95,6 +93,7 @@ type RetentionConfig struct {
 // pooler); a process that finds it taken leaves that pass to the holder.
 type Retention struct {
 	cfg        RetentionConfig
+	st         *store.Store
 	partitions *service.Periodic
 	dead       *service.Periodic
 	workflows  *service.Periodic
@@ -117,7 +116,7 @@ func NewRetention(cfg RetentionConfig) *Retention {
 	if cfg.WorkflowBatch <= 0 {
 		cfg.WorkflowBatch = DefaultWorkflowBatch
 	}
-	r := &Retention{cfg: cfg}
+	r := &Retention{cfg: cfg, st: store.New(cfg.Schema)}
 	r.partitions = &service.Periodic{Name: "partitions", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
 		Tick: func(ctx context.Context) error {
 			_, err := r.MaintainPartitions(ctx)
@@ -148,7 +147,7 @@ func (r *Retention) Services() []service.Service {
 	if r.cfg.DeadLetterRetention > 0 {
 		out = append(out, r.dead)
 	}
-	if r.cfg.WorkflowRetention > 0 && r.cfg.Store != nil {
+	if r.cfg.WorkflowRetention > 0 {
 		out = append(out, r.workflows)
 	}
 	return out
@@ -224,13 +223,13 @@ func (r *Retention) PurgeDeadLetters(ctx context.Context) (DeadLetterStats, erro
 // transaction, until none is left or DeadLetterBatches ran. Running
 // workflows are never touched.
 func (r *Retention) PurgeWorkflows(ctx context.Context) (PurgeStats, error) {
-	if r.cfg.WorkflowRetention <= 0 || r.cfg.Store == nil {
+	if r.cfg.WorkflowRetention <= 0 {
 		return PurgeStats{}, nil
 	}
 	return r.purge(ctx, purgePass{lock: "workflows", what: "finished workflows", size: r.cfg.WorkflowBatch,
 		retention: r.cfg.WorkflowRetention, retentionAttr: "workflow_retention"},
 		func(tx pgx.Tx) (int64, error) {
-			return r.cfg.Store.PurgeWorkflows(ctx, tx, r.cfg.WorkflowRetention, r.cfg.WorkflowBatch)
+			return r.st.PurgeWorkflows(ctx, tx, r.cfg.WorkflowRetention, r.cfg.WorkflowBatch)
 		})
 }
 
@@ -314,14 +313,9 @@ func (r *Retention) locked(ctx context.Context, pass string, fn func(pgx.Tx) err
 	ctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout+time.Second)
 	defer cancel()
 	return pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
-		settings := fmt.Sprintf("SET LOCAL statement_timeout = %d; SET LOCAL idle_in_transaction_session_timeout = %d",
-			retentionStatementTimeout.Milliseconds(), retentionIdleTimeout.Milliseconds())
-		if _, err := tx.Exec(ctx, settings); err != nil {
-			return err
-		}
-		var got bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
-			RetentionLockKey(r.cfg.Schema, pass)).Scan(&got); err != nil {
+		got, err := r.st.BeginRetentionPass(ctx, tx, RetentionLockKey(r.cfg.Schema, pass),
+			retentionStatementTimeout, retentionIdleTimeout)
+		if err != nil {
 			return err
 		}
 		if !got {

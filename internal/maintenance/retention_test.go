@@ -11,7 +11,6 @@ import (
 
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/health"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 func retExec(t *testing.T, db *dbtest.DB, sql string, args ...any) {
@@ -169,8 +168,7 @@ func TestRetentionWorkflows(t *testing.T) {
 	recent := workflowAt(t, db, "recent", 6*24*time.Hour, false)
 	running := workflowAt(t, db, "running", 30*24*time.Hour, true)
 
-	st := store.New(db.Schema)
-	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Store: st, WorkflowRetention: 7 * 24 * time.Hour,
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, WorkflowRetention: 7 * 24 * time.Hour,
 		WorkflowBatch: 2})
 	require.Len(t, r.Services(), 1, "the workflow pass runs")
 	got, err := r.PurgeWorkflows(ctx)
@@ -182,7 +180,7 @@ func TestRetentionWorkflows(t *testing.T) {
 	require.Equal(t, int64(2), retCount(t, db, `SELECT count(*) FROM skiplock.workflow_deps`), "the kept workflows' edges stay")
 	require.Equal(t, int64(2), retCount(t, db, `SELECT count(*) FROM skiplock.workflows WHERE id IN ($1, $2)`, recent, running))
 
-	off := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Store: st, WorkflowRetention: -1})
+	off := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, WorkflowRetention: -1})
 	require.Empty(t, off.Services())
 	got, err = off.PurgeWorkflows(ctx)
 	require.NoError(t, err)

@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/service"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Vacuum guard defaults.
@@ -60,6 +60,7 @@ type VacuumConfig struct {
 // once and stops trying.
 type VacuumGuard struct {
 	cfg      VacuumConfig
+	st       *store.Store
 	periodic *service.Periodic
 	disabled bool // set by Check only: the role does not own the table
 }
@@ -75,7 +76,7 @@ func NewVacuumGuard(cfg VacuumConfig) *VacuumGuard {
 	if cfg.Quiet <= 0 {
 		cfg.Quiet = DefaultVacuumQuiet
 	}
-	g := &VacuumGuard{cfg: cfg}
+	g := &VacuumGuard{cfg: cfg, st: store.New(cfg.Schema)}
 	g.periodic = &service.Periodic{Name: "vacuum_guard", Interval: cfg.Interval, Logger: cfg.Logger,
 		Tick: func(ctx context.Context) error {
 			_, err := g.Check(ctx)
@@ -176,10 +177,10 @@ func (g *VacuumGuard) vacuum(ctx context.Context) (bool, error) {
 	// unlock would miss and the lock leak with the pooler's session. There
 	// VACUUM (SKIP_LOCKED) alone keeps vacuums of the table one at a time:
 	// a second one skips the table instead of waiting for the first.
-	var got *bool
+	st := g.st
 	key := vacuumLockKey(g.cfg.Schema)
-	if err := conn.QueryRow(ctx, "SELECT CASE WHEN pg_backend_pid() = $2::bigint THEN pg_try_advisory_lock(hashtextextended($1, 0)) END",
-		key, int64(conn.Conn().PgConn().PID())).Scan(&got); err != nil {
+	got, err := st.TryVacuumLock(ctx, conn.Conn(), key)
+	if err != nil {
 		return false, fmt.Errorf("vacuum guard: %w", err)
 	}
 	if got != nil && !*got {
@@ -191,7 +192,7 @@ func (g *VacuumGuard) vacuum(ctx context.Context) (bool, error) {
 		}
 		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer ucancel()
-		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock(hashtextextended($1, 0))", key); err != nil {
+		if err := st.VacuumUnlock(uctx, conn.Conn(), key); err != nil {
 			// The session may be gone with its lock; if not, do not hand a
 			// connection holding it back to the pool.
 			_ = conn.Conn().Close(uctx)
@@ -199,7 +200,7 @@ func (g *VacuumGuard) vacuum(ctx context.Context) (bool, error) {
 	}()
 	// ANALYZE too: where autovacuum does not vacuum, it does not analyze
 	// either, and the claim plan needs current statistics.
-	_, err = conn.Exec(ctx, "VACUUM (SKIP_LOCKED, ANALYZE) "+pgx.Identifier{g.cfg.Schema, "jobs"}.Sanitize())
+	err = st.VacuumJobs(ctx, conn.Conn())
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return false, fmt.Errorf("vacuum guard: VACUUM: %w", err)
 	}

@@ -21,8 +21,14 @@ type Config struct {
 	// Connect opens a dedicated connection (never one from a pool: a pool may
 	// recycle it and silently drop the LISTEN).
 	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// Channels to LISTEN on.
-	Channels []string
+	// Listen subscribes a new connection to its channels (the data layer's
+	// store.Listen).
+	Listen func(ctx context.Context, conn *pgx.Conn) error
+	// SelfTest, when set, sends payload to one of the channels Listen
+	// subscribed to (store.NotifySelfTest): the listener checks that it
+	// arrives, which it does not behind a transaction-mode pooler. Without
+	// it OnConnect reports false.
+	SelfTest func(ctx context.Context, conn *pgx.Conn, payload string) error
 	// OnNotify receives every notification. It must not block.
 	OnNotify func(channel, payload string)
 	// OnConnect is called after each successful (re)LISTEN, with whether the
@@ -193,10 +199,8 @@ func (l *Listener) session(ctx context.Context, listening func(*pgx.Conn)) error
 			return errPooled
 		}
 	}
-	for _, ch := range l.cfg.Channels {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
-			return fmt.Errorf("listen: %w", err)
-		}
+	if err := l.cfg.Listen(ctx, conn); err != nil {
+		return fmt.Errorf("listen: %w", err)
 	}
 	listening(conn)
 	delivered := l.selfTest(ctx, conn)
@@ -232,11 +236,11 @@ func (l *Listener) session(ctx context.Context, listening func(*pgx.Conn)) error
 // selfTest sends a notification to itself and waits briefly for it: behind a
 // transaction-mode pooler LISTEN is accepted but nothing ever arrives.
 func (l *Listener) selfTest(ctx context.Context, conn *pgx.Conn) bool {
-	if len(l.cfg.Channels) == 0 {
+	if l.cfg.SelfTest == nil {
 		return false
 	}
 	token := fmt.Sprintf("%s%d", selfTestPrefix, rand.Int64())
-	if _, err := conn.Exec(ctx, "SELECT pg_notify($1, $2)", l.cfg.Channels[0], token); err != nil {
+	if err := l.cfg.SelfTest(ctx, conn, token); err != nil {
 		return false
 	}
 	deadline, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // syncBuffer is a log sink the listener's goroutine and the test share.
@@ -49,6 +50,7 @@ func TestListenerReconnects(t *testing.T) {
 	connects := make(chan bool, 10)
 	got := make(chan string, 10)
 	logs := &syncBuffer{}
+	st := store.New("reconnect_test") // channels reconnect_test.jobs and .cancel
 	l := notify.New(notify.Config{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {
 			mu.Lock()
@@ -64,7 +66,8 @@ func TestListenerReconnects(t *testing.T) {
 			cfg.RuntimeParams["application_name"] = app
 			return pgx.ConnectConfig(ctx, cfg)
 		},
-		Channels:  []string{"reconnect_test"},
+		Listen:    st.Listen,
+		SelfTest:  st.NotifySelfTest,
 		OnNotify:  func(_, payload string) { got <- payload },
 		OnConnect: func(delivered bool) { connects <- delivered },
 		Logger:    slog.New(slog.NewTextHandler(logs, nil)),
@@ -90,7 +93,7 @@ func TestListenerReconnects(t *testing.T) {
 	require.Contains(t, out, "failed_attempts=3")
 	require.Contains(t, out, "server=")
 
-	_, err = db.Pool.Exec(ctx, "SELECT pg_notify('reconnect_test', 'after')")
+	_, err = db.Pool.Exec(ctx, "SELECT pg_notify('reconnect_test.jobs', 'after')")
 	require.NoError(t, err)
 	select {
 	case p := <-got:

@@ -1,7 +1,9 @@
 // Package sqlfile reads skiplock's .sql files: named statements
 // ("-- name: x" sections) with shared fragments ("-- fragment: y" sections,
 // expanded where {{y}} appears), rendered for one schema ({{schema}} is the
-// quoted identifier, {{schema_lit}} the name as an SQL string literal). It is
+// quoted identifier, {{schema_lit}} the name as an SQL string literal,
+// {{schema_name}} the bare name, for use inside a quoted identifier such as a
+// LISTEN channel). It is
 // the one loader and the one renderer of every package that owns SQL.
 package sqlfile
 
@@ -105,6 +107,7 @@ func Renderer(schema string) *strings.Replacer {
 	return strings.NewReplacer(
 		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
 		"{{schema_lit}}", "'"+schema+"'",
+		"{{schema_name}}", schema,
 	)
 }
 

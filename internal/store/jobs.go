@@ -9,24 +9,40 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ClaimedJob is one row returned by a claim: everything a worker needs to run
-// the job and to prove, later, that it still holds the lease.
-type ClaimedJob struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Payload     []byte
-	Priority    int
+// ClaimedRow is a claimed job's row as its handler sees it, whatever the
+// type its payload decodes into: the root package's skiplock.JobRow,
+// embedded in skiplock.Job[T]. The claim (claim.sql's RETURNING) fills it.
+type ClaimedRow struct {
+	ID       int64
+	Queue    string
+	Kind     string
+	Priority int
+	// Attempt is 1 on the first run; counted at claim time.
 	Attempt     int
 	MaxAttempts int
+	// Payload is the job's payload as stored (a JSON object).
+	Payload     json.RawMessage
 	RunAt       time.Time
 	CreatedAt   time.Time
 	AttemptedAt time.Time
-	LeaseToken  int64
 	Tenant      string
 	Entity      string
 	UniqueKey   string
-	Metadata    []byte // the job's metadata object as stored; nil when it has none
+	// LeaseToken is this claim's fencing token. Every claim takes a new one
+	// from a database sequence, so the tokens of successive leases of the
+	// same job strictly increase: a worker that lost its lease always holds a
+	// smaller token than the job's current owner. External systems can fence
+	// writes with it (accept a write only if its token is at least the
+	// highest one seen for the job); the job's stable idempotency key is ID.
+	// See docs/fencing.md.
+	LeaseToken int64
+}
+
+// ClaimedJob is one row returned by a claim: everything a worker needs to run
+// the job and to prove, later, that it still holds the lease.
+type ClaimedJob struct {
+	ClaimedRow
+	Metadata []byte // the job's metadata object as stored; nil when it has none
 }
 
 // ClaimParams selects what a pool claims.
@@ -133,7 +149,7 @@ func scanClaimed(rows pgx.Rows, batch int, extra any, each func(ClaimedJob)) ([]
 	for rows.Next() {
 		var j ClaimedJob
 		var tenant, entity, unique *string
-		dest := []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Priority, &j.Attempt, &j.MaxAttempts,
+		dest := []any{&j.ID, &j.Queue, &j.Kind, (*[]byte)(&j.Payload), &j.Priority, &j.Attempt, &j.MaxAttempts,
 			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata}
 		if extra != nil {
 			dest = append(dest, extra)
@@ -380,6 +396,25 @@ type EnqueueArgs struct {
 	Entity      *string
 	Bump        bool
 	Metadata    *string // JSON object text; nil: none
+}
+
+// Enqueue inserts one job through the enqueue_job function, or finds the
+// in-flight job holding a's unique key: inserted says which.
+func (s *Store) Enqueue(ctx context.Context, db Querier, a EnqueueArgs) (id int64, inserted bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("enqueue"), a.Args()...).Scan(&id, &inserted)
+	return id, inserted, err
+}
+
+// CompleteOne completes the job of lease l inside the caller's transaction
+// (CompleteTx), fenced like every lease holder's write; archive keeps it in
+// jobs_done. pgx.ErrNoRows: the lease is gone.
+func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker string, archive bool) error {
+	q := s.SQL("complete_one_delete")
+	if archive {
+		q = s.SQL("complete_one_archive")
+	}
+	var id int64
+	return db.QueryRow(ctx, q, l.ID, l.Token, worker).Scan(&id)
 }
 
 // Args returns the positional arguments of the "enqueue" statement.

@@ -115,3 +115,37 @@ func nullable(s string) any {
 }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// EnqueuedRow is one in-flight job as skiplocktest sees it (enqueued_jobs).
+type EnqueuedRow struct {
+	ID          int64
+	Queue, Kind string
+	State       string
+	Priority    int
+	Attempts    int
+	MaxAttempts int
+	RunAt       time.Time
+	Scheduled   bool // run_at is in the future
+	Tenant      *string
+	Entity      *string
+	UniqueKey   *string
+	Payload     string
+	Contains    bool // the payload contains the contains argument
+}
+
+// EnqueuedJobs returns up to 1,000 in-flight jobs of kind and queue (""
+// for any) in id order; contains, when not nil, is a JSON object each
+// payload is tested against (EnqueuedRow.Contains). db may be the caller's
+// uncommitted transaction, pgx's or database/sql's.
+func (s *Store) EnqueuedJobs(ctx context.Context, db Querier, kind, queue string, contains *string) ([]EnqueuedRow, error) {
+	rows, err := db.Query(ctx, s.SQL("enqueued_jobs"), kind, queue, contains)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (EnqueuedRow, error) {
+		var r EnqueuedRow
+		err := row.Scan(&r.ID, &r.Queue, &r.Kind, &r.State, &r.Priority, &r.Attempts, &r.MaxAttempts, &r.RunAt,
+			&r.Scheduled, &r.Tenant, &r.Entity, &r.UniqueKey, &r.Payload, &r.Contains)
+		return r, err
+	})
+}

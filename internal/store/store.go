@@ -20,12 +20,20 @@ var files embed.FS
 
 var raw = sqlfile.MustParse(files, "sql")
 
+// Querier is what a statement that only reads its result rows runs on: a
+// pgx pool, connection or transaction, or a user's database/sql
+// transaction behind the root package's SQLTx adapter (skiplock.Tx has the
+// same two methods).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // DBTX is what a query runs on: a pool, a connection or a transaction.
 // SendBatch pipelines statements in one round trip (the claim).
 type DBTX interface {
+	Querier
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
@@ -91,4 +99,26 @@ func (s *Store) DirectSession(ctx context.Context, conn *pgx.Conn) (bool, error)
 		return false, err
 	}
 	return pid == conn.PgConn().PID(), nil
+}
+
+// Now reads the database clock (the transaction's start time when db is a
+// transaction).
+func (s *Store) Now(ctx context.Context, db DBTX) (time.Time, error) {
+	var now time.Time
+	err := db.QueryRow(ctx, s.SQL("now")).Scan(&now)
+	return now, err
+}
+
+// Listen subscribes conn to the installation's notifications: ready jobs
+// (Channel) and cancellations (CancelChannel).
+func (s *Store) Listen(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, s.SQL("listen"))
+	return err
+}
+
+// NotifySelfTest sends payload on the jobs channel: the listener's check
+// that notifications reach its session.
+func (s *Store) NotifySelfTest(ctx context.Context, conn *pgx.Conn, payload string) error {
+	_, err := conn.Exec(ctx, s.SQL("notify_self_test"), payload)
+	return err
 }

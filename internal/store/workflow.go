@@ -12,7 +12,7 @@ import (
 
 // CreateWorkflow creates a workflow and its tasks (tasks: a JSON array, see
 // add_tasks in migration 007) and returns its id.
-func (s *Store) CreateWorkflow(ctx context.Context, db DBTX, name, onFailure string, tasks []byte, metadata *string, batch bool) (int64, error) {
+func (s *Store) CreateWorkflow(ctx context.Context, db Querier, name, onFailure string, tasks []byte, metadata *string, batch bool) (int64, error) {
 	var id int64
 	err := db.QueryRow(ctx, s.SQL("workflow_create"), name, onFailure, string(tasks), metadata, batch).Scan(&id)
 	return id, err

@@ -106,7 +106,7 @@ func (c *completer) write(batch []result) (map[int64]bool, error) {
 	w := planWrites(batch)
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 30*time.Second)
-		held, err := w.exec(ctx, c.r.cfg)
+		held, err := c.r.data.WriteOutcomes(ctx, w, c.r.cfg.WorkerID, c.r.cfg.Archive)
 		cancel()
 		if err == nil {
 			return held, nil
@@ -230,7 +230,7 @@ func (c *completer) wakeEntityQueues(queues []string) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 5*time.Second)
 	defer cancel()
-	if _, err := c.r.cfg.Pool.Exec(ctx, c.r.cfg.Store.SQL("notify_queues"), queues); err != nil {
+	if err := c.r.data.NotifyQueues(ctx, queues); err != nil {
 		// Best effort: other processes still find the job on their next poll.
 		c.r.log.Debug("skiplock: entity wake-up not sent", slog.String("error", err.Error()))
 	}
@@ -278,61 +278,29 @@ func logSettled(log *slog.Logger, res result, s Settled) {
 	}
 }
 
-// writes are one batch of outcomes, grouped by statement.
-type writes struct {
-	done    []store.Lease
-	resched []store.Reschedule
-	deads   []store.Dead
-}
-
-func planWrites(batch []result) writes {
-	var w writes
+// planWrites groups a batch's outcomes by statement, each sorted by job id.
+func planWrites(batch []result) store.Outcomes {
+	var w store.Outcomes
 	for _, res := range batch {
 		l := store.Lease{ID: res.job.ID, Token: res.job.LeaseToken}
 		switch res.out.Kind {
 		case Complete:
-			w.done = append(w.done, l)
+			w.Done = append(w.Done, l)
 		case Retry:
 			e := res.out.Error
-			w.resched = append(w.resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e})
+			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e})
 		case Snooze:
-			w.resched = append(w.resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Refund: true})
+			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Refund: true})
 		case Release:
-			w.resched = append(w.resched, store.Reschedule{Lease: l, Refund: res.out.Refund})
+			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Refund: res.out.Refund})
 		case DeadLetter:
-			w.deads = append(w.deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error})
+			w.Deads = append(w.Deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error})
 		}
 	}
 	// Lock rows in id order, as the heartbeat does, so that the two never
 	// deadlock on a process's own jobs.
-	slices.SortFunc(w.done, func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) })
-	slices.SortFunc(w.resched, func(a, b store.Reschedule) int { return cmp.Compare(a.ID, b.ID) })
-	slices.SortFunc(w.deads, func(a, b store.Dead) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(w.Done, func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(w.Resched, func(a, b store.Reschedule) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(w.Deads, func(a, b store.Dead) int { return cmp.Compare(a.ID, b.ID) })
 	return w
-}
-
-// exec sends every statement of the batch in one round trip; the pipeline
-// runs as one implicit transaction (so no transaction is ever left open
-// waiting on this process, should it be paused mid-write). It returns the
-// ids whose lease was held.
-func (w writes) exec(ctx context.Context, cfg Config) (map[int64]bool, error) {
-	st, wid := cfg.Store, cfg.WorkerID
-	var qs []store.Query
-	if len(w.done) > 0 {
-		qs = append(qs, st.CompleteQuery(w.done, wid, cfg.Archive))
-	}
-	if len(w.resched) > 0 {
-		qs = append(qs, st.RescheduleQuery(w.resched, wid))
-	}
-	if len(w.deads) > 0 {
-		qs = append(qs, st.DeadLetterQuery(w.deads, wid))
-	}
-	switch len(qs) {
-	case 0:
-		return map[int64]bool{}, nil
-	case 1:
-		// A single statement: no pipeline needed.
-		return store.CollectIDs(ctx, cfg.Pool, qs[0])
-	}
-	return store.WriteBatch(ctx, cfg.Pool, qs)
 }

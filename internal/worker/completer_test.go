@@ -116,7 +116,7 @@ func TestFlushIsolatesRefusedOutcomes(t *testing.T) {
 // completer's write retries those itself; RunOne reports them), and splits
 // only on refusals.
 func TestWriteIsolatingPassesOtherErrors(t *testing.T) {
-	jobs := []*Job{{ID: 1}, {ID: 2}, {ID: 3}}
+	jobs := []*Job{{ClaimedRow: store.ClaimedRow{ID: 1}}, {ClaimedRow: store.ClaimedRow{ID: 2}}, {ClaimedRow: store.ClaimedRow{ID: 3}}}
 	batch := []result{{job: jobs[0]}, {job: jobs[1]}, {job: jobs[2]}}
 	lost := errors.New("connection reset")
 	calls := 0
@@ -151,8 +151,8 @@ func TestWriteIsolatingPassesOtherErrors(t *testing.T) {
 // job, which then stayed running until its lease expired.
 func TestUntrackKeepsANewerClaim(t *testing.T) {
 	r := New(Config{})
-	first := r.track([]Job{{ID: 7, LeaseToken: 1}})[0]
-	again := r.track([]Job{{ID: 7, LeaseToken: 2}})[0]
+	first := r.track([]Job{{ClaimedRow: store.ClaimedRow{ID: 7, LeaseToken: 1}}})[0]
+	again := r.track([]Job{{ClaimedRow: store.ClaimedRow{ID: 7, LeaseToken: 2}}})[0]
 	r.untrack([]*Job{first})
 	require.Equal(t, 1, r.Stats().Running)
 	r.mu.Lock()

@@ -20,7 +20,8 @@ import (
 // nothing heartbeats, a handler that runs longer than cfg.Lease can lose its
 // job to the reaper, whose fencing then keeps its outcome from landing.
 func RunOne(ctx context.Context, cfg Config, queues, kinds []string, accept func(*Job) bool) (*Job, Outcome, Settled, error) {
-	jobs, err := cfg.Store.Claim(ctx, cfg.Pool, store.ClaimParams{
+	data := cfg.data()
+	jobs, err := data.Claim(ctx, store.ClaimParams{
 		Queues: queues, Kinds: kinds, Batch: 1, WorkerID: cfg.WorkerID, Lease: cfg.Lease,
 	})
 	if err != nil {
@@ -49,7 +50,7 @@ func RunOne(ctx context.Context, cfg Config, queues, kinds []string, accept func
 	batch := []result{{job: j, out: out}}
 	wctx := context.WithoutCancel(ctx)
 	held, unwritten, err := writeIsolating(batch, func(b []result) (map[int64]bool, error) {
-		return planWrites(b).exec(wctx, cfg)
+		return data.WriteOutcomes(wctx, planWrites(b), cfg.WorkerID, cfg.Archive)
 	}, cfg.Logger)
 	if err != nil {
 		return j, out, 0, fmt.Errorf("write outcome of job %d: %w", j.ID, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Every row of the decision table: the handler's result and the run's state
@@ -14,8 +16,8 @@ import (
 func TestDecide(t *testing.T) {
 	boom := errors.New("boom")
 	backoff := func(attempt int) time.Duration { return time.Duration(attempt) * time.Second }
-	first := &Job{Attempt: 1, MaxAttempts: 3}
-	last := &Job{Attempt: 3, MaxAttempts: 3}
+	first := &Job{ClaimedRow: store.ClaimedRow{Attempt: 1, MaxAttempts: 3}}
+	last := &Job{ClaimedRow: store.ClaimedRow{Attempt: 3, MaxAttempts: 3}}
 	hostile := errors.New("crash\x00dump \xff\xfe end")
 	huge := errors.New(strings.Repeat("é", MaxErrorBytes)) // 2 bytes a character
 

@@ -17,7 +17,7 @@ import (
 )
 
 func job(queue string, prio int, runAt time.Time, id int64) store.ClaimedJob {
-	return store.ClaimedJob{Queue: queue, Priority: prio, RunAt: runAt, ID: id}
+	return store.ClaimedJob{ClaimedRow: store.ClaimedRow{Queue: queue, Priority: prio, RunAt: runAt, ID: id}}
 }
 
 // While claims from the front stay cheap the pool always claims from the

@@ -193,7 +193,7 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	if p.cfg.TenantCap == 0 && len(limits) == 0 { // the others read from the front
 		after = p.keys.bounds(start)
 	}
-	jobs, err := p.r.cfg.Store.Claim(ctx, p.r.cfg.Pool, store.ClaimParams{
+	jobs, err := p.r.data.Claim(ctx, store.ClaimParams{
 		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
 		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after, Limits: limits,
 		TenantCursor: p.tenantCursor,
@@ -229,7 +229,7 @@ func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
 	if !p.limitsAt.IsZero() && now.Sub(p.limitsAt) < limitsRefresh {
 		return p.limits
 	}
-	names, err := p.r.cfg.Store.LimitsCovering(ctx, p.r.cfg.Pool, p.cfg.Queues, p.cfg.Kinds)
+	names, err := p.r.data.LimitsCovering(ctx, p.cfg.Queues, p.cfg.Kinds)
 	if err != nil {
 		return p.limits
 	}

@@ -104,10 +104,35 @@ type PoolConfig struct {
 	TenantCap   int
 }
 
+// Data is what the runtime needs from the database: claim, extend leases,
+// write outcomes, reap, report the worker, and wake other processes. The
+// data layer implements it (store.Runtime, over the pool); the runtime's
+// unit tests use a fake driven by channels.
+type Data interface {
+	Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error)
+	LimitsCovering(ctx context.Context, queues, kinds []string) ([]string, error)
+	Heartbeat(ctx context.Context, ls []store.Lease, lease time.Duration, worker string) (map[int64]bool, error)
+	WriteOutcomes(ctx context.Context, o store.Outcomes, worker string, archive bool) (map[int64]bool, error)
+	Reap(ctx context.Context, batch int) (back, dead int, err error)
+	BeatWorker(ctx context.Context, w store.WorkerBeat) error
+	NotifyQueues(ctx context.Context, queues []string) error
+}
+
+// data returns cfg.Data, or the data layer over Store and Pool.
+func (cfg Config) data() Data {
+	if cfg.Data != nil {
+		return cfg.Data
+	}
+	return store.Runtime{Store: cfg.Store, Pool: cfg.Pool}
+}
+
 // Config configures a Runner. All durations must be set by the caller.
 type Config struct {
-	Pool              *pgxpool.Pool
-	Store             *store.Store
+	Pool  *pgxpool.Pool
+	Store *store.Store
+	// Data is where the runtime's statements go; nil: store.Runtime over
+	// Store and Pool. Tests set a fake.
+	Data              Data
 	Logger            *slog.Logger
 	WorkerID          string
 	Pools             []PoolConfig
@@ -141,14 +166,17 @@ type tracked struct {
 	finished        bool // handler returned; outcome queued for the completer
 }
 
-// Stats is a snapshot of the runner's counters.
+// Stats is a snapshot of the runner's counters, exported to users as
+// skiplock.Stats (Client.Stats).
 type Stats struct {
 	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
 	Running                                             int
-	ClaimP50, ClaimP99                                  time.Duration
-	ListenerUp                                          bool
-	// Claims is how many claim statements ran; ClaimCounts the cumulative
-	// count per ClaimBuckets bound; ClaimSum their total duration.
+	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
+	ClaimP50, ClaimP99 time.Duration
+	ListenerUp         bool
+	// Claims counts every claim statement since Start; ClaimCounts is the
+	// cumulative count of those that took at most each ClaimBuckets bound;
+	// ClaimSum is their total duration (a Prometheus histogram's parts).
 	Claims      uint64
 	ClaimCounts []uint64
 	ClaimSum    time.Duration
@@ -156,8 +184,9 @@ type Stats struct {
 
 // Runner runs the pools of one process.
 type Runner struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	data Data // cfg.data()
+	log  *slog.Logger
 
 	// Queues a concurrency limit covers (queue → struct{}): their
 	// completions wake claimers as entity completions do.
@@ -189,7 +218,7 @@ type Runner struct {
 
 // New validates nothing (the root package did) and returns a Runner.
 func New(cfg Config) *Runner {
-	r := &Runner{cfg: cfg, log: cfg.Logger, jobs: map[int64]*tracked{}, stopped: make(chan struct{})}
+	r := &Runner{cfg: cfg, data: cfg.data(), log: cfg.Logger, jobs: map[int64]*tracked{}, stopped: make(chan struct{})}
 	r.pollOnly.Store(cfg.PollOnly)
 	for _, pc := range cfg.Pools {
 		r.pools = append(r.pools, newPool(r, pc))
@@ -208,7 +237,8 @@ func (r *Runner) Start(ctx context.Context) error {
 		if !r.cfg.PollOnly && r.cfg.Connect != nil {
 			r.listener = notify.New(notify.Config{
 				Connect:  r.cfg.Connect,
-				Channels: []string{r.cfg.Store.Channel(), r.cfg.Store.CancelChannel()},
+				Listen:   r.cfg.Store.Listen,
+				SelfTest: r.cfg.Store.NotifySelfTest,
 				OnNotify: r.onNotify,
 				OnConnect: func(delivered bool) {
 					r.listenerUp.Store(delivered)
@@ -503,7 +533,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 	// Lock rows in id order, as the completer does: the two never deadlock.
 	slices.SortFunc(leases, func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) })
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
-	alive, err := r.cfg.Store.Heartbeat(qctx, r.cfg.Pool, leases, r.cfg.Lease, r.cfg.WorkerID)
+	alive, err := r.data.Heartbeat(qctx, leases, r.cfg.Lease, r.cfg.WorkerID)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -549,7 +579,7 @@ func (r *Runner) beat(ctx context.Context, stopped bool) {
 	host, _ := os.Hostname()
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := r.cfg.Store.BeatWorker(qctx, r.cfg.Pool, store.WorkerBeat{
+	err := r.data.BeatWorker(qctx, store.WorkerBeat{
 		ID: r.cfg.WorkerID, Hostname: host, PID: os.Getpid(), Queues: queues, Concurrency: conc,
 		Running: st.Running, Claimed: st.Claimed, Completed: st.Completed, Failed: st.Failed,
 		ClaimP99MS: p99, Stopped: stopped, Handles: handles,
@@ -576,7 +606,7 @@ func (r *Runner) reapLoop(ctx context.Context) {
 func (r *Runner) Reap(ctx context.Context) {
 	for ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		back, dead, err := r.cfg.Store.Reap(qctx, r.cfg.Pool, 1000)
+		back, dead, err := r.data.Reap(qctx, 1000)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {

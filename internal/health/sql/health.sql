@@ -361,3 +361,17 @@ SELECT r.in_recovery,
        END::float8 AS lag_seconds,
        pg_last_xact_replay_timestamp()
 FROM (SELECT pg_is_in_recovery() AS in_recovery) AS r;
+
+-- name: error_signature
+-- An error text normalised as jobs_dead.error_signature is (numbers, ids,
+-- quoted strings and hex replaced), for matching a signature an operator
+-- typed against the dead-letter groups.
+--   $1 error text
+SELECT {{schema}}.error_signature($1);
+
+-- name: job_counts
+-- Exact counts of ready and running jobs and of dead letters (skiplock dev's
+-- progress line: a small development database, so count(*) is fine).
+SELECT (SELECT count(*) FROM {{schema}}.jobs WHERE state = 'ready'),
+       (SELECT count(*) FROM {{schema}}.jobs WHERE state = 'running'),
+       (SELECT count(*) FROM {{schema}}.jobs_dead);

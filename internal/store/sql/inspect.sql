@@ -89,3 +89,15 @@ UNION ALL
 UNION ALL
 (SELECT f.payload FROM {{schema}}.jobs_done AS f WHERE f.id = $1 AND f.finished_at > now() - interval '24 hours')
 LIMIT 1;
+
+-- name: enqueued_jobs
+-- skiplocktest's view of in-flight jobs (RequireEnqueued and friends), in id
+-- order, bounded. It selects the payload: it runs only in users' tests.
+--   $1 kind ('' for any)  $2 queue ('' for any)  $3 a JSON object the
+--   payload should contain (NULL: not asked; the last column is then false)
+SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, run_at > now(),
+       tenant, entity, unique_key, payload::text, COALESCE(payload @> $3::jsonb, false)
+FROM {{schema}}.jobs
+WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR queue = $2)
+ORDER BY id
+LIMIT 1000;

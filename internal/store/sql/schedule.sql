@@ -2,7 +2,9 @@
 -- DeclareSchedules, fired by the scheduler (internal/maintenance).
 
 -- name: now
--- The database clock, read where the next fire time is computed in Go.
+-- The database clock (the transaction's start time), read where the next
+-- fire time is computed in Go and where a statement cannot call now()
+-- itself (EnqueueMany's COPY resolves delays against it). Store.Now.
 SELECT now();
 
 -- name: schedule_upsert

@@ -5,3 +5,17 @@
 -- gets the PID it was given at startup (BackendKeyData); a pooler hands out
 -- its own key and runs statements on whichever server session is free.
 SELECT pg_backend_pid();
+
+-- name: listen
+-- The notification listener's subscription: ready jobs ("<schema>.jobs",
+-- store.Channel) and cancellations of running jobs ("<schema>.cancel",
+-- store.CancelChannel). Two statements, so it runs through the simple
+-- protocol (no arguments); LISTEN takes no parameters.
+LISTEN "{{schema_name}}.jobs";
+LISTEN "{{schema_name}}.cancel";
+
+-- name: notify_self_test
+-- The listener's self-test: a notification to its own jobs channel, which
+-- arrives on a direct session and never behind a transaction-mode pooler.
+--   $1 payload (a token the listener waits for; workers skip it)
+SELECT pg_notify({{schema_lit}} || '.jobs', $1);

@@ -51,7 +51,7 @@ func run() error {
 		WorkerID:      os.Getenv("EO_WORKER_ID"),
 		LeaseDuration: time.Second, HeartbeatInterval: 250 * time.Millisecond,
 		PollInterval: 50 * time.Millisecond, ReaperInterval: 500 * time.Millisecond,
-		Pools:  []skiplock.Pool{{Concurrency: 3}},
+		Pools:  []skiplock.WorkerPool{{Concurrency: 3}},
 		Logger: logger,
 	})
 	if err != nil {

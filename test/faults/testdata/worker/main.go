@@ -150,7 +150,7 @@ func work(args []string) error {
 		Logger: log, WorkerID: *id, LeaseDuration: *lease, HeartbeatInterval: *heartbeat,
 		ReaperInterval: *reaper, PollInterval: *poll, ArchiveCompleted: *archive,
 		Backoff: func(int) time.Duration { return *backoff },
-		Pools:   []skiplock.Pool{{Queues: []string{*queue}, Concurrency: *concurrency, BatchSize: *batch}},
+		Pools:   []skiplock.WorkerPool{{Queues: []string{*queue}, Concurrency: *concurrency, BatchSize: *batch}},
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Outcomes are one batch of job outcomes, grouped by statement and each
+// sorted by job id (rows are locked in id order, as the heartbeat locks
+// them, so the two never deadlock on a process's own jobs).
+type Outcomes struct {
+	Done    []Lease
+	Resched []Reschedule
+	Deads   []Dead
+}
+
+// Runtime is the data layer as the worker runtime (internal/worker) uses
+// it: the statements bound to the pool they run on. It implements
+// worker.Data; the runtime's unit tests use a fake instead.
+type Runtime struct {
+	Store *Store
+	Pool  *pgxpool.Pool
+}
+
+// Claim claims a batch (Store.Claim).
+func (r Runtime) Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error) {
+	return r.Store.Claim(ctx, r.Pool, p)
+}
+
+// LimitsCovering names the concurrency limits covering queues and kinds.
+func (r Runtime) LimitsCovering(ctx context.Context, queues, kinds []string) ([]string, error) {
+	return r.Store.LimitsCovering(ctx, r.Pool, queues, kinds)
+}
+
+// Heartbeat extends the leases ls (Store.Heartbeat).
+func (r Runtime) Heartbeat(ctx context.Context, ls []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
+	return r.Store.Heartbeat(ctx, r.Pool, ls, lease, worker)
+}
+
+// Reap returns expired leases (Store.Reap).
+func (r Runtime) Reap(ctx context.Context, batch int) (back, dead int, err error) {
+	return r.Store.Reap(ctx, r.Pool, batch)
+}
+
+// BeatWorker records the worker's heartbeat row (Store.BeatWorker).
+func (r Runtime) BeatWorker(ctx context.Context, w WorkerBeat) error {
+	return r.Store.BeatWorker(ctx, r.Pool, w)
+}
+
+// NotifyQueues sends the ready-jobs notification for queues.
+func (r Runtime) NotifyQueues(ctx context.Context, queues []string) error {
+	_, err := r.Pool.Exec(ctx, r.Store.SQL("notify_queues"), queues)
+	return err
+}
+
+// WriteOutcomes writes o, fenced by each job's lease and worker, in one
+// round trip that runs as one implicit transaction (so no transaction is
+// ever left open waiting on this process, should it be paused mid-write).
+// archive keeps completed jobs in jobs_done. It returns the ids whose
+// lease was held.
+func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, archive bool) (map[int64]bool, error) {
+	var qs []Query
+	if len(o.Done) > 0 {
+		qs = append(qs, r.Store.CompleteQuery(o.Done, worker, archive))
+	}
+	if len(o.Resched) > 0 {
+		qs = append(qs, r.Store.RescheduleQuery(o.Resched, worker))
+	}
+	if len(o.Deads) > 0 {
+		qs = append(qs, r.Store.DeadLetterQuery(o.Deads, worker))
+	}
+	switch len(qs) {
+	case 0:
+		return map[int64]bool{}, nil
+	case 1:
+		// A single statement: no pipeline needed.
+		return CollectIDs(ctx, r.Pool, qs[0])
+	}
+	return WriteBatch(ctx, r.Pool, qs)
+}

@@ -1,0 +1,39 @@
+-- Statements of the maintenance passes that are not read-side figures: the
+-- vacuum guard's lock and VACUUM, and the retention passes' transaction
+-- settings and lock. The passes' own work (partition DDL, the dead-letter
+-- purge) is in internal/health/sql/health.sql.
+
+-- name: vacuum_try_lock
+-- The vacuum guard's session advisory lock, taken only on a direct session
+-- (the backend serving the statement is the connection's own): through a
+-- transaction-mode pooler the unlock could run on another server session.
+-- NULL: not a direct session (no lock taken); false: another process has it.
+--   $1 lock key text (maintenance.vacuumLockKey)  $2 the connection's backend PID
+SELECT CASE WHEN pg_backend_pid() = $2::bigint THEN pg_try_advisory_lock(hashtextextended($1, 0)) END;
+
+-- name: vacuum_unlock
+--   $1 lock key text, as vacuum_try_lock
+SELECT pg_advisory_unlock(hashtextextended($1, 0));
+
+-- name: vacuum_jobs
+-- SKIP_LOCKED: a second vacuum of the table skips it instead of waiting for
+-- the first. ANALYZE too: where autovacuum does not vacuum, it does not
+-- analyze either, and the claim plan needs current statistics. Cannot run
+-- inside a transaction.
+VACUUM (SKIP_LOCKED, ANALYZE) {{schema}}.jobs;
+
+-- name: retention_begin
+-- First statement of a retention pass's transaction: SET LOCAL of the
+-- statement timeout and the idle-in-transaction timeout (set_config with
+-- is_local = true), then the pass's transaction advisory lock.
+--   $1 statement_timeout in ms (text)  $2 idle_in_transaction_session_timeout
+--   in ms (text)  $3 lock key text (maintenance.RetentionLockKey)
+-- The last column says whether the lock was taken.
+SELECT set_config('statement_timeout', $1, true),
+       set_config('idle_in_transaction_session_timeout', $2, true),
+       pg_try_advisory_xact_lock(hashtextextended($3, 0));
+
+-- name: drop_schema
+-- Drops the installation and everything in it (skiplocktest.NewSchema's
+-- cleanup of a test's own schema).
+DROP SCHEMA IF EXISTS {{schema}} CASCADE;

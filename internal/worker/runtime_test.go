@@ -1,0 +1,245 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// claimCall is one Claim the fake received; the test answers on reply.
+type claimCall struct {
+	p     store.ClaimParams
+	reply chan []store.ClaimedJob
+}
+
+// fakeData is the runtime's database, driven by the test through channels:
+// every Claim waits for the test's answer, every outcome write is handed
+// to the test. Leases are always held.
+type fakeData struct {
+	claims chan claimCall
+	writes chan store.Outcomes
+}
+
+func newFakeData() *fakeData {
+	return &fakeData{claims: make(chan claimCall), writes: make(chan store.Outcomes, 64)}
+}
+
+func (f *fakeData) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
+	c := claimCall{p: p, reply: make(chan []store.ClaimedJob, 1)}
+	select {
+	case f.claims <- c:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case jobs := <-c.reply:
+		return jobs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (f *fakeData) LimitsCovering(context.Context, []string, []string) ([]string, error) {
+	return nil, nil
+}
+
+func (f *fakeData) Heartbeat(_ context.Context, ls []store.Lease, _ time.Duration, _ string) (map[int64]bool, error) {
+	held := map[int64]bool{}
+	for _, l := range ls {
+		held[l.ID] = true
+	}
+	return held, nil
+}
+
+func (f *fakeData) WriteOutcomes(_ context.Context, o store.Outcomes, _ string, _ bool) (map[int64]bool, error) {
+	f.writes <- o
+	held := map[int64]bool{}
+	for _, l := range o.Done {
+		held[l.ID] = true
+	}
+	for _, r := range o.Resched {
+		held[r.ID] = true
+	}
+	for _, d := range o.Deads {
+		held[d.ID] = true
+	}
+	return held, nil
+}
+
+func (f *fakeData) Reap(context.Context, int) (int, int, error)        { return 0, 0, nil }
+func (f *fakeData) BeatWorker(context.Context, store.WorkerBeat) error { return nil }
+func (f *fakeData) NotifyQueues(context.Context, []string) error       { return nil }
+
+// recv waits for the next value on ch; what says what did not come.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal(what)
+		var zero T
+		return zero
+	}
+}
+
+// nextClaim waits for the producer's next Claim.
+func (f *fakeData) nextClaim(t *testing.T) claimCall {
+	t.Helper()
+	return recv(t, f.claims, "the producer did not claim")
+}
+
+// noClaim asserts the producer is not claiming: it waits for nothing, it
+// only looks, after the test made sure the producer is idle (every claim
+// answered, every wake-up consumed).
+func (f *fakeData) noClaim(t *testing.T) {
+	t.Helper()
+	select {
+	case c := <-f.claims:
+		t.Fatalf("unexpected claim of %d", c.p.Batch)
+	default:
+	}
+}
+
+// nextWrite waits for the completer's next outcome write.
+func (f *fakeData) nextWrite(t *testing.T) store.Outcomes {
+	t.Helper()
+	return recv(t, f.writes, "the completer wrote nothing")
+}
+
+func jobs(ids ...int64) []store.ClaimedJob {
+	out := make([]store.ClaimedJob, len(ids))
+	for i, id := range ids {
+		out[i] = store.ClaimedJob{ClaimedRow: store.ClaimedRow{ID: id, Queue: "q", Kind: "k", Attempt: 1, MaxAttempts: 3, LeaseToken: id}}
+	}
+	return out
+}
+
+// gate is a handler that reports each job it starts and finishes a job only
+// when the test releases it.
+type gate struct {
+	started chan int64
+	release map[int64]chan struct{}
+}
+
+func newGate(ids ...int64) *gate {
+	g := &gate{started: make(chan int64, 16), release: map[int64]chan struct{}{}}
+	for _, id := range ids {
+		g.release[id] = make(chan struct{})
+	}
+	return g
+}
+
+func (g *gate) handle(ctx context.Context, j *Job) Result {
+	g.started <- j.ID
+	select {
+	case <-g.release[j.ID]:
+	case <-ctx.Done():
+	}
+	return Result{}
+}
+
+func (g *gate) waitStarted(t *testing.T) int64 {
+	t.Helper()
+	return recv(t, g.started, "no job started")
+}
+
+func startFake(t *testing.T, f *fakeData, g *gate, concurrency, batch int) *Runner {
+	t.Helper()
+	r := New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: concurrency, BatchSize: batch}}})
+	require.NoError(t, r.Start(context.Background()))
+	return r
+}
+
+// The producer claims full batches while they come back full, stops at a
+// short one, claims again on a wake-up for what is free, and the completer
+// writes each finished job's outcome; nothing is claimed beyond
+// Concurrency + BatchSize in hand.
+func TestProduceClaimsWhatIsFreeAndWritesOutcomes(t *testing.T) {
+	f := newFakeData()
+	g := newGate(1, 2, 3)
+	r := startFake(t, f, g, 2, 2)
+
+	c := f.nextClaim(t) // at start: the poll timer fires at once
+	require.Equal(t, 2, c.p.Batch)
+	require.Equal(t, []string{"q"}, c.p.Queues)
+	c.reply <- jobs(1, 2) // full: more is probably waiting
+	c = f.nextClaim(t)
+	require.Equal(t, 2, c.p.Batch, "two of four slots in hand are free")
+	c.reply <- nil     // short: wait for a wake-up
+	c = f.nextClaim(t) // the first poll tick (its timer started at zero) was pending
+	require.Equal(t, 2, c.p.Batch)
+	c.reply <- nil
+	started := []int64{g.waitStarted(t), g.waitStarted(t)}
+	slices.Sort(started)
+	require.Equal(t, []int64{1, 2}, started)
+	f.noClaim(t)
+
+	r.pools[0].wake()
+	c = f.nextClaim(t)
+	require.Equal(t, 2, c.p.Batch)
+	c.reply <- jobs(3) // held until an executor is free
+
+	close(g.release[1])
+	o := f.nextWrite(t)
+	require.Equal(t, []store.Lease{{ID: 1, Token: 1}}, o.Done)
+	require.Equal(t, int64(3), g.waitStarted(t), "the freed executor takes the job claimed ahead")
+
+	close(g.release[2])
+	close(g.release[3])
+	var done []int64
+	for len(done) < 2 {
+		for _, l := range f.nextWrite(t).Done {
+			done = append(done, l.ID)
+		}
+	}
+	slices.Sort(done)
+	require.Equal(t, []int64{2, 3}, done)
+	require.NoError(t, r.Stop(context.Background()))
+	s := r.Stats()
+	require.EqualValues(t, 3, s.Claimed)
+	require.EqualValues(t, 3, s.Completed)
+	require.Zero(t, s.Running)
+}
+
+// Stopping hands back at once a job claimed ahead but not started (a
+// release that refunds the attempt), and waits for the running one, whose
+// completion is written.
+func TestStopHandsBackJobsClaimedAhead(t *testing.T) {
+	f := newFakeData()
+	g := newGate(1, 2)
+	r := startFake(t, f, g, 1, 2)
+
+	c := f.nextClaim(t)
+	require.Equal(t, 2, c.p.Batch)
+	c.reply <- jobs(1, 2)
+	c = f.nextClaim(t)
+	require.Equal(t, 1, c.p.Batch, "one slot of three is free")
+	c.reply <- nil
+	c = f.nextClaim(t) // the first poll tick
+	c.reply <- nil
+	first := g.waitStarted(t)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	o := f.nextWrite(t)
+	second := 3 - first
+	require.Empty(t, o.Done)
+	require.Equal(t, []store.Reschedule{{Lease: store.Lease{ID: second, Token: second}, Refund: true}}, o.Resched,
+		"handed back, attempt refunded")
+
+	close(g.release[first])
+	o = f.nextWrite(t)
+	require.Equal(t, []store.Lease{{ID: first, Token: first}}, o.Done)
+	require.NoError(t, <-stopped)
+	f.noClaim(t)
+}
