@@ -147,12 +147,8 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		if listenURL(f.listenURL) != "" {
 			return usageError("--listen-url: not with several --database-url (each database LISTENs on its own URL)")
 		}
-		seen := map[string]bool{}
-		for _, u := range urls {
-			if seen[u] {
-				return usageError("--database-url: the same URL is given twice")
-			}
-			seen[u] = true
+		if err := checkDistinctURLs(urls); err != nil {
+			return err
 		}
 	}
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
