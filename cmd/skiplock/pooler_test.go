@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"regexp"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -256,16 +256,9 @@ func TestWorkManyDatabasesThroughPgBouncerWithListenURLs(t *testing.T) {
 	t.Setenv("SKIPLOCK_LISTEN_URL", "")
 
 	addr := freeAddr(t)
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"work", "--exec", "cat >/dev/null", "--poll-interval", "1h", "--metrics-addr", addr,
-			"--database-url", pooled[0], "--database-url", pooled[1],
-			"--listen-url", dbs[0].URL, "--listen-url", dbs[1].URL}, outF, errF)
-	}()
+	done, errFile := startCLI(ctx, t, "work", "--exec", "cat >/dev/null", "--poll-interval", "1h", "--metrics-addr", addr,
+		"--database-url", pooled[0], "--database-url", pooled[1],
+		"--listen-url", dbs[0].URL, "--listen-url", dbs[1].URL)
 	listenersUp := regexp.MustCompile(`(?m)^skiplock_process_listener_up\{database="[^"]+"\} 1$`)
 	require.Eventually(t, func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
@@ -294,6 +287,6 @@ func TestWorkManyDatabasesThroughPgBouncerWithListenURLs(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not exit after SIGTERM")
 	}
-	logs, _ := os.ReadFile(errF.Name())
+	logs, _ := os.ReadFile(errFile)
 	require.NotContains(t, string(logs), "POLLING ONLY", "%s", logs)
 }

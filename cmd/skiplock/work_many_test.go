@@ -296,14 +296,9 @@ func TestServeManyDatabases(t *testing.T) {
 		opsReady(t, db, "mail", i+1, -time.Second)
 		args = append(args, "--database-url", db.URL)
 	}
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, args, outF, errF) }()
+	done, errFile := startCLI(ctx, t, args...)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -334,7 +329,7 @@ func TestServeManyDatabases(t *testing.T) {
 	cancel()
 	select {
 	case code := <-done:
-		errb, _ := os.ReadFile(errF.Name())
+		errb, _ := os.ReadFile(errFile)
 		require.Equal(t, 0, code, "stderr: %s", errb)
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
