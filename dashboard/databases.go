@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
@@ -319,4 +320,13 @@ func statusRank(s status) int {
 		return 1
 	}
 	return 0
+}
+
+// logFor is the logger of an audit line about database sh: it names the
+// database when the dashboard shows several.
+func (d *Dashboard) logFor(sh *shard) *slog.Logger {
+	if len(d.shards) == 1 {
+		return d.log
+	}
+	return d.log.With(slog.String("database", sh.name))
 }

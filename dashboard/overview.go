@@ -131,7 +131,7 @@ func (d *Dashboard) loadOverview(ctx context.Context, sh *shard) overviewData {
 	defer cancel()
 	o := overviewData{Now: time.Now()}
 	broken := func(what string, err error) string {
-		d.log.Error("dashboard: overview: "+what, slog.String("database", sh.name), slog.String("error", err.Error()))
+		d.logFor(sh).Error("dashboard: overview: "+what, slog.String("error", err.Error()))
 		return what + " unavailable (see the server log)"
 	}
 

@@ -118,7 +118,7 @@ func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, paused boo
 	if paused {
 		verb = "paused"
 	}
-	d.log.Info("dashboard: queue "+verb, slog.String("queue", queue), slog.String("user", d.who(r)), slog.String("database", sh.name))
+	d.logFor(sh).Info("dashboard: queue "+verb, slog.String("queue", queue), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/queues", "queue "+queue+" "+verb)
 }
 
@@ -376,7 +376,7 @@ func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "payload", err)
 		return
 	}
-	d.log.Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", user))
+	d.logFor(sh).Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", user))
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, raw, "", "  ") != nil {
 		pretty.Reset()
@@ -406,7 +406,7 @@ func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "cancel", err)
 		return
 	}
-	d.log.Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", state), slog.String("user", d.who(r)), slog.String("database", sh.name))
+	d.logFor(sh).Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", state), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), "cancel requested (the job was "+state+")")
 }
 
@@ -432,7 +432,7 @@ func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
 			" is not in the dead-letter table (or a job with its unique key is in flight)")
 		return
 	}
-	d.log.Info("dashboard: dead letter replayed", slog.Int64("job_id", id), slog.String("user", d.who(r)), slog.String("database", sh.name))
+	d.logFor(sh).Info("dashboard: dead letter replayed", slog.Int64("job_id", id), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/dead", "job "+strconv.FormatInt(id, 10)+" replayed as a new job")
 }
 
@@ -549,8 +549,8 @@ func (d *Dashboard) replayGroup(w http.ResponseWriter, r *http.Request) {
 		d.redirect(w, r, "/dead", "a replay of this group is already running")
 		return
 	}
-	d.log.Info("dashboard: replay started", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
-		slog.Int64("dead_letters", n), slog.Float64("per_second", d.opts.ReplayRate), slog.String("user", d.who(r)), slog.String("database", sh.name))
+	d.logFor(sh).Info("dashboard: replay started", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
+		slog.Int64("dead_letters", n), slog.Float64("per_second", d.opts.ReplayRate), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/dead", "replaying "+num(n)+" "+f.Kind+" dead letters at "+
 		strconv.FormatFloat(d.opts.ReplayRate, 'f', -1, 64)+"/s")
 }
@@ -571,8 +571,8 @@ func (d *Dashboard) purgeGroup(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "purge", err)
 		return
 	}
-	d.log.Info("dashboard: dead letters purged", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
-		slog.Int64("purged", n), slog.String("user", d.who(r)), slog.String("database", sh.name))
+	d.logFor(sh).Info("dashboard: dead letters purged", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
+		slog.Int64("purged", n), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/dead", "purged "+num(n)+" "+f.Kind+" dead letters")
 }
 

@@ -148,7 +148,7 @@ func (d *Dashboard) taskOutput(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "no such task")
 		return
 	}
-	d.log.Info("dashboard: task output revealed", slog.Int64("workflow_id", wf), slog.Int64("task_id", task), slog.String("user", user))
+	d.logFor(sh).Info("dashboard: task output revealed", slog.Int64("workflow_id", wf), slog.Int64("task_id", task), slog.String("user", user))
 	text := "(no output)"
 	if raw != nil {
 		var pretty bytes.Buffer
