@@ -100,7 +100,10 @@ func (rs *replays) start(db string, pool *pgxpool.Pool, schema string, f health.
 		if err != nil {
 			run.err.Store(err.Error())
 		}
-		attrs := []any{slog.String("database", db), slog.String("kind", f.Kind), slog.String("signature", f.Signature), slog.Int("replayed", n)}
+		attrs := []any{slog.String("kind", f.Kind), slog.String("signature", f.Signature), slog.Int("replayed", n)}
+		if db != "" {
+			attrs = append([]any{slog.String("database", db)}, attrs...)
+		}
 		if err != nil {
 			log.Warn("dashboard: replay stopped", append(attrs, slog.String("error", err.Error()))...)
 			return
