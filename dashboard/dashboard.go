@@ -92,7 +92,8 @@ type Options struct {
 	// purge, payload reveal) and their confirmation counts, /readyz, the
 	// schedules page and what only the primary knows (its vacuum
 	// statistics, the sessions holding back its xmin horizon) stay on the
-	// primary pool. The caller owns it.
+	// primary pool. The caller owns it. Not allowed with several databases
+	// (NewForDatabases).
 	Replica *pgxpool.Pool
 }
 

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/migrations"
 )
 
 func init() { register(newTenantCmd) }
@@ -63,6 +66,14 @@ the target already is merged into that one.`,
 				return err
 			}
 			defer to.Close()
+			for _, db := range []struct {
+				flag string
+				pool *pgxpool.Pool
+			}{{"--from", from}, {"--to", to}} {
+				if err := requireMigrated(ctx, db.pool, db.flag); err != nil {
+					return err
+				}
+			}
 			res, err := skiplock.MoveTenant(ctx, from, to, skiplock.MoveTenantOptions{Tenant: tenant, Schema: g.schema, BatchSize: batch})
 			var fe *skiplock.FieldError
 			if errors.As(err, &fe) && fe.Field == "to" {
@@ -98,4 +109,23 @@ the target already is merged into that one.`,
 	fl.IntVar(&batch, "batch", 500, "jobs per batch (one transaction in each database)")
 	addJSON(cmd)
 	return cmd
+}
+
+// requireMigrated refuses a database whose skiplock schema has migrations
+// pending (a move needs migration 011's tables in both).
+func requireMigrated(ctx context.Context, pool *pgxpool.Pool, flag string) error {
+	st, err := migrations.StatusOf(ctx, pool, g.schema)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	pending := 0
+	for _, s := range st {
+		if s.AppliedAt == nil {
+			pending++
+		}
+	}
+	if pending > 0 {
+		return fmt.Errorf("%s: schema %s has %d migration(s) pending: run skiplock migrate up on that database first", flag, g.schema, pending)
+	}
+	return nil
 }

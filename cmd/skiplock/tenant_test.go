@@ -61,3 +61,16 @@ func TestTenantMoveCLI(t *testing.T) {
 		require.Contains(t, stderr, c.want)
 	}
 }
+
+// TestTenantMoveNeedsMigratedDatabases: a database without the move's
+// tables is refused up front, naming its flag, and nothing moves.
+func TestTenantMoveNeedsMigratedDatabases(t *testing.T) {
+	a, empty := dbtest.New(t), dbtest.NewEmpty(t)
+	opsReady(t, a, "mail", 1, -time.Second)
+	opsExec(t, a, `UPDATE skiplock.jobs SET tenant = 'acme'`)
+	code, _, stderr := runCLI(t, "tenant", "move", "--tenant", "acme", "--from", a.URL, "--to", empty.URL)
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, "--to: schema skiplock has")
+	require.Contains(t, stderr, "skiplock migrate up")
+	require.EqualValues(t, 1, opsCount(t, a, `SELECT count(*) FROM skiplock.jobs`))
+}
