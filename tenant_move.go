@@ -168,20 +168,23 @@ func (m *mover) batch(ctx context.Context, n int) (int, error) {
 		return 0, fmt.Errorf("skiplock: move: target: %w", err)
 	}
 	merged := int64(0)
+	var fresh []store.MoveJob
+	for _, j := range jobs {
+		if s, ok := guard[j.ID]; !ok || s == "discarded" {
+			fresh = append(fresh, j) // else moved in by an interrupted run, settled already
+		}
+	}
 	err = pgx.BeginFunc(ctx, m.to, func(ttx pgx.Tx) error {
-		for _, j := range jobs {
-			if s, ok := guard[j.ID]; ok && s != "discarded" {
-				continue // moved in by an interrupted run: held, to be released below
-			}
-			state, err := m.st.MoveInsert(ctx, ttx, m.source, j)
-			if err != nil {
-				return err
-			}
-			if state == "merged" {
+		if len(fresh) == 0 {
+			return nil
+		}
+		states, err := m.st.MoveInsert(ctx, ttx, m.source, fresh)
+		for _, s := range states {
+			if s == "merged" {
 				merged++
 			}
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("skiplock: move: target: %w", err)

@@ -57,17 +57,26 @@ func (s *Store) MoveGuard(ctx context.Context, db DBTX, source string, ids []int
 	return out, err
 }
 
-// MoveInsert inserts j held, with its moved_in row; it returns "held",
-// "merged" (a live job with its unique key is here), or "" when a moved_in
-// row was already there (nothing done).
-func (s *Store) MoveInsert(ctx context.Context, tx DBTX, source string, j MoveJob) (string, error) {
-	var state string
-	err := tx.QueryRow(ctx, s.SQL("move_insert"), source, j.ID, j.Priority, j.Attempts, j.MaxAttempts, j.RunAt,
-		j.CreatedAt, j.Queue, j.Kind, j.UniqueKey, j.Tenant, j.Entity, j.LastError, j.Payload, j.Metadata).Scan(&state)
-	if isNoRows(err) {
-		return "", nil
+// MoveInsert inserts jobs held, each with its moved_in row, in one round
+// trip (a pipeline inside tx); for each it returns "held", "merged" (a live
+// job with its unique key is here), or "" when a moved_in row was already
+// there (nothing done).
+func (s *Store) MoveInsert(ctx context.Context, tx DBTX, source string, jobs []MoveJob) ([]string, error) {
+	b := &pgx.Batch{}
+	for _, j := range jobs {
+		b.Queue(s.SQL("move_insert"), source, j.ID, j.Priority, j.Attempts, j.MaxAttempts, j.RunAt, j.CreatedAt,
+			j.Queue, j.Kind, j.UniqueKey, j.Tenant, j.Entity, j.LastError, j.Payload, j.Metadata)
 	}
-	return state, err
+	br := tx.SendBatch(ctx, b)
+	out := make([]string, len(jobs))
+	for i := range jobs {
+		err := br.QueryRow().Scan(&out[i])
+		if err != nil && !isNoRows(err) {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	return out, br.Close()
 }
 
 // MoveDelete deletes the moved jobs and records them in moved_out (inside
