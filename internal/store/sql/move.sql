@@ -19,13 +19,16 @@ SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || curre
 -- locked rows, so no worker takes them while the batch moves. FOR UPDATE
 -- without SKIP LOCKED waits for a claim in progress and then re-checks
 -- state, so a job claimed meanwhile is left out. Workflow tasks stay: their
--- workflow lives here.
+-- workflow lives here. In jobs_ready_tenant's order (queue, then claim
+-- order), so the scan stops at the batch's end with no sort: ordered by id
+-- it read and sorted all the tenant's rows for every batch (73 ms a batch
+-- at 20,000 jobs, 2 ms this way). The most urgent jobs move first.
 --   $1 tenant, $2 batch size
 SELECT id, priority, attempts, max_attempts, run_at, created_at, queue, kind, unique_key, tenant, entity,
        last_error, payload, metadata
 FROM {{schema}}.jobs
 WHERE tenant = $1 AND state = 'ready' AND task_id IS NULL
-ORDER BY id
+ORDER BY queue, priority DESC, run_at, id
 LIMIT $2
 FOR UPDATE;
 
