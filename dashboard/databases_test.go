@@ -292,3 +292,26 @@ func TestNewForDatabasesRefusesBadOptions(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidOptions)
 	assert.Contains(t, err.Error(), "Replica")
 }
+
+// TestDashboardOverManyDatabasesUnderPrefix: mounted under a prefix, a
+// database's scope (with an escaped "/" in its name) sits below it, and
+// its links and redirects keep both.
+func TestDashboardOverManyDatabasesUnderPrefix(t *testing.T) {
+	f := newMultiFixture(t, Options{Prefix: "/admin"})
+	f.seed()
+	scoped := "/admin" + f.scope(1)
+	code, body, _ := f.do(http.MethodGet, scoped+"/queues", nil)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `action="`+scoped+`/queues/pause"`)
+	assert.Contains(t, body, `href="/admin/static/style.css"`)
+	assert.Contains(t, body, `href="`+scoped+`/jobs?queue=mail"`)
+	code, _, h := f.do(http.MethodPost, scoped+"/queues/pause", url.Values{"queue": {"mail"}})
+	require.Equal(t, http.StatusSeeOther, code)
+	assert.True(t, strings.HasPrefix(h.Get("Location"), scoped+"/queues?"), h.Get("Location"))
+	code, _, h = f.do(http.MethodGet, "/admin/jobs?db="+url.QueryEscape(f.names[1]), nil)
+	assert.Equal(t, http.StatusSeeOther, code)
+	assert.Equal(t, scoped+"/jobs", h.Get("Location"))
+	code, body, _ = f.do(http.MethodGet, "/admin/", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `href="`+scoped+`/"`)
+}
