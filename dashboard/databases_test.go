@@ -229,6 +229,12 @@ func TestDashboardOverManyDatabasesScopesPagesAndActions(t *testing.T) {
 	for i := range f.names {
 		assert.Contains(t, body, `href="`+f.scope(i)+`/jobs?state=dead"`)
 	}
+	// The host rule holds in a scope too (DNS rebinding).
+	req := httptest.NewRequest(http.MethodGet, f.scope(0)+"/jobs", nil)
+	req.Host = "rebound.example"
+	rec := httptest.NewRecorder()
+	f.d.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusMisdirectedRequest, rec.Code)
 	// ?db= redirects into the scope; an unknown database is a 404.
 	code, _, h := f.do(http.MethodGet, "/jobs?db=gamma&state=ready", nil)
 	assert.Equal(t, http.StatusSeeOther, code)
