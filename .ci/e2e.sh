@@ -6,7 +6,9 @@
 # --show-payloads on a free port (at log level info, so its audit lines are
 # written), then runs test/e2e (playwright-core driving Debian's chromium,
 # headless). Afterwards it checks the server logged the payload reveal (user
-# and job id) and that the PII marker reached no log. Screenshots: docs/dashboard.png (overview) and
+# and job id) and that the PII marker reached no log. A second `skiplock serve` runs over three
+# databases (that one and two more scratch ones). Screenshots: docs/dashboard.png (overview),
+# docs/dashboard-databases.png (the overview over three databases) and
 # test/e2e/artifacts/*.png (every page). Cleans up everything it started.
 # Runs as root with no terminal. Needs PostgreSQL (trust on loopback), Go,
 # Node and npm; installs chromium with apt-get if it is missing.
@@ -33,7 +35,9 @@ cleanup() {
   local rc=$?
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  psql "$admin_url" -qAtc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  for d in "$db" "${db}_b" "${db}_c"; do
+    psql "$admin_url" -qAtc "DROP DATABASE IF EXISTS $d WITH (FORCE)" >/dev/null 2>&1 || true
+  done
   if [ "$rc" -ne 0 ]; then
     log "failed (exit $rc); server log:"
     tail -n 40 "$work/serve.log" >&2 2>/dev/null || true
@@ -109,12 +113,39 @@ for _ in $(seq 1 100); do
 done
 curl -fsS "${url}readyz" >/dev/null
 
-log "running the browser tests against $url"
+# A second dashboard over three databases: this one and two more, seeded
+# with their own jobs (no workers: they stay ready).
+log "scratch databases ${db}_b and ${db}_c for the dashboard over several databases"
+multi_args=(--database-url "$DATABASE_URL")
+for d in "${db}_b" "${db}_c"; do
+  psql "$admin_url" -qAtc "CREATE DATABASE $d" >/dev/null
+  durl="${DATABASE_URL%/*}/$d?sslmode=disable"
+  "$sk" migrate up --database-url "$durl" >/dev/null
+  n=200; [ "$d" = "${db}_c" ] && n=400
+  node -e '
+    const [m, n] = [process.argv[1], Number(process.argv[2])];
+    for (let i = 0; i < n; i++) console.log(JSON.stringify({ queue: "mail", kind: "email.send", payload: { email: `${m}+${i}@example.com` } }));
+  ' "$marker" "$n" > "$work/jobs-$d.ndjson"
+  "$sk" enqueue --database-url "$durl" --file "$work/jobs-$d.ndjson" >/dev/null 2>&1
+  multi_args+=(--database-url "$durl")
+done
+port2=$(node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
+SKIPLOCK_LOG_LEVEL=info "$sk" serve --http-addr "127.0.0.1:$port2" "${multi_args[@]}" >"$work/serve-multi.log" 2>&1 &
+pids+=("$!")
+multi_url="http://127.0.0.1:$port2/"
+for _ in $(seq 1 100); do
+  curl -fsS "${multi_url}readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fsS "${multi_url}readyz" >/dev/null
+
+log "running the browser tests against $url and $multi_url"
 mkdir -p docs test/e2e/artifacts
 (cd test/e2e && \
   SKIPLOCK_E2E_URL="$url" SKIPLOCK_E2E_USER="$SKIPLOCK_DASHBOARD_USER" SKIPLOCK_E2E_PASS="$SKIPLOCK_DASHBOARD_PASSWORD" \
   SKIPLOCK_E2E_MARKER="$marker" SKIPLOCK_E2E_ARTIFACTS="$root/test/e2e/artifacts" \
   SKIPLOCK_E2E_SCREENSHOT="$root/docs/dashboard.png" SKIPLOCK_E2E_REVEALED="$work/revealed" \
+  SKIPLOCK_E2E_MULTI_URL="$multi_url" SKIPLOCK_E2E_MULTI_SCREENSHOT="$root/docs/dashboard-databases.png" \
   timeout 600 node --test --test-concurrency=1 dashboard.test.mjs)
 
 # The reveal was audited: one line naming the user and the job, no payload.
@@ -127,6 +158,11 @@ fi
 log "reveal audited: $(grep -m1 'payload revealed' "$work/serve.log")"
 for line in "dashboard: queue paused" "dashboard: queue resumed" "dashboard: replay started"; do
   grep -q "msg=\"$line\".* user=$SKIPLOCK_DASHBOARD_USER" "$work/serve.log" || { log "no audit line \"$line\""; exit 1; }
+done
+# The dashboard over several databases audits its actions with the database.
+for line in "dashboard: queue paused" "dashboard: queue resumed"; do
+  grep -q "msg=\"$line\" database=127.0.0.1:5432/${db}_b .*user=$SKIPLOCK_DASHBOARD_USER" "$work/serve-multi.log" ||
+    { log "no audit line \"$line\" naming ${db}_b in the multi-database serve log"; grep "dashboard:" "$work/serve-multi.log" >&2 || true; exit 1; }
 done
 # No payload in any log, the info-level audit lines included.
 if grep -q "$marker" "$work"/*.log; then

@@ -92,8 +92,23 @@ type Options struct {
 	// purge, payload reveal) and their confirmation counts, /readyz, the
 	// schedules page and what only the primary knows (its vacuum
 	// statistics, the sessions holding back its xmin horizon) stay on the
-	// primary pool. The caller owns it.
+	// primary pool. The caller owns it. Not allowed with several databases
+	// (NewForDatabases).
 	Replica *pgxpool.Pool
+}
+
+// Database is one database of a dashboard over several (NewForDatabases):
+// an application split by tenant across databases, each with its own
+// skiplock schema (Options.Schema in every one).
+type Database struct {
+	// Name labels the database on every page and in its pages' paths
+	// (/db/{Name}/...): a name for people, such as host:port/dbname or the
+	// shard's name; never a URL (it may hold a password). Names must be
+	// distinct and non-empty.
+	Name string
+	// Pool is the database's primary: its pages read there and its actions
+	// (pause, resume, cancel, replay, purge) go there. The caller owns it.
+	Pool *pgxpool.Pool
 }
 
 func (o Options) withDefaults() Options {
@@ -153,11 +168,10 @@ func (o Options) authConfigured() bool { return o.User != "" || o.Token != "" }
 // Dashboard is the handler New returns. Close stops its background work: the
 // throughput sampler and any dead-letter replay in progress.
 type Dashboard struct {
-	pool    *pgxpool.Pool // the primary: actions and the primary's own figures
-	read    *pgxpool.Pool // where pages read: Options.Replica, else pool
+	// shards are the databases, in the order given; one for New.
+	shards  []*shard
 	opts    Options
 	log     *slog.Logger
-	client  *skiplock.Client
 	store   *store.Store
 	pages   map[string]*pageTemplate
 	mux     *http.ServeMux
@@ -168,6 +182,15 @@ type Dashboard struct {
 	replays *replays
 
 	closeOnce sync.Once
+}
+
+// shard is one database the dashboard shows.
+type shard struct {
+	idx    int
+	name   string
+	pool   *pgxpool.Pool // the primary: actions and the primary's own figures
+	read   *pgxpool.Pool // where pages read: Options.Replica, else pool
+	client *skiplock.Client
 }
 
 // New returns the dashboard as an http.Handler over pool (which the caller
@@ -185,33 +208,77 @@ func New(pool *pgxpool.Pool, opts Options) (http.Handler, error) {
 	if pool == nil {
 		return nil, invalid("pool", "must not be nil")
 	}
+	return newDashboard([]Database{{Name: "", Pool: pool}}, opts)
+}
+
+// NewForDatabases is New for an application split across several databases
+// (a skiplock.Fleet, `skiplock serve --database-url A --database-url B`).
+// The overview adds the databases' figures up (counts summed, lags and
+// p99s the worst, the vacuum panel the worst database's) and lists each
+// database's figures beside the sums; every other page, and every action,
+// is scoped to one database under /db/{Name}/ (/queues becomes
+// /db/{Name}/queues; ?db=Name on a GET redirects there), and an action goes
+// to that database's primary. An unscoped page other than the overview
+// asks which database. /readyz answers 200 only when every database is
+// ready; the charts sum every database's workers. Options.Replica is not
+// allowed with several databases. With one database it is New.
+func NewForDatabases(dbs []Database, opts Options) (http.Handler, error) {
+	if len(dbs) == 0 {
+		return nil, invalid("Databases", "at least one database is needed")
+	}
+	seen := map[string]bool{}
+	for i, db := range dbs {
+		field := fmt.Sprintf("Databases[%d]", i)
+		if db.Pool == nil {
+			return nil, invalid(field+".Pool", "must not be nil")
+		}
+		if len(dbs) == 1 {
+			break
+		}
+		if strings.TrimSpace(db.Name) == "" || !utf8.ValidString(db.Name) || strings.ContainsAny(db.Name, "\x00\n\r") {
+			return nil, invalid(field+".Name", "must be a non-empty line of text")
+		}
+		if seen[db.Name] {
+			return nil, invalid(field+".Name", "%q is given twice", db.Name)
+		}
+		seen[db.Name] = true
+	}
+	if len(dbs) > 1 && opts.Replica != nil {
+		return nil, invalid("Replica", "not allowed with several databases")
+	}
+	return newDashboard(dbs, opts)
+}
+
+func newDashboard(dbs []Database, opts Options) (http.Handler, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
-	}
-	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger})
-	if err != nil {
-		return nil, fmt.Errorf("dashboard: %w", err)
 	}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
 	}
-	read := pool
-	if opts.Replica != nil {
-		read = opts.Replica
-	}
 	d := &Dashboard{
-		pool:   pool,
-		read:   read,
-		opts:   opts,
-		log:    opts.Logger,
-		client: client,
-		store:  store.New(opts.Schema),
-		pages:  pages,
-		csrf:   http.NewCrossOriginProtection(),
-		hosts:  newHostPolicy(opts),
-		flash:  make([]byte, 32),
+		opts:  opts,
+		log:   opts.Logger,
+		store: store.New(opts.Schema),
+		pages: pages,
+		csrf:  http.NewCrossOriginProtection(),
+		hosts: newHostPolicy(opts),
+		flash: make([]byte, 32),
+	}
+	reads := make([]*pgxpool.Pool, len(dbs))
+	for i, db := range dbs {
+		client, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("dashboard: %w", err)
+		}
+		s := &shard{idx: i, name: db.Name, pool: db.Pool, read: db.Pool, client: client}
+		if opts.Replica != nil {
+			s.read = opts.Replica
+		}
+		reads[i] = s.read
+		d.shards = append(d.shards, s)
 	}
 	if _, err := rand.Read(d.flash); err != nil {
 		return nil, fmt.Errorf("dashboard: %w", err)
@@ -219,7 +286,7 @@ func New(pool *pgxpool.Pool, opts Options) (http.Handler, error) {
 	d.csrf.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusForbidden, "cross-origin request refused")
 	}))
-	d.sampler = newSampler(read, opts.Schema, opts.SampleInterval, d.log)
+	d.sampler = newSampler(reads, opts.Schema, opts.SampleInterval, d.log)
 	d.replays = newReplays()
 	d.routes()
 	d.sampler.start()
@@ -295,7 +362,9 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2 := new(http.Request)
 		*r2 = *r
 		u := *r.URL
-		u.Path, u.RawPath = rest, ""
+		// Keep the escaped form: a database's scope may hold an escaped "/".
+		rawRest, _ := strings.CutPrefix(r.URL.EscapedPath(), d.opts.Prefix)
+		u.Path, u.RawPath = rest, rawRest
 		r2.URL = &u
 		r = r2
 	}
@@ -348,6 +417,12 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if name, ok := badParam(r); !ok {
 		d.fail(w, r, http.StatusBadRequest, name+" must be valid UTF-8 text without NUL bytes")
 		return
+	}
+	if len(d.shards) > 1 {
+		var ok bool
+		if r, ok = d.scope(w, r); !ok {
+			return
+		}
 	}
 	d.mux.ServeHTTP(w, r)
 }
@@ -435,28 +510,37 @@ func (d *Dashboard) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// readyz answers 200 when the database answers and every migration is
-// applied, 503 otherwise.
+// readyz answers 200 when every database answers and has every migration
+// applied, 503 otherwise (naming the databases that are not ready).
 func (d *Dashboard) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	st, err := migrations.StatusOf(ctx, d.pool, d.opts.Schema)
-	if err != nil {
-		d.log.Warn("dashboard: readyz: database unreachable", slog.String("error", err.Error()))
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("database unreachable\n"))
-		return
-	}
-	pending := 0
-	for _, s := range st {
-		if s.AppliedAt == nil {
-			pending++
+	var problems []string
+	for _, s := range d.shards {
+		where := ""
+		if len(d.shards) > 1 {
+			where = "database " + s.name + ": "
+		}
+		st, err := migrations.StatusOf(ctx, s.pool, d.opts.Schema)
+		if err != nil {
+			d.log.Warn("dashboard: readyz: database unreachable", slog.String("database", s.name), slog.String("error", err.Error()))
+			problems = append(problems, where+"database unreachable")
+			continue
+		}
+		pending := 0
+		for _, m := range st {
+			if m.AppliedAt == nil {
+				pending++
+			}
+		}
+		if pending > 0 {
+			problems = append(problems, fmt.Sprintf("%sschema %s: %d migration(s) pending (run skiplock migrate up)", where, d.opts.Schema, pending))
 		}
 	}
-	if pending > 0 {
+	if len(problems) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = fmt.Fprintf(w, "schema %s: %d migration(s) pending (run skiplock migrate up)\n", d.opts.Schema, pending)
+		_, _ = w.Write([]byte(strings.Join(problems, "\n") + "\n"))
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))

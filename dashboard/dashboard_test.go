@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -101,12 +102,19 @@ func (f *fixture) insertDead(id int64, kind, lastError string) {
 // do sends a request and returns the status and body.
 func (f *fixture) do(method, path string, form url.Values, hdr http.Header) (int, string, http.Header) {
 	f.t.Helper()
+	return doRequest(f.t, f.srv.URL, method, path, form, hdr)
+}
+
+// doRequest sends a request to the server at base, without following
+// redirects, and returns the status, body and headers.
+func doRequest(t *testing.T, base, method, path string, form url.Values, hdr http.Header) (int, string, http.Header) {
+	t.Helper()
 	var body io.Reader
 	if form != nil {
 		body = strings.NewReader(form.Encode())
 	}
-	req, err := http.NewRequest(method, f.srv.URL+path, body)
-	require.NoError(f.t, err)
+	req, err := http.NewRequest(method, base+path, body)
+	require.NoError(t, err)
 	if form != nil {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
@@ -115,10 +123,10 @@ func (f *fixture) do(method, path string, form url.Values, hdr http.Header) (int
 	}
 	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
-	require.NoError(f.t, err)
+	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(f.t, err)
+	require.NoError(t, err)
 	return resp.StatusCode, string(b), resp.Header
 }
 
@@ -580,10 +588,10 @@ func TestReplayStatusIsASnapshot(t *testing.T) {
 	run := &replayRun{Kind: "k", Signature: "s", Total: 3, Started: time.Now(), finished: make(chan struct{})}
 	run.done.Store(1)
 	rs := &replays{list: []*replayRun{run}}
-	before := rs.status()
+	before := rs.status("")
 	run.done.Store(3)
 	close(run.finished)
-	after := rs.status()
+	after := rs.status("")
 	require.Len(t, before, 1)
 	assert.True(t, before[0].Running)
 	assert.EqualValues(t, 1, before[0].Done)
@@ -705,7 +713,7 @@ func TestSamplerRatesFromHeartbeats(t *testing.T) {
 	f := newFixture(t, Options{})
 	f.d.sampler.stop() // drive it by hand
 	ctx := context.Background()
-	s := newSampler(f.db.Pool, f.db.Schema, time.Hour, f.d.log)
+	s := newSampler([]*pgxpool.Pool{f.db.Pool}, f.db.Schema, time.Hour, f.d.log)
 	_, err := f.db.Pool.Exec(ctx, `INSERT INTO skiplock.workers (id, hostname, pid, queues, claimed_total, completed_total,
 		failed_total, claim_p99_ms, heartbeat_at) VALUES ('w1', 'h', 1, '{q}', 100, 90, 5, 3.5, now() - interval '10 seconds')`)
 	require.NoError(t, err)
@@ -715,7 +723,7 @@ func TestSamplerRatesFromHeartbeats(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.take(ctx))
 	require.NoError(t, s.take(ctx)) // no new beat: the rate stands
-	all := s.samples()
+	all := s.samples(0)
 	require.Len(t, all, 3)
 	assert.Zero(t, all[0].Claimed, "no rate on first sight")
 	for _, x := range all[1:] {
@@ -725,14 +733,14 @@ func TestSamplerRatesFromHeartbeats(t *testing.T) {
 		assert.InDelta(t, 3.5, x.ClaimP99MS, 0.01)
 		assert.Equal(t, 1, x.LiveWorkers)
 	}
-	ser := s.series()
+	ser := s.series(0)
 	assert.Len(t, ser.T, 3)
 	require.NotNil(t, ser.ClaimP99[2])
 	// The ring wraps.
 	for range ringSize + 5 {
 		require.NoError(t, s.take(ctx))
 	}
-	assert.Len(t, s.samples(), ringSize)
+	assert.Len(t, s.samples(0), ringSize)
 }
 
 func TestCloseIsIdempotent(t *testing.T) {
@@ -742,7 +750,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	code, _ := f.get("/")
 	assert.Equal(t, http.StatusOK, code)
 	// A replay after Close does not start.
-	started := f.d.replays.start(f.db.Pool, f.db.Schema, health.ReplayFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
+	started := f.d.replays.start("", f.db.Pool, f.db.Schema, health.ReplayFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
 	assert.False(t, started)
 }
 

@@ -84,7 +84,7 @@ type overviewData struct {
 	ClaimStatus                       status
 	LiveWorkers                       int
 	Running                           int64
-	Runners                           []health.LongRunner
+	Runners                           []runnerRow
 	ExpiredLeases                     int
 	RunningStatus                     status
 	RunningNote                       string
@@ -110,20 +110,34 @@ type overviewData struct {
 	// under the queue-lag panel); UnhandledErr says why it is missing.
 	Unhandled    []health.UnhandledKind
 	UnhandledErr string
+	// Databases is the per-database breakdown of a dashboard over several
+	// (nil for one database's panels); VacuumDB names the database whose
+	// vacuum state the vacuum panel shows (the worst one).
+	Databases []dbSummary
+	VacuumDB  string
 }
 
-func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
+// runnerRow is a long runner on the running panel, with the link prefix
+// of its database's pages (job ids are per database) and, over several
+// databases, its database's name.
+type runnerRow struct {
+	health.LongRunner
+	Base, DB string
+}
+
+// loadOverview reads database sh's five panels.
+func (d *Dashboard) loadOverview(ctx context.Context, sh *shard) overviewData {
 	ctx, cancel := context.WithTimeout(ctx, d.opts.QueryTimeout)
 	defer cancel()
 	o := overviewData{Now: time.Now()}
 	broken := func(what string, err error) string {
-		d.log.Error("dashboard: overview: "+what, slog.String("error", err.Error()))
+		d.logFor(sh).Error("dashboard: overview: "+what, slog.String("error", err.Error()))
 		return what + " unavailable (see the server log)"
 	}
 
 	// 1. Queue lag per queue, with the pools (worker queue sets) serving it.
-	workers, werr := health.Workers(ctx, d.read, d.opts.Schema)
-	qs, err := d.queueRows(ctx, workers)
+	workers, werr := health.Workers(ctx, sh.read, d.opts.Schema)
+	qs, err := d.queueRows(ctx, sh, workers)
 	if err != nil {
 		o.QueueErr = broken("queue stats", err)
 		o.LagStatus = statusFail
@@ -144,7 +158,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// Kinds no live worker handles wait forever: name them under the lag.
-	if u, err := health.UnhandledKinds(ctx, d.read, d.opts.Schema); err != nil {
+	if u, err := health.UnhandledKinds(ctx, sh.read, d.opts.Schema); err != nil {
 		o.UnhandledErr = broken("unhandled kinds", err)
 	} else {
 		o.Unhandled = u
@@ -178,14 +192,14 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 			}
 		}
 	}
-	if s, ok := d.sampler.latest(); ok {
+	if s, ok := d.sampler.latest(sh.idx); ok {
 		o.HaveSample = true
 		o.ClaimRate, o.CompleteRate, o.FailRate = s.Claimed, s.Completed, s.Failed
 	}
 
 	// 3. Running jobs: the longest runners and leases the reaper has yet to
 	// return.
-	runners, err := health.LongRunners(ctx, d.read, d.opts.Schema, 200)
+	runners, err := health.LongRunners(ctx, sh.read, d.opts.Schema, 200)
 	if err != nil {
 		o.RunErr = broken("running jobs", err)
 		o.RunningStatus = statusFail
@@ -195,23 +209,25 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 				o.ExpiredLeases++
 			}
 		}
-		o.Runners = runners[:min(len(runners), 5)]
+		for _, r := range runners[:min(len(runners), 5)] {
+			o.Runners = append(o.Runners, runnerRow{LongRunner: r, Base: d.opts.Prefix + d.scopePath(sh)})
+		}
 		o.RunningStatus = statusOK
 		switch {
 		case o.ExpiredLeases > 0:
 			o.RunningStatus = statusFail
 			o.RunningNote = "leases expired and not returned: is any worker (and so the reaper) running?"
-		case o.Running > 0 && d.completionsStalled():
+		case o.Running > 0 && d.completionsStalled(sh.idx):
 			o.RunningStatus = statusWarn
 			o.RunningNote = "jobs are running but none completed in the last minute: a stuck handler or a downstream outage?"
 		}
 	}
 
 	// 4. Dead-letter size and daily delta.
-	size, err := health.DeadLetterSizeOf(ctx, d.read, d.opts.Schema)
+	size, err := health.DeadLetterSizeOf(ctx, sh.read, d.opts.Schema)
 	if err == nil {
 		var days []health.DeadDay
-		days, err = health.DeadLetterDaily(ctx, d.read, d.opts.Schema, 7)
+		days, err = health.DeadLetterDaily(ctx, sh.read, d.opts.Schema, 7)
 		o.DeadDays = perDay(days, o.Now, 7)
 	}
 	if err != nil {
@@ -229,10 +245,10 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 	}
 
 	// 5. Vacuum state of the hot table and the xmin horizon holders.
-	v, err := health.Vacuum(ctx, d.pool, d.opts.Schema)
+	v, err := health.Vacuum(ctx, sh.pool, d.opts.Schema)
 	if err == nil {
 		var holders []health.HorizonHolder
-		holders, err = health.HorizonHolders(ctx, d.pool, d.opts.Schema, 10)
+		holders, err = health.HorizonHolders(ctx, sh.pool, d.opts.Schema, 10)
 		for i, h := range holders {
 			// Short statements come and go; list what actually pins the
 			// horizon (slots and prepared transactions always).
@@ -245,7 +261,7 @@ func (d *Dashboard) loadOverview(ctx context.Context) overviewData {
 			}
 		}
 		if err == nil && o.PinHolder != nil {
-			if cost, cerr := health.ClaimCostNow(ctx, d.pool, d.opts.Schema); cerr == nil {
+			if cost, cerr := health.ClaimCostNow(ctx, sh.pool, d.opts.Schema); cerr == nil {
 				o.PinCost = &cost
 			}
 			v.OldestXminAgeSeconds = max(v.OldestXminAgeSeconds, o.PinHolder.XactAgeSeconds)
@@ -293,10 +309,10 @@ func vacuumStatus(v health.VacuumState, last *time.Time) (deadTuples, xmin statu
 	return deadTuples, xmin
 }
 
-// completionsStalled reports a minute of samples with live workers and no
-// completions.
-func (d *Dashboard) completionsStalled() bool {
-	all := d.sampler.samples()
+// completionsStalled reports a minute of samples of ring i with live
+// workers and no completions.
+func (d *Dashboard) completionsStalled(i int) bool {
+	all := d.sampler.samples(i)
 	if len(all) < 2 {
 		return false
 	}
@@ -314,12 +330,12 @@ func (d *Dashboard) completionsStalled() bool {
 
 // queueRows joins queue stats, wait percentiles and the live workers'
 // queue sets.
-func (d *Dashboard) queueRows(ctx context.Context, workers []health.Worker) ([]queueRow, error) {
-	stats, err := health.QueueStats(ctx, d.read, d.opts.Schema)
+func (d *Dashboard) queueRows(ctx context.Context, sh *shard, workers []health.Worker) ([]queueRow, error) {
+	stats, err := health.QueueStats(ctx, sh.read, d.opts.Schema)
 	if err != nil {
 		return nil, err
 	}
-	waits, err := health.WaitP99(ctx, d.read, d.opts.Schema)
+	waits, err := health.WaitP99(ctx, sh.read, d.opts.Schema)
 	if err != nil {
 		return nil, err
 	}
@@ -388,16 +404,30 @@ func perDay(days []health.DeadDay, now time.Time, n int) []dayCount {
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
-	d.render(w, r, http.StatusOK, "overview", "", d.view("overview", "Overview", d.loadOverview(r.Context())))
+	d.render(w, r, http.StatusOK, "overview", "", d.view("overview", "Overview", d.loadScoped(r)))
 }
 
 // overviewPanels is the fragment htmx polls.
 func (d *Dashboard) overviewPanels(w http.ResponseWriter, r *http.Request) {
-	d.render(w, r, http.StatusOK, "overview", "panels", d.view("overview", "Overview", d.loadOverview(r.Context())))
+	d.render(w, r, http.StatusOK, "overview", "panels", d.view("overview", "Overview", d.loadScoped(r)))
 }
 
-// series serves the charts' data.
-func (d *Dashboard) series(w http.ResponseWriter, _ *http.Request) {
+// loadScoped reads the panels of the request's database, or of every
+// database added up when it has none.
+func (d *Dashboard) loadScoped(r *http.Request) overviewData {
+	if sh := d.scoped(r); sh != nil {
+		return d.loadOverview(r.Context(), sh)
+	}
+	return d.loadAll(r.Context())
+}
+
+// series serves the charts' data: the request's database's, or every
+// database's summed.
+func (d *Dashboard) series(w http.ResponseWriter, r *http.Request) {
+	i := d.sampler.all()
+	if sh := d.scoped(r); sh != nil {
+		i = sh.idx
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(d.sampler.series())
+	_ = json.NewEncoder(w).Encode(d.sampler.series(i))
 }

@@ -33,7 +33,7 @@ const maxFlash = 300
 // reload does not repeat the POST), with a flash message in the query and
 // its signature (see withFlash).
 func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, path, flash string) {
-	u := d.opts.Prefix + path
+	u := d.base(r) + path
 	if flash != "" {
 		if len(flash) > maxFlash {
 			flash = strings.ToValidUTF8(flash[:maxFlash], "") // not half a character
@@ -70,14 +70,18 @@ func (d *Dashboard) withFlash(r *http.Request, v view) view {
 // Queues ---------------------------------------------------------------------
 
 func (d *Dashboard) queues(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	workers, err := health.Workers(ctx, d.read, d.opts.Schema)
+	workers, err := health.Workers(ctx, sh.read, d.opts.Schema)
 	if err != nil {
 		d.dbFail(w, r, "workers", err)
 		return
 	}
-	rows, err := d.queueRows(ctx, workers)
+	rows, err := d.queueRows(ctx, sh, workers)
 	if err != nil {
 		d.dbFail(w, r, "queue stats", err)
 		return
@@ -89,14 +93,18 @@ func (d *Dashboard) pauseQueue(w http.ResponseWriter, r *http.Request)  { d.setP
 func (d *Dashboard) resumeQueue(w http.ResponseWriter, r *http.Request) { d.setPaused(w, r, false) }
 
 func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, paused bool) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	queue := strings.TrimSpace(r.PostFormValue("queue"))
 	ctx, cancel := d.timeout(r)
 	defer cancel()
 	var err error
 	if paused {
-		err = d.client.PauseQueue(ctx, queue)
+		err = sh.client.PauseQueue(ctx, queue)
 	} else {
-		err = d.client.ResumeQueue(ctx, queue)
+		err = sh.client.ResumeQueue(ctx, queue)
 	}
 	if errors.Is(err, skiplock.ErrInvalidJob) {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
@@ -110,7 +118,7 @@ func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, paused boo
 	if paused {
 		verb = "paused"
 	}
-	d.log.Info("dashboard: queue "+verb, slog.String("queue", queue), slog.String("user", d.who(r)))
+	d.logFor(sh).Info("dashboard: queue "+verb, slog.String("queue", queue), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/queues", "queue "+queue+" "+verb)
 }
 
@@ -174,6 +182,10 @@ func nullable(s string) any {
 }
 
 func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	q := r.URL.Query()
 	s := jobSearch{ID: strings.TrimSpace(q.Get("id")), Queue: strings.TrimSpace(q.Get("queue")),
 		Kind: strings.TrimSpace(q.Get("kind")), State: q.Get("state"), Tenant: strings.TrimSpace(q.Get("tenant")), Limit: defaultPageSize}
@@ -215,7 +227,7 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	data.Search = s
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	rows, err := d.read.Query(ctx, d.store.SQL("search_jobs"), id, nullable(s.Queue), nullable(s.Kind),
+	rows, err := sh.read.Query(ctx, d.store.SQL("search_jobs"), id, nullable(s.Queue), nullable(s.Kind),
 		nullable(s.State), nullable(s.Tenant), before, s.Limit+1)
 	if err != nil {
 		d.dbFail(w, r, "job search", err)
@@ -300,6 +312,10 @@ func (d *Dashboard) pathID(w http.ResponseWriter, r *http.Request) (int64, bool)
 }
 
 func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	id, ok := d.pathID(w, r)
 	if !ok {
 		return
@@ -307,7 +323,7 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.timeout(r)
 	defer cancel()
 	var j jobDetail
-	err := d.read.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
+	err := sh.read.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
 		&j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseExpiresAt, &j.LockedBy,
 		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt,
 		&j.Metadata)
@@ -331,6 +347,10 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 // refuses ShowPayloads without credentials; this check holds even if that
 // one were lost.
 func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	if !d.opts.ShowPayloads || d.opts.ReadOnly {
 		d.fail(w, r, http.StatusForbidden, "payloads are hidden (start skiplock serve with --show-payloads to allow revealing them)")
 		return
@@ -347,7 +367,7 @@ func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := d.timeout(r)
 	defer cancel()
 	var raw []byte
-	err := d.pool.QueryRow(ctx, d.store.SQL("job_payload"), id).Scan(&raw)
+	err := sh.pool.QueryRow(ctx, d.store.SQL("job_payload"), id).Scan(&raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		d.fail(w, r, http.StatusNotFound, "no such job")
 		return
@@ -356,7 +376,7 @@ func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "payload", err)
 		return
 	}
-	d.log.Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", user))
+	d.logFor(sh).Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", user))
 	var pretty bytes.Buffer
 	if json.Indent(&pretty, raw, "", "  ") != nil {
 		pretty.Reset()
@@ -367,13 +387,17 @@ func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	id, ok := d.pathID(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	state, err := d.client.Cancel(ctx, id)
+	state, err := sh.client.Cancel(ctx, id)
 	if errors.Is(err, skiplock.ErrJobNotFound) {
 		d.fail(w, r, http.StatusNotFound, "job "+strconv.FormatInt(id, 10)+" is not in flight")
 		return
@@ -382,19 +406,23 @@ func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "cancel", err)
 		return
 	}
-	d.log.Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", state), slog.String("user", d.who(r)))
+	d.logFor(sh).Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", state), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), "cancel requested (the job was "+state+")")
 }
 
 // replayJob replays one dead letter at once.
 func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	id, ok := d.pathID(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := health.ReplayDead(ctx, d.pool, d.opts.Schema, health.ReplayFilter{IDs: []int64{id}}, 0, nil)
+	n, err := health.ReplayDead(ctx, sh.pool, d.opts.Schema, health.ReplayFilter{IDs: []int64{id}}, 0, nil)
 	if err != nil {
 		d.dbFail(w, r, "replay", err)
 		return
@@ -404,7 +432,7 @@ func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
 			" is not in the dead-letter table (or a job with its unique key is in flight)")
 		return
 	}
-	d.log.Info("dashboard: dead letter replayed", slog.Int64("job_id", id), slog.String("user", d.who(r)))
+	d.logFor(sh).Info("dashboard: dead letter replayed", slog.Int64("job_id", id), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/dead", "job "+strconv.FormatInt(id, 10)+" replayed as a new job")
 }
 
@@ -419,16 +447,20 @@ type deadData struct {
 }
 
 func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	kind := strings.TrimSpace(r.URL.Query().Get("kind"))
-	replays := d.replays.status() // before the groups: see status
+	replays := d.replays.status(sh.name) // before the groups: see status
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	groups, err := health.DeadLetterGroups(ctx, d.read, d.opts.Schema, kind, 200)
+	groups, err := health.DeadLetterGroups(ctx, sh.read, d.opts.Schema, kind, 200)
 	if err != nil {
 		d.dbFail(w, r, "dead-letter groups", err)
 		return
 	}
-	size, err := health.DeadLetterSizeOf(ctx, d.read, d.opts.Schema)
+	size, err := health.DeadLetterSizeOf(ctx, sh.read, d.opts.Schema)
 	if err != nil {
 		d.dbFail(w, r, "dead-letter size", err)
 		return
@@ -456,6 +488,10 @@ func groupFilter(get func(string) string) (health.ReplayFilter, bool) {
 }
 
 func (d *Dashboard) deadConfirm(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	q := r.URL.Query()
 	action := q.Get("action")
 	if action != "replay" && action != "purge" {
@@ -469,7 +505,7 @@ func (d *Dashboard) deadConfirm(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := health.CountDead(ctx, d.pool, d.opts.Schema, f)
+	n, err := health.CountDead(ctx, sh.pool, d.opts.Schema, f)
 	if err != nil {
 		d.dbFail(w, r, "count dead letters", err)
 		return
@@ -493,41 +529,49 @@ func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request) (health.Re
 }
 
 func (d *Dashboard) replayGroup(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	f, ok := d.confirmed(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := health.CountDead(ctx, d.pool, d.opts.Schema, f)
+	n, err := health.CountDead(ctx, sh.pool, d.opts.Schema, f)
 	if err != nil {
 		d.dbFail(w, r, "count dead letters", err)
 		return
 	}
-	started := d.replays.start(d.pool, d.opts.Schema, f, n, d.opts.ReplayRate, d.log)
+	started := d.replays.start(sh.name, sh.pool, d.opts.Schema, f, n, d.opts.ReplayRate, d.log)
 	if !started {
 		d.redirect(w, r, "/dead", "a replay of this group is already running")
 		return
 	}
-	d.log.Info("dashboard: replay started", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
+	d.logFor(sh).Info("dashboard: replay started", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
 		slog.Int64("dead_letters", n), slog.Float64("per_second", d.opts.ReplayRate), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/dead", "replaying "+num(n)+" "+f.Kind+" dead letters at "+
 		strconv.FormatFloat(d.opts.ReplayRate, 'f', -1, 64)+"/s")
 }
 
 func (d *Dashboard) purgeGroup(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	f, ok := d.confirmed(w, r)
 	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*d.opts.QueryTimeout)
 	defer cancel()
-	n, err := health.PurgeDead(ctx, d.pool, d.opts.Schema, f)
+	n, err := health.PurgeDead(ctx, sh.pool, d.opts.Schema, f)
 	if err != nil {
 		d.dbFail(w, r, "purge", err)
 		return
 	}
-	d.log.Info("dashboard: dead letters purged", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
+	d.logFor(sh).Info("dashboard: dead letters purged", slog.String("kind", f.Kind), slog.String("signature", f.Signature),
 		slog.Int64("purged", n), slog.String("user", d.who(r)))
 	d.redirect(w, r, "/dead", "purged "+num(n)+" "+f.Kind+" dead letters")
 }
@@ -535,9 +579,13 @@ func (d *Dashboard) purgeGroup(w http.ResponseWriter, r *http.Request) {
 // Schedules, workers, health ------------------------------------------------------
 
 func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	list, err := d.client.ListSchedules(ctx)
+	list, err := sh.client.ListSchedules(ctx)
 	if err != nil {
 		d.dbFail(w, r, "schedules", err)
 		return
@@ -555,14 +603,18 @@ type workerRow struct {
 }
 
 func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	list, err := health.Workers(ctx, d.read, d.opts.Schema)
+	list, err := health.Workers(ctx, sh.read, d.opts.Schema)
 	if err != nil {
 		d.dbFail(w, r, "workers", err)
 		return
 	}
-	running, err := health.LongRunners(ctx, d.read, d.opts.Schema, 1000)
+	running, err := health.LongRunners(ctx, sh.read, d.opts.Schema, 1000)
 	if err != nil {
 		d.dbFail(w, r, "running jobs", err)
 		return
@@ -580,13 +632,17 @@ func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) doctor(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*d.opts.QueryTimeout)
 	defer cancel()
 	var o health.DoctorOptions
 	if d.opts.Replica != nil {
 		o.Replica = d.opts.Replica
 	}
-	checks, err := health.DoctorWith(ctx, d.pool, d.opts.Schema, o)
+	checks, err := health.DoctorWith(ctx, sh.pool, d.opts.Schema, o)
 	if err != nil {
 		d.dbFail(w, r, "doctor", err)
 		return

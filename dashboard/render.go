@@ -22,7 +22,7 @@ var templateFS embed.FS
 // pageTemplate is one page: the layout plus the page's own blocks.
 type pageTemplate struct{ t *template.Template }
 
-var pageNames = []string{"overview", "queues", "jobs", "job", "dead", "confirm", "schedules", "workers", "health", "error", "workflows", "workflow"}
+var pageNames = []string{"overview", "queues", "jobs", "job", "dead", "confirm", "schedules", "workers", "health", "error", "workflows", "workflow", "choose"}
 
 func parsePages() (map[string]*pageTemplate, error) {
 	out := map[string]*pageTemplate{}
@@ -39,13 +39,19 @@ func parsePages() (map[string]*pageTemplate, error) {
 
 // view is what every page template gets.
 type view struct {
-	Base     string // the mount prefix, for links
-	Title    string
-	Active   string // nav entry
-	ReadOnly bool
-	Reveal   bool // payload reveal allowed
-	Schema   string
-	Flash    string
+	Base string // the mount prefix, then the database's scope: for links
+	Root string // the mount prefix alone: static assets and the brand
+	// Databases is the database selector of a dashboard over several (the
+	// first entry, with no name, is all of them); DB names the database of
+	// the page ("" on the overview of all of them, or with one database).
+	Databases []dbLink
+	DB        string
+	Title     string
+	Active    string // nav entry
+	ReadOnly  bool
+	Reveal    bool // payload reveal allowed
+	Schema    string
+	Flash     string
 	// ReplicaNote says how stale the page's figures are when they were read
 	// on Options.Replica (empty without one); ReplicaStale marks a replica
 	// that is not streaming or is more than replicaStaleAfter behind.
@@ -91,6 +97,10 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, p
 	}
 	if page != "error" {
 		d.replicaNote(r, &v)
+	}
+	v.Root, v.Base, v.Databases = d.opts.Prefix, d.base(r), d.selector(r)
+	if sh := d.scoped(r); sh != nil {
+		v.DB = sh.name
 	}
 	var buf bytes.Buffer
 	if err := pt.t.ExecuteTemplate(&buf, block, v); err != nil {

@@ -18,6 +18,7 @@ const keptReplays = 10
 // replayRun is one dead-letter group being replayed in the background at the
 // dashboard's rate.
 type replayRun struct {
+	DB              string // the database's name ("" with one database)
 	Kind, Signature string
 	Total           int64 // matching dead letters when it started
 	Started         time.Time
@@ -61,22 +62,23 @@ func newReplays() *replays {
 	return &replays{ctx: ctx, cancel: cancel}
 }
 
-// start replays the group (kind, signature) at rate jobs per second and
-// reports true, unless a replay of that group is already running (or the
-// dashboard is closed).
-func (rs *replays) start(pool *pgxpool.Pool, schema string, f health.ReplayFilter, total int64, rate float64,
+// start replays the group (kind, signature) of database db (its name; pool
+// is its primary) at rate jobs per second and reports true, unless a replay
+// of that group of that database is already running (or the dashboard is
+// closed).
+func (rs *replays) start(db string, pool *pgxpool.Pool, schema string, f health.ReplayFilter, total int64, rate float64,
 	log *slog.Logger) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	for _, r := range rs.list {
-		if r.Kind == f.Kind && r.Signature == f.Signature && r.Running() {
+		if r.DB == db && r.Kind == f.Kind && r.Signature == f.Signature && r.Running() {
 			return false
 		}
 	}
 	if rs.ctx.Err() != nil {
 		return false
 	}
-	run := &replayRun{Kind: f.Kind, Signature: f.Signature, Total: total, Started: time.Now(), finished: make(chan struct{})}
+	run := &replayRun{DB: db, Kind: f.Kind, Signature: f.Signature, Total: total, Started: time.Now(), finished: make(chan struct{})}
 	rs.list = append([]*replayRun{run}, rs.list...)
 	// Keep every running replay and the newest finished ones.
 	kept, finished := rs.list[:0], 0
@@ -99,6 +101,9 @@ func (rs *replays) start(pool *pgxpool.Pool, schema string, f health.ReplayFilte
 			run.err.Store(err.Error())
 		}
 		attrs := []any{slog.String("kind", f.Kind), slog.String("signature", f.Signature), slog.Int("replayed", n)}
+		if db != "" {
+			attrs = append([]any{slog.String("database", db)}, attrs...)
+		}
 		if err != nil {
 			log.Warn("dashboard: replay stopped", append(attrs, slog.String("error", err.Error()))...)
 			return
@@ -124,19 +129,21 @@ type replayStatus struct {
 	Err             string
 }
 
-// status returns the recent replays as they stand now. A page takes it
+// status returns database db's recent replays as they stand now. A page takes it
 // before it reads the dead letters, so a replay it shows as done finished
 // before that read: the page never says done beside a group the replay has
 // since emptied. (Reading the live runs while rendering, after the query,
 // could.)
-func (rs *replays) status() []replayStatus {
-	runs := rs.recent()
-	out := make([]replayStatus, len(runs))
-	for i, r := range runs {
+func (rs *replays) status(db string) []replayStatus {
+	var out []replayStatus
+	for _, r := range rs.recent() {
+		if r.DB != db {
+			continue
+		}
 		// Running first: once it reads false, Done and Err are final.
 		running := r.Running()
-		out[i] = replayStatus{Kind: r.Kind, Signature: r.Signature, Total: r.Total, Done: r.Done(),
-			Started: r.Started, Running: running, Err: r.Err()}
+		out = append(out, replayStatus{Kind: r.Kind, Signature: r.Signature, Total: r.Total, Done: r.Done(),
+			Started: r.Started, Running: running, Err: r.Err()})
 	}
 	return out
 }

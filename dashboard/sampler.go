@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
 	"sync"
@@ -40,23 +41,44 @@ type workerMark struct {
 	rate                       [3]float64
 }
 
-// sampler reads the workers table and queue lag every interval into a ring.
-// Rates come from differencing each worker's cumulative counters between
-// its heartbeats, so no query ever counts jobs.
+// ring is the charts' samples of one database, or of all of them.
+type ring struct {
+	buf  [ringSize]sample
+	next int
+	full bool
+}
+
+func (r *ring) add(s sample) {
+	r.buf[r.next] = s
+	r.next = (r.next + 1) % ringSize
+	if r.next == 0 {
+		r.full = true
+	}
+}
+
+// sampler reads the workers table and queue lag of every database every
+// interval into a ring per database and, over several, one more for their
+// sum. Rates come from differencing each worker's cumulative counters
+// between its heartbeats, so no query ever counts jobs.
 type sampler struct {
-	pool   *pgxpool.Pool
+	pools  []*pgxpool.Pool
 	schema string
 	svc    *service.Periodic
 
-	mu    sync.Mutex // guards ring, next, full and marks
-	ring  [ringSize]sample
-	next  int
-	full  bool
-	marks map[string]workerMark
+	mu    sync.Mutex // guards rings and marks
+	rings []ring     // one per pool, then the sum when there are several
+	marks []map[string]workerMark
 }
 
-func newSampler(pool *pgxpool.Pool, schema string, every time.Duration, log *slog.Logger) *sampler {
-	s := &sampler{pool: pool, schema: schema, marks: map[string]workerMark{}}
+func newSampler(pools []*pgxpool.Pool, schema string, every time.Duration, log *slog.Logger) *sampler {
+	s := &sampler{pools: pools, schema: schema, marks: make([]map[string]workerMark, len(pools))}
+	for i := range s.marks {
+		s.marks[i] = map[string]workerMark{}
+	}
+	s.rings = make([]ring, len(pools))
+	if len(pools) > 1 {
+		s.rings = make([]ring, len(pools)+1)
+	}
 	s.svc = &service.Periodic{Name: "dashboard sampler", Interval: every, Logger: log, RunAtStart: true,
 		Tick: func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, max(every, 5*time.Second))
@@ -70,15 +92,50 @@ func (s *sampler) start() { _ = s.svc.Start(context.Background()) }
 
 func (s *sampler) stop() { _ = s.svc.Stop(context.Background()) }
 
-// take reads one sample and appends it.
+// all is the index of the summed ring (the only one with one database).
+func (s *sampler) all() int { return len(s.rings) - 1 }
+
+// take reads one sample of every database and appends it, and their sum.
+// A database that cannot be read gets no sample this time (its ring and
+// the sum skip the point); the error is returned after the others.
 func (s *sampler) take(ctx context.Context) error {
-	workers, err := health.Workers(ctx, s.pool, s.schema)
-	if err != nil {
-		return err
+	var errs []error
+	sum := sample{At: time.Now(), ClaimP99MS: math.NaN()}
+	for i, pool := range s.pools {
+		smp, err := s.takeOne(ctx, i, pool)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(s.pools) == 1 {
+			break
+		}
+		sum.Claimed += smp.Claimed
+		sum.Completed += smp.Completed
+		sum.Failed += smp.Failed
+		sum.LiveWorkers += smp.LiveWorkers
+		sum.LagSeconds = math.Max(sum.LagSeconds, smp.LagSeconds)
+		if !math.IsNaN(smp.ClaimP99MS) && (math.IsNaN(sum.ClaimP99MS) || smp.ClaimP99MS > sum.ClaimP99MS) {
+			sum.ClaimP99MS = smp.ClaimP99MS
+		}
 	}
-	queues, err := health.QueueStats(ctx, s.pool, s.schema)
+	if len(s.pools) > 1 && len(errs) < len(s.pools) {
+		s.mu.Lock()
+		s.rings[s.all()].add(sum)
+		s.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// takeOne reads database i's sample and appends it to its ring.
+func (s *sampler) takeOne(ctx context.Context, i int, pool *pgxpool.Pool) (sample, error) {
+	workers, err := health.Workers(ctx, pool, s.schema)
 	if err != nil {
-		return err
+		return sample{}, err
+	}
+	queues, err := health.QueueStats(ctx, pool, s.schema)
+	if err != nil {
+		return sample{}, err
 	}
 	smp := sample{At: time.Now(), ClaimP99MS: math.NaN()}
 	for _, q := range queues {
@@ -88,10 +145,11 @@ func (s *sampler) take(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	marks := s.marks[i]
 	seen := make(map[string]bool, len(workers))
 	for _, w := range workers {
 		seen[w.ID] = true
-		prev, ok := s.marks[w.ID]
+		prev, ok := marks[w.ID]
 		cur := workerMark{beat: w.HeartbeatAt, claimed: w.Claimed, completed: w.Completed, failed: w.Failed}
 		switch {
 		case !ok:
@@ -106,7 +164,7 @@ func (s *sampler) take(ctx context.Context) error {
 		default:
 			cur.rate = prev.rate // no new beat: the last rate stands
 		}
-		s.marks[w.ID] = cur
+		marks[w.ID] = cur
 		if !w.Live {
 			continue
 		}
@@ -118,34 +176,31 @@ func (s *sampler) take(ctx context.Context) error {
 			smp.ClaimP99MS = *w.ClaimP99MS
 		}
 	}
-	for id := range s.marks {
+	for id := range marks {
 		if !seen[id] {
-			delete(s.marks, id)
+			delete(marks, id)
 		}
 	}
-	s.ring[s.next] = smp
-	s.next = (s.next + 1) % ringSize
-	if s.next == 0 {
-		s.full = true
-	}
-	return nil
+	s.rings[i].add(smp)
+	return smp, nil
 }
 
-// samples returns the ring, oldest first.
-func (s *sampler) samples() []sample {
+// samples returns ring i (a database's, or all()), oldest first.
+func (s *sampler) samples(i int) []sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.full {
-		return append([]sample(nil), s.ring[:s.next]...)
+	r := &s.rings[i]
+	if !r.full {
+		return append([]sample(nil), r.buf[:r.next]...)
 	}
 	out := make([]sample, 0, ringSize)
-	out = append(out, s.ring[s.next:]...)
-	return append(out, s.ring[:s.next]...)
+	out = append(out, r.buf[r.next:]...)
+	return append(out, r.buf[:r.next]...)
 }
 
-// latest returns the newest sample (ok false before the first).
-func (s *sampler) latest() (sample, bool) {
-	all := s.samples()
+// latest returns ring i's newest sample (ok false before the first).
+func (s *sampler) latest(i int) (sample, bool) {
+	all := s.samples(i)
 	if len(all) == 0 {
 		return sample{}, false
 	}
@@ -163,8 +218,8 @@ type series struct {
 	ClaimP99  []*float64 `json:"claim_p99_ms"`
 }
 
-func (s *sampler) series() series {
-	all := s.samples()
+func (s *sampler) series(i int) series {
+	all := s.samples(i)
 	out := series{
 		T: make([]int64, len(all)), Claimed: make([]float64, len(all)), Completed: make([]float64, len(all)),
 		Failed: make([]float64, len(all)), Lag: make([]float64, len(all)), ClaimP99: make([]*float64, len(all)),

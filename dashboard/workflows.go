@@ -21,10 +21,14 @@ type workflowsPage struct {
 }
 
 func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
 	p := workflowsPage{State: r.URL.Query().Get("state")}
-	list, err := d.client.WorkflowList(ctx, skiplock.WorkflowFilter{State: p.State, Limit: 200})
+	list, err := sh.client.WorkflowList(ctx, skiplock.WorkflowFilter{State: p.State, Limit: 200})
 	var fe *skiplock.FieldError
 	if errors.As(err, &fe) {
 		d.fail(w, r, http.StatusBadRequest, fe.Error())
@@ -51,6 +55,10 @@ type workflowPage struct {
 }
 
 func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	n, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || n <= 0 {
 		d.fail(w, r, http.StatusBadRequest, "workflow id must be a positive whole number")
@@ -58,7 +66,7 @@ func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	st, err := d.client.WorkflowGet(ctx, n, false)
+	st, err := sh.client.WorkflowGet(ctx, n, false)
 	if errors.Is(err, skiplock.ErrWorkflowNotFound) {
 		d.fail(w, r, http.StatusNotFound, "no workflow "+strconv.FormatInt(n, 10))
 		return
@@ -67,7 +75,7 @@ func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "workflow", err)
 		return
 	}
-	waits, err := d.store.WorkflowWaits(ctx, d.pool, n)
+	waits, err := d.store.WorkflowWaits(ctx, sh.pool, n)
 	if err != nil {
 		d.dbFail(w, r, "workflow waits", err)
 		return
@@ -110,6 +118,10 @@ func levels(tasks []skiplock.TaskStatus) [][]skiplock.TaskStatus {
 // a read-only dashboard, to an authenticated user only, and logged (ids and
 // user, never the output).
 func (d *Dashboard) taskOutput(w http.ResponseWriter, r *http.Request) {
+	sh := d.shardFor(w, r)
+	if sh == nil {
+		return
+	}
 	if !d.opts.ShowPayloads || d.opts.ReadOnly {
 		d.fail(w, r, http.StatusForbidden, "task outputs are hidden (start skiplock serve with --show-payloads to allow revealing them)")
 		return
@@ -127,7 +139,7 @@ func (d *Dashboard) taskOutput(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	raw, found, err := d.store.TaskOutputByID(ctx, d.pool, wf, task)
+	raw, found, err := d.store.TaskOutputByID(ctx, sh.pool, wf, task)
 	if err != nil {
 		d.dbFail(w, r, "task output", err)
 		return
@@ -136,7 +148,7 @@ func (d *Dashboard) taskOutput(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusNotFound, "no such task")
 		return
 	}
-	d.log.Info("dashboard: task output revealed", slog.Int64("workflow_id", wf), slog.Int64("task_id", task), slog.String("user", user))
+	d.logFor(sh).Info("dashboard: task output revealed", slog.Int64("workflow_id", wf), slog.Int64("task_id", task), slog.String("user", user))
 	text := "(no output)"
 	if raw != nil {
 		var pretty bytes.Buffer

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -220,4 +221,72 @@ func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
 	logs, _ := os.ReadFile(errF.Name())
 	require.NotContains(t, string(logs), "POLLING ONLY", "%s", logs)
 	require.NotContains(t, string(logs), "SQLSTATE", "%s", logs)
+}
+
+// skiplock work over two databases behind the pooler, with --listen-url
+// once per --database-url: each database LISTENs on its own direct URL,
+// so with a one-hour poll interval both databases' jobs still arrive.
+// Counts that do not match are a usage error naming --listen-url.
+func TestWorkManyDatabasesThroughPgBouncerWithListenURLs(t *testing.T) {
+	dbs := []*dbtest.DB{dbtest.New(t), dbtest.New(t)}
+	b := pgbouncertest.Start(t)
+	ctx := context.Background()
+
+	pooled := []string{b.URL(t, dbs[0].URL), b.URL(t, dbs[1].URL)}
+	for _, c := range []struct {
+		listens []string
+		want    string
+	}{
+		{[]string{dbs[0].URL}, "--listen-url: given 1 times for 2 --database-url"},
+		{[]string{dbs[0].URL, dbs[1].URL, dbs[1].URL}, "--listen-url: given 3 times for 2 --database-url"},
+		{[]string{dbs[0].URL, "postgres://%zz"}, "--listen-url: the one for --database-url number 2"},
+	} {
+		args := []string{"work", "--exec", "true", "--database-url", pooled[0], "--database-url", pooled[1]}
+		for _, l := range c.listens {
+			args = append(args, "--listen-url", l)
+		}
+		code, _, stderr := runCLI(t, args...)
+		require.Equal(t, 2, code, stderr)
+		require.Contains(t, stderr, c.want)
+	}
+	t.Setenv("SKIPLOCK_LISTEN_URL", dbs[0].URL)
+	code, _, stderr := runCLI(t, "work", "--exec", "true", "--database-url", pooled[0], "--database-url", pooled[1])
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, "SKIPLOCK_LISTEN_URL: not with several --database-url")
+	t.Setenv("SKIPLOCK_LISTEN_URL", "")
+
+	addr := freeAddr(t)
+	done, errFile := startCLI(ctx, t, "work", "--exec", "cat >/dev/null", "--poll-interval", "1h", "--metrics-addr", addr,
+		"--database-url", pooled[0], "--database-url", pooled[1],
+		"--listen-url", dbs[0].URL, "--listen-url", dbs[1].URL)
+	listenersUp := regexp.MustCompile(`(?m)^skiplock_process_listener_up\{database="[^"]+"\} 1$`)
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return len(listenersUp.FindAllString(string(body), -1)) == 2
+	}, 20*time.Second, 20*time.Millisecond, "both databases' listeners on their direct URLs")
+	for i := range dbs {
+		for range 3 { // through the pooler: the NOTIFY goes that way too
+			code, _, stderr := runCLI(t, "enqueue", "--database-url", pooled[i], "--kind", "k")
+			require.Equal(t, 0, code, stderr)
+		}
+	}
+	for _, db := range dbs {
+		require.Eventually(t, func() bool { return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs`) == 0 },
+			30*time.Second, 20*time.Millisecond, "jobs announced by NOTIFY were not picked up (poll interval 1h)")
+		require.EqualValues(t, 3, opsCount(t, db, `SELECT count(*) FROM skiplock.jobs_done`))
+	}
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code)
+	case <-time.After(30 * time.Second):
+		t.Fatal("work did not exit after SIGTERM")
+	}
+	logs, _ := os.ReadFile(errFile)
+	require.NotContains(t, string(logs), "POLLING ONLY", "%s", logs)
 }

@@ -20,8 +20,8 @@ import (
 // globals are the flags every command shares.
 type globals struct {
 	// databaseURLs are the --database-url values in order: `work` serves
-	// every one, `stats` adds them up and `doctor` checks each; every other
-	// command refuses more than one (manyDatabases).
+	// every one, `stats`, `top` and `serve` add them up and `doctor` checks
+	// each; every other command refuses more than one (manyDatabases).
 	databaseURLs []string
 	schema       string
 	jsonOut      bool
@@ -32,7 +32,8 @@ type globals struct {
 var g globals
 
 // manyDatabases are the commands that take --database-url more than once.
-var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": true, "skiplock doctor": true}
+var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": true, "skiplock doctor": true,
+	"skiplock serve": true, "skiplock top": true}
 
 // commands registers subcommand constructors; each command file adds itself
 // in init so commands can be written independently.
@@ -59,7 +60,7 @@ func newRootCmd() *cobra.Command {
 				return usageError("--log-format (or SKIPLOCK_LOG_FORMAT): must be text or json, got %q", g.logFormat)
 			}
 			if len(g.databaseURLs) > 1 && !manyDatabases[cmd.CommandPath()] {
-				return usageError("--database-url: given %d times; only work, stats and doctor take several databases", len(g.databaseURLs))
+				return usageError("--database-url: given %d times; only work, stats, doctor, serve and top take several databases", len(g.databaseURLs))
 			}
 			return nil
 		},
@@ -67,7 +68,7 @@ func newRootCmd() *cobra.Command {
 	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	pf := root.PersistentFlags()
 	pf.StringArrayVar(&g.databaseURLs, "database-url", nil, "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables); "+
-		"work, stats and doctor take it repeated, one per database")
+		"work, stats, doctor, serve and top take it repeated, one per database")
 	pf.StringVar(&g.schema, "schema", envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
 	pf.StringVar(&g.logLevel, "log-level", envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	pf.StringVar(&g.logFormat, "log-format", envOr("SKIPLOCK_LOG_FORMAT", "text"), "log format on stderr: text or json (one object per line)")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,7 +56,16 @@ down gracefully.
 With --replica-url the pages read their figures and lists on that streaming
 replica and each says how far behind the primary it is; actions, /readyz,
 /metrics and the primary's own vacuum and xmin figures use --database-url
-(/metrics adds skiplock_replica_lag_seconds and the replica's state).`,
+(/metrics adds skiplock_replica_lag_seconds and the replica's state).
+
+With --database-url repeated (an application split across databases, each
+with its own skiplock schema), the overview adds the databases up (counts
+summed, lags and p99s the worst, the vacuum panel the worst database's)
+beside a line per database, labelled host:port/name (never the URL); every
+other page and every action is one database's, under /db/{label}/
+(?db=label redirects there), and goes to that database. /metrics labels
+each database's series with database; /readyz needs every database ready.
+Not with --replica-url.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
 	}
@@ -125,6 +135,25 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 			return usageError("--allowed-host: %v", err)
 		}
 	}
+	if len(g.databaseURLs) > 1 {
+		if replicaURL(f.replicaURL) != "" {
+			return usageError("--replica-url: not with several --database-url")
+		}
+		conns, closeAll, err := connectDatabases(ctx, g.databaseURLs, 10)
+		if err != nil {
+			return err
+		}
+		defer closeAll()
+		dbs := make([]dashboard.Database, len(conns))
+		for i, c := range conns {
+			dbs[i] = dashboard.Database{Name: c.name, Pool: c.pool}
+		}
+		url, stop, failed, err := startDashboardFor(dbs, f.httpAddr, opts, f.allowedHosts, f.insecureNoAuth)
+		if err != nil {
+			return err
+		}
+		return serveUntilDone(ctx, stderr, url, stop, failed)
+	}
 	pool, err := connect(ctx, 10)
 	if err != nil {
 		return err
@@ -142,6 +171,11 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
+	return serveUntilDone(ctx, stderr, url, stop, failed)
+}
+
+// serveUntilDone serves until ctx ends (a signal) or the server fails.
+func serveUntilDone(ctx context.Context, stderr io.Writer, url string, stop func(), failed <-chan error) error {
 	fmt.Fprintln(stderr, "serve: dashboard on", url)
 	select {
 	case <-ctx.Done():
@@ -177,6 +211,13 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 // listen beyond loopback without authentication.
 func startDashboard(pool *pgxpool.Pool, addr string, opts dashboard.Options, extraHosts []string,
 	insecureNoAuth bool) (string, func(), <-chan error, error) {
+	return startDashboardFor([]dashboard.Database{{Pool: pool}}, addr, opts, extraHosts, insecureNoAuth)
+}
+
+// startDashboardFor is startDashboard over one database or several (the
+// overview adds them up, /metrics labels each one's series by database).
+func startDashboardFor(dbs []dashboard.Database, addr string, opts dashboard.Options, extraHosts []string,
+	insecureNoAuth bool) (string, func(), <-chan error, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -184,12 +225,20 @@ func startDashboard(pool *pgxpool.Pool, addr string, opts dashboard.Options, ext
 		return "", nil, nil, err
 	}
 	opts.AllowedHosts = allowedHosts(addr, extraHosts)
-	var extra []prometheus.Collector
-	if opts.Replica != nil {
-		extra = append(extra, metrics.NewReplicaCollector(opts.Replica, opts.Schema))
+	if len(dbs) == 1 {
+		var extra []prometheus.Collector
+		if opts.Replica != nil {
+			extra = append(extra, metrics.NewReplicaCollector(opts.Replica, opts.Schema))
+		}
+		opts.Metrics = metrics.Handler(dbs[0].Pool, opts.Schema, extra...)
+	} else {
+		mdbs := make([]metrics.Database, len(dbs))
+		for i, db := range dbs {
+			mdbs[i] = metrics.Database{Name: db.Name, Pool: db.Pool, Schema: opts.Schema}
+		}
+		opts.Metrics = metrics.HandlerForDatabases(mdbs)
 	}
-	opts.Metrics = metrics.Handler(pool, opts.Schema, extra...)
-	h, err := dashboard.New(pool, opts)
+	h, err := dashboard.NewForDatabases(dbs, opts)
 	if err != nil {
 		return "", nil, nil, usageError("%v", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -212,53 +211,12 @@ func runStatsMany(cmd *cobra.Command, urls []string) error {
 // any database. Both lists are sorted like one database's (queue name;
 // unhandled kinds most jobs first).
 func sumStats(dbs []statsDatabase) ([]health.QueueStat, []health.UnhandledKind) {
-	qs := map[string]*health.QueueStat{}
-	type qk struct{ queue, kind string }
-	us := map[qk]*health.UnhandledKind{}
-	for _, d := range dbs {
-		for _, s := range d.Queues {
-			t := qs[s.Queue]
-			if t == nil {
-				t = &health.QueueStat{Queue: s.Queue}
-				qs[s.Queue] = t
-			}
-			t.Ready += s.Ready
-			t.Scheduled += s.Scheduled
-			t.Running += s.Running
-			t.Dead += s.Dead
-			t.OldestReadyAgeSeconds = max(t.OldestReadyAgeSeconds, s.OldestReadyAgeSeconds)
-			t.Paused = t.Paused || s.Paused
-		}
-		for _, u := range d.UnhandledKinds {
-			k := qk{u.Queue, u.Kind}
-			t := us[k]
-			if t == nil {
-				t = &health.UnhandledKind{Queue: u.Queue, Kind: u.Kind}
-				us[k] = t
-			}
-			t.Ready += u.Ready
-			t.OldestReadyAgeSeconds = max(t.OldestReadyAgeSeconds, u.OldestReadyAgeSeconds)
-		}
+	qs := make([][]health.QueueStat, len(dbs))
+	us := make([][]health.UnhandledKind, len(dbs))
+	for i, d := range dbs {
+		qs[i], us[i] = d.Queues, d.UnhandledKinds
 	}
-	queues := make([]health.QueueStat, 0, len(qs))
-	for _, q := range qs {
-		queues = append(queues, *q)
-	}
-	sort.Slice(queues, func(i, j int) bool { return queues[i].Queue < queues[j].Queue })
-	kinds := make([]health.UnhandledKind, 0, len(us))
-	for _, u := range us {
-		kinds = append(kinds, *u)
-	}
-	sort.Slice(kinds, func(i, j int) bool {
-		if kinds[i].Ready != kinds[j].Ready {
-			return kinds[i].Ready > kinds[j].Ready
-		}
-		if kinds[i].Queue != kinds[j].Queue {
-			return kinds[i].Queue < kinds[j].Queue
-		}
-		return kinds[i].Kind < kinds[j].Kind
-	})
-	return queues, kinds
+	return health.SumQueueStats(qs...), health.SumUnhandledKinds(us...)
 }
 
 // readQueueStats reads queue_stats with a statement timeout; never nil.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"text/tabwriter"
 	"time"
 
@@ -23,12 +24,47 @@ type topFrame struct {
 	At          time.Time             `json:"at"`
 	Queues      []health.QueueStat    `json:"queues"`
 	Workers     topWorkers            `json:"workers"`
-	LongRunners []health.LongRunner   `json:"long_runners"`
+	LongRunners []topRunner           `json:"long_runners"`
 	DeadLetters health.DeadLetterSize `json:"dead_letters"`
 	Vacuum      health.VacuumState    `json:"vacuum"`
 	// Replica says how stale the frame's figures are when they were read
 	// on --replica-url (all but Vacuum, which only the primary knows).
 	Replica *health.ReplicaStatus `json:"replica,omitempty"`
+	// Databases is the per-database breakdown when --database-url is
+	// repeated (absent otherwise). The frame's figures are then the sums:
+	// counts and rates added, lags and claim p99 the worst, the longest
+	// runners of all (each naming its database), and Vacuum the database
+	// with the most dead tuples (VacuumDatabase).
+	Databases      []topDatabase `json:"databases,omitempty"`
+	VacuumDatabase string        `json:"vacuum_database,omitempty"`
+}
+
+// topDatabase is one database's line in a frame over several.
+type topDatabase struct {
+	// Database is host:port/name (never the URL).
+	Database string `json:"database"`
+	// Ready, Scheduled, Running and Dead sum its queues; LagSeconds is its
+	// oldest ready job's wait.
+	Ready      int64   `json:"ready"`
+	Scheduled  int64   `json:"scheduled"`
+	Running    int64   `json:"running"`
+	Dead       int64   `json:"dead"`
+	LagSeconds float64 `json:"lag_seconds"`
+	// Workers is its workers table, as in the frame.
+	Workers topWorkers `json:"workers"`
+	// DeadLast24h is its dead letters of the last 24 hours; DeadTuples its
+	// hot table's.
+	DeadLast24h int64 `json:"dead_last_24h"`
+	DeadTuples  int64 `json:"dead_tuples"`
+	// frame is the database's own frame: the base of its next claim rate.
+	frame topFrame
+}
+
+// topRunner is a long-running job; Database names its database in a frame
+// over several (job ids are per database).
+type topRunner struct {
+	health.LongRunner
+	Database string `json:"database,omitempty"`
 }
 
 // topWorkers is the workers table: totals over every process it holds
@@ -76,7 +112,14 @@ line of JSON.
 
 With --replica-url every figure but the vacuum state (the primary's own
 statistics) is read on that streaming replica, and each frame says how far
-behind the primary it is (replica in --json).`,
+behind the primary it is (replica in --json).
+
+With --database-url repeated, each frame starts with a line per database
+(databases in --json: ready, scheduled, running, dead, lag, live workers,
+claim rate and p99, dead letters, dead tuples) and every figure below adds
+them up: counts and rates summed, lags and claim p99 the worst, the longest
+runners of all (naming their database), the vacuum state of the database
+with the most dead tuples. Not with --replica-url.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval < 100*time.Millisecond {
@@ -84,6 +127,22 @@ behind the primary it is (replica in --json).`,
 			}
 			if runners < 0 || runners > 1000 {
 				return usageError("--runners: must be between 0 and 1000, got %d", runners)
+			}
+			out := cmd.OutOrStdout()
+			tty := false
+			if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+				tty = true
+			}
+			if len(g.databaseURLs) > 1 {
+				if replicaURL(replicaFlag) != "" {
+					return usageError("--replica-url: not with several --database-url")
+				}
+				dbs, closeAll, err := connectDatabases(cmd.Context(), g.databaseURLs, 2)
+				if err != nil {
+					return err
+				}
+				defer closeAll()
+				return runTop(cmd.Context(), dbs, nil, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
 			}
 			pool, err := connect(cmd.Context(), 2)
 			if err != nil {
@@ -97,12 +156,7 @@ behind the primary it is (replica in --json).`,
 			if replica != nil {
 				defer replica.Close()
 			}
-			out := cmd.OutOrStdout()
-			tty := false
-			if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-				tty = true
-			}
-			return runTop(cmd.Context(), pool, replica, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
+			return runTop(cmd.Context(), []database{{pool: pool}}, replica, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval")
@@ -113,9 +167,10 @@ behind the primary it is (replica in --json).`,
 	return cmd
 }
 
-// runTop draws frames; replica, when not nil, is where the figures other
-// than the vacuum state are read.
-func runTop(ctx context.Context, pool, replica *pgxpool.Pool, w io.Writer, interval time.Duration, runners int, once, screen bool) error {
+// runTop draws frames of one database or of several (added up, with a
+// line per database); replica, when not nil, is where the figures of the
+// one database other than the vacuum state are read.
+func runTop(ctx context.Context, dbs []database, replica *pgxpool.Pool, w io.Writer, interval time.Duration, runners int, once, screen bool) error {
 	if screen {
 		fmt.Fprint(w, "\x1b[?1049h\x1b[?25l") // alternate screen, hide the cursor
 		defer fmt.Fprint(w, "\x1b[?25h\x1b[?1049l")
@@ -128,7 +183,13 @@ func runTop(ctx context.Context, pool, replica *pgxpool.Pool, w io.Writer, inter
 		if len(history) > 0 {
 			base = &history[0]
 		}
-		f, err := readTopFrame(ctx, pool, replica, runners, base)
+		var f topFrame
+		var err error
+		if len(dbs) == 1 {
+			f, err = readTopFrame(ctx, dbs[0].pool, replica, runners, base)
+		} else {
+			f, err = readTopFrameMany(ctx, dbs, runners, base)
+		}
 		if err != nil {
 			if ctx.Err() != nil && !once {
 				return nil // Ctrl-C
@@ -206,13 +267,14 @@ func readTopFrame(ctx context.Context, primary, replica *pgxpool.Pool, runners i
 			f.Workers.ClaimRate = &r
 		}
 	}
-	f.LongRunners = []health.LongRunner{}
+	f.LongRunners = []topRunner{}
 	if runners > 0 {
-		if f.LongRunners, err = health.LongRunners(ctx, pool, g.schema, runners); err != nil {
+		rs, err := health.LongRunners(ctx, pool, g.schema, runners)
+		if err != nil {
 			return f, err
 		}
-		if f.LongRunners == nil {
-			f.LongRunners = []health.LongRunner{}
+		for _, r := range rs {
+			f.LongRunners = append(f.LongRunners, topRunner{LongRunner: r})
 		}
 	}
 	if f.DeadLetters, err = health.DeadLetterSizeOf(ctx, pool, g.schema); err != nil {
@@ -220,6 +282,77 @@ func readTopFrame(ctx context.Context, primary, replica *pgxpool.Pool, runners i
 	}
 	f.Vacuum, err = health.Vacuum(ctx, primary, g.schema)
 	return f, err
+}
+
+// readTopFrameMany reads every database's frame and adds them up (see
+// topFrame.Databases); base (may be nil) is the frame the claim rates are
+// reckoned from.
+func readTopFrameMany(ctx context.Context, dbs []database, runners int, base *topFrame) (topFrame, error) {
+	sum := topFrame{At: time.Now().UTC(), LongRunners: []topRunner{}}
+	var queues [][]health.QueueStat
+	for i, db := range dbs {
+		var b *topFrame
+		if base != nil && i < len(base.Databases) {
+			b = &base.Databases[i].frame
+		}
+		f, err := readTopFrame(ctx, db.pool, nil, runners, b)
+		if err != nil {
+			return sum, fmt.Errorf("%s: %w", db.name, err)
+		}
+		d := topDatabase{Database: db.name, Workers: f.Workers, DeadLast24h: f.DeadLetters.Last24h,
+			DeadTuples: f.Vacuum.DeadTuples, frame: f}
+		for _, q := range f.Queues {
+			d.Ready += q.Ready
+			d.Scheduled += q.Scheduled
+			d.Running += q.Running
+			d.Dead += q.Dead
+			if !q.Paused {
+				d.LagSeconds = max(d.LagSeconds, q.OldestReadyAgeSeconds)
+			}
+		}
+		sum.Databases = append(sum.Databases, d)
+		queues = append(queues, f.Queues)
+
+		w := &sum.Workers
+		w.Live += f.Workers.Live
+		w.Stale += f.Workers.Stale
+		w.Stopped += f.Workers.Stopped
+		w.Claimed += f.Workers.Claimed
+		w.Completed += f.Workers.Completed
+		w.Failed += f.Workers.Failed
+		w.Running += f.Workers.Running
+		if r := f.Workers.ClaimRate; r != nil {
+			w.ClaimRate = ptr(*r + deref0(w.ClaimRate))
+		}
+		if p := f.Workers.ClaimP99MS; p != nil && (w.ClaimP99MS == nil || *p > *w.ClaimP99MS) {
+			w.ClaimP99MS = ptr(*p)
+		}
+		for _, r := range f.LongRunners {
+			r.Database = db.name
+			sum.LongRunners = append(sum.LongRunners, r)
+		}
+		sum.DeadLetters.Total += f.DeadLetters.Total
+		sum.DeadLetters.Last24h += f.DeadLetters.Last24h
+		sum.DeadLetters.Prev24h += f.DeadLetters.Prev24h
+		if i == 0 || f.Vacuum.DeadTuples > sum.Vacuum.DeadTuples {
+			sum.Vacuum, sum.VacuumDatabase = f.Vacuum, db.name
+		}
+	}
+	sum.Queues = health.SumQueueStats(queues...)
+	sort.SliceStable(sum.LongRunners, func(i, j int) bool {
+		return sum.LongRunners[i].RuntimeSeconds > sum.LongRunners[j].RuntimeSeconds
+	})
+	sum.LongRunners = sum.LongRunners[:min(len(sum.LongRunners), runners)]
+	return sum, nil
+}
+
+func ptr(v float64) *float64 { return &v }
+
+func deref0(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
@@ -233,6 +366,18 @@ func printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
 	}
 	fmt.Fprintln(w)
 
+	if len(f.Databases) > 0 {
+		fmt.Fprintf(w, "DATABASES (%d; every figure below adds them up)\n", len(f.Databases))
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "DATABASE\tREADY\tSCHEDULED\tRUNNING\tDEAD\tLAG\tLIVE\tCLAIM/S\tCLAIM P99\tDEAD 24H\tDEAD TUPLES\t")
+		for _, d := range f.Databases {
+			rate, p99 := claimFigures(d.Workers)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\t%d\t%d\t\n", d.Database, d.Ready, d.Scheduled, d.Running, d.Dead,
+				humanSeconds(d.LagSeconds), d.Workers.Live, rate, p99, d.DeadLast24h, d.DeadTuples)
+		}
+		_ = tw.Flush()
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "QUEUES (lag = oldest ready job; SLO under 2m)")
 	if len(f.Queues) == 0 {
 		fmt.Fprintln(w, "  no queue has jobs, dead letters or a pause flag")
@@ -241,24 +386,25 @@ func printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
 	}
 
 	wk := f.Workers
-	rate, p99 := "-", "-"
-	if wk.ClaimRate != nil {
-		rate = fmt.Sprintf("%.1f/s", *wk.ClaimRate)
-	}
-	if wk.ClaimP99MS != nil {
-		p99 = fmt.Sprintf("%.2fms", *wk.ClaimP99MS)
-	}
+	rate, p99 := claimFigures(wk)
 	fmt.Fprintf(w, "\nWORKERS  %d live process(es), %d job(s) running; claim rate %s, claim p99 %s; totals: %d claimed, %d completed, %d failed\n",
 		wk.Live, wk.Running, rate, p99, wk.Claimed, wk.Completed, wk.Failed)
 
 	if len(f.LongRunners) > 0 {
 		fmt.Fprintln(w, "\nLONGEST RUNNING")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		many := len(f.Databases) > 0
+		if many {
+			fmt.Fprint(tw, "DATABASE\t")
+		}
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tATTEMPT\tRUNTIME\tLEASE\tWORKER")
 		for _, r := range f.LongRunners {
 			lease := "ok"
 			if r.LeaseExpired {
 				lease = "EXPIRED"
+			}
+			if many {
+				fmt.Fprintf(tw, "%s\t", r.Database)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Queue, r.Kind, r.Attempt, r.MaxAttempts,
 				humanSeconds(r.RuntimeSeconds), lease, r.LockedBy)
@@ -275,8 +421,12 @@ func printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
 	if v.LastAutovacuum != nil {
 		last = humanDuration(time.Since(*v.LastAutovacuum)) + " ago"
 	}
-	fmt.Fprintf(w, "\nVACUUM (jobs)  %d live, %d dead tuples (%.0f%% dead; autovacuum starts at %.0f); last autovacuum %s; HOT updates %d of %d\n",
-		v.LiveTuples, v.DeadTuples, 100*v.DeadRatio, v.AutovacuumThreshold, last, v.HOTUpdates, v.Updates)
+	vacuumOf := ""
+	if f.VacuumDatabase != "" {
+		vacuumOf = " of " + f.VacuumDatabase + ", the most dead tuples"
+	}
+	fmt.Fprintf(w, "\nVACUUM (jobs%s)  %d live, %d dead tuples (%.0f%% dead; autovacuum starts at %.0f); last autovacuum %s; HOT updates %d of %d\n",
+		vacuumOf, v.LiveTuples, v.DeadTuples, 100*v.DeadRatio, v.AutovacuumThreshold, last, v.HOTUpdates, v.Updates)
 	if v.OldestXminAgeSeconds > 0 {
 		who := fmt.Sprintf("pid %d", v.OldestXminPID)
 		if v.OldestXminApp != "" {
@@ -286,4 +436,17 @@ func printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
 	} else {
 		fmt.Fprintln(w, "               no transaction holds back the xmin horizon")
 	}
+}
+
+// claimFigures prints a workers table's claim rate and p99 ("-" when
+// unknown).
+func claimFigures(wk topWorkers) (rate, p99 string) {
+	rate, p99 = "-", "-"
+	if wk.ClaimRate != nil {
+		rate = fmt.Sprintf("%.1f/s", *wk.ClaimRate)
+	}
+	if wk.ClaimP99MS != nil {
+		p99 = fmt.Sprintf("%.2fms", *wk.ClaimP99MS)
+	}
+	return rate, p99
 }

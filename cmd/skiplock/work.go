@@ -20,6 +20,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -49,7 +50,9 @@ type workFlags struct {
 	deleteCompleted    bool
 	completedRetention time.Duration
 	workflowRetention  time.Duration
-	listenURL          string
+	// listenURLs are the --listen-url values, matched by position to the
+	// --database-url values (see workListenURLs).
+	listenURLs []string
 }
 
 func newWorkCmd() *cobra.Command {
@@ -71,7 +74,10 @@ own migrated skiplock schema): one client per database, each with --concurrency 
 its own, its own claim loop, LISTEN connection, reaper and scheduler, so a backlog in one
 database never takes slots from another, and a database that is down (at start or
 later) holds up none of the others. Log lines then carry database=host:port/name, and
---metrics-addr serves every database's metrics with a database label.`,
+--metrics-addr serves every database's metrics with a database label. Behind a
+transaction-mode pooler, give --listen-url once per --database-url, in the same order:
+the first --listen-url is the first database's direct URL for LISTEN, and so on ("" for a
+database reached directly).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runWork(cmd, f) },
 	}
@@ -86,7 +92,8 @@ later) holds up none of the others. Log lines then carry database=host:port/name
 	fl.DurationVar(&f.timeout, "timeout", 0, "per-job timeout (0: none)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 25*time.Second, "how long SIGTERM lets running jobs finish")
 	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN: find jobs by polling only (a pooler is detected without it)")
-	listenURLFlag(cmd, &f.listenURL)
+	fl.StringArrayVar(&f.listenURLs, "listen-url", nil, "direct PostgreSQL URL used only for LISTEN, when --database-url goes through a transaction-mode pooler such as PgBouncer "+
+		"(default $SKIPLOCK_LISTEN_URL); with --database-url repeated, give it once per --database-url, in the same order (\"\" for a database that LISTENs on its own URL)")
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "backstop poll interval")
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
@@ -147,21 +154,18 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 
 	urls := workDatabaseURLs()
 	if len(urls) > 1 {
-		if listenURL(f.listenURL) != "" {
-			return usageError("--listen-url: not with several --database-url (each database LISTENs on its own URL)")
+		if err := checkDistinctURLs(urls); err != nil {
+			return err
 		}
-		seen := map[string]bool{}
-		for _, u := range urls {
-			if seen[u] {
-				return usageError("--database-url: the same URL is given twice")
-			}
-			seen[u] = true
-		}
+	}
+	listens, err := workListenURLs(f.listenURLs, len(urls))
+	if err != nil {
+		return err
 	}
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	var clients []*skiplock.Client
 	var dbs []metrics.Database
-	for _, u := range urls {
+	for i, u := range urls {
 		pool, err := connectTo(ctx, u, "--database-url", int32(6), nil)
 		var ee *exitError
 		if err != nil && len(urls) > 1 && !errors.As(err, &ee) {
@@ -181,7 +185,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		if len(urls) > 1 {
 			dlog = log.With(slog.String("database", databaseLabel(pool)))
 		}
-		c, err := newWorkClient(ctx, f, pool, dlog, kinds, stderr)
+		c, err := newWorkClient(ctx, f, pool, listens[i], dlog, kinds, stderr)
 		if err != nil {
 			return err
 		}
@@ -224,6 +228,43 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 	}
 }
 
+// workListenURLs matches the --listen-url values to n databases by
+// position: none (every database LISTENs on its own URL), or exactly one
+// per --database-url ("" for one that LISTENs on its own URL). With one
+// database, $SKIPLOCK_LISTEN_URL stands in for the flag; with several it
+// cannot say which database it is for, so it is refused.
+func workListenURLs(flags []string, n int) ([]string, error) {
+	out := make([]string, n)
+	switch {
+	case len(flags) == 0 && n == 1:
+		out[0] = listenURL("")
+	case len(flags) == 0:
+		if os.Getenv("SKIPLOCK_LISTEN_URL") != "" {
+			return nil, usageError("SKIPLOCK_LISTEN_URL: not with several --database-url (it cannot say which database it is for); " +
+				"give --listen-url once per --database-url instead")
+		}
+	case len(flags) != n && n == 1:
+		return nil, usageError("--listen-url: given %d times for one database; give it once", len(flags))
+	case len(flags) != n:
+		return nil, usageError("--listen-url: given %d times for %d --database-url; give it once per --database-url, in the same order "+
+			"(\"\" for a database that LISTENs on its own URL)", len(flags), n)
+	default:
+		copy(out, flags)
+	}
+	for i, u := range out {
+		if u == "" {
+			continue
+		}
+		if _, err := pgx.ParseConfig(u); err != nil {
+			if n == 1 {
+				return nil, usageError("--listen-url: cannot parse the connection string")
+			}
+			return nil, usageError("--listen-url: the one for --database-url number %d cannot be parsed as a connection string", i+1)
+		}
+	}
+	return out, nil
+}
+
 // workDatabaseURLs are the databases `work` serves: every --database-url
 // given, else the one databaseURL resolves.
 func workDatabaseURLs() []string {
@@ -260,14 +301,14 @@ func databaseLabel(pool *pgxpool.Pool) string {
 
 // newWorkClient is the client `work` runs on one database: one pool of
 // --concurrency slots claiming --queue, the --exec handler for every kind.
-func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, log *slog.Logger, kinds []string,
+func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, listen string, log *slog.Logger, kinds []string,
 	stderr *lockedWriter) (*skiplock.Client, error) {
 	warnNotMigrated(ctx, pool, log)
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
 		WorkflowRetention: f.workflowRetention,
-		ListenURL:         listenURL(f.listenURL),
+		ListenURL:         listen,
 		Pools: []skiplock.WorkerPool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,
 			BatchSize: f.batch, TenantCap: f.tenantCap}},
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -205,9 +206,132 @@ func TestDoctorManyDatabases(t *testing.T) {
 // TestManyDatabaseURLsRefused: a command that serves one database refuses
 // several --database-url instead of silently using one.
 func TestManyDatabaseURLsRefused(t *testing.T) {
-	for _, args := range [][]string{{"top", "--once"}, {"enqueue", "--kind", "k"}, {"serve"}, {"migrate", "up"}} {
+	for _, args := range [][]string{{"enqueue", "--kind", "k"}, {"migrate", "up"}, {"queue", "pause", "q"}} {
 		code, _, stderr := runCLI(t, append(args, "--database-url", "postgres://127.0.0.1:1/a", "--database-url", "postgres://127.0.0.1:1/b")...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)
-		require.Contains(t, stderr, "--database-url: given 2 times; only work, stats and doctor", args)
+		require.Contains(t, stderr, "--database-url: given 2 times; only work, stats, doctor, serve and top", args)
+	}
+	for _, args := range [][]string{{"top", "--once"}, {"serve"}} {
+		code, _, stderr := runCLI(t, append(args, "--database-url", "postgres://127.0.0.1:1/a", "--database-url", "postgres://127.0.0.1:1/a")...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "--database-url: the same URL is given twice", args)
+		code, _, stderr = runCLI(t, append(args, "--database-url", "postgres://127.0.0.1:1/a", "--database-url", "postgres://127.0.0.1:1/b",
+			"--replica-url", "postgres://127.0.0.1:1/c")...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "--replica-url: not with several --database-url", args)
+	}
+}
+
+// labelOf is a test database's label: host:port/name.
+func labelOf(t *testing.T, db *dbtest.DB) string {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	return fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+}
+
+// TestTopManyDatabases: `top` over three databases prints a line per
+// database, and its figures are the sums of those lines.
+func TestTopManyDatabases(t *testing.T) {
+	dbs := []*dbtest.DB{dbtest.New(t), dbtest.New(t), dbtest.New(t)}
+	args := []string{"top", "--once"}
+	for i, db := range dbs {
+		opsReady(t, db, "mail", i+1, -time.Duration(10*(i+1))*time.Second)
+		opsRunning(t, db, "mail", i)
+		opsDead(t, db, "mail", "send", 2*i+1, time.Hour, func(int) string { return "boom" })
+		opsExec(t, db, `INSERT INTO skiplock.workers (id, hostname, pid, queues, concurrency, running, claimed_total,
+			completed_total, failed_total, claim_p99_ms) VALUES ('w1', 'h', 1, '{mail}', 10, $1, 100, 90, 9, $2)`, i, 1.0+float64(i))
+		args = append(args, "--database-url", db.URL)
+	}
+	code, out, stderr := runCLI(t, append(args, "--json")...)
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, out, opsSecret)
+	var f topFrame
+	decodeJSON(t, out, &f)
+	require.Len(t, f.Databases, 3)
+	var ready, running, dead, live, claimed, deadLetters int64
+	for i, d := range f.Databases {
+		require.Equal(t, labelOf(t, dbs[i]), d.Database)
+		require.Equal(t, int64(i+1), d.Ready)
+		require.Equal(t, int64(i), d.Running)
+		require.Equal(t, int64(2*i+1), d.Dead)
+		ready, running, dead, live, claimed = ready+d.Ready, running+d.Running, dead+d.Dead, live+d.Workers.Live, claimed+d.Workers.Claimed
+		deadLetters += d.DeadLast24h
+	}
+	require.Len(t, f.Queues, 1)
+	require.Equal(t, [3]int64{ready, running, dead}, [3]int64{f.Queues[0].Ready, f.Queues[0].Running, f.Queues[0].Dead}, "the sums are the parts added up")
+	require.Equal(t, [3]int64{6, 3, 9}, [3]int64{ready, running, dead})
+	require.InDelta(t, 30, f.Queues[0].OldestReadyAgeSeconds, 5, "the oldest wait of any database")
+	require.Equal(t, live, f.Workers.Live)
+	require.Equal(t, int64(3), live)
+	require.Equal(t, claimed, f.Workers.Claimed)
+	require.Equal(t, int64(300), claimed)
+	require.Equal(t, 3.0, *f.Workers.ClaimP99MS, "the worst database's claim p99")
+	require.Equal(t, deadLetters, f.DeadLetters.Last24h)
+	require.Equal(t, int64(9), f.DeadLetters.Total)
+	require.Len(t, f.LongRunners, 3)
+	for _, r := range f.LongRunners {
+		require.NotEmpty(t, r.Database, "a long runner names its database (ids are per database)")
+	}
+	require.NotEmpty(t, f.VacuumDatabase)
+
+	code, out, stderr = runCLI(t, args...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "DATABASES (3; every figure below adds them up)")
+	for _, db := range dbs {
+		require.Regexp(t, regexp.QuoteMeta(labelOf(t, db))+`\s+\d+\s+0\s+\d+\s+\d+`, out)
+	}
+	require.Contains(t, out, "WORKERS  3 live process(es), 3 job(s) running")
+	require.Contains(t, out, "DEAD LETTERS  9 kept")
+	require.NotContains(t, out, opsSecret)
+}
+
+// TestServeManyDatabases: `serve` over three databases adds the overview
+// up, scopes a page to one database and labels /metrics by database.
+func TestServeManyDatabases(t *testing.T) {
+	dbs := []*dbtest.DB{dbtest.New(t), dbtest.New(t), dbtest.New(t)}
+	addr := freeAddr(t)
+	args := []string{"serve", "--http-addr", addr}
+	for i, db := range dbs {
+		opsReady(t, db, "mail", i+1, -time.Second)
+		args = append(args, "--database-url", db.URL)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done, errFile := startCLI(ctx, t, args...)
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == http.StatusOK }, 20*time.Second, 50*time.Millisecond)
+
+	code, body := get("/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `id="database-table"`)
+	require.Regexp(t, `tfoot><tr data-db="">\s*<th>all 3</th><td></td>\s*<td class="num" data-col="ready">6</td>`, body)
+	for i, db := range dbs {
+		require.Contains(t, body, `data-db="`+labelOf(t, db)+`"`)
+		code, page := get("/db/" + url.PathEscape(labelOf(t, db)) + "/jobs")
+		require.Equal(t, http.StatusOK, code, page)
+		require.Equal(t, i+1, strings.Count(page, `href="/db/`+url.PathEscape(labelOf(t, db))+`/jobs/`), "database %d's jobs only", i)
+	}
+	require.NotContains(t, body, "postgres://", "no URL (it may hold a password) on the page")
+	code, metricsBody := get("/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, db := range dbs {
+		require.Contains(t, metricsBody, fmt.Sprintf(`skiplock_up{database=%q} 1`, labelOf(t, db)))
+	}
+	cancel()
+	select {
+	case code := <-done:
+		errb, _ := os.ReadFile(errFile)
+		require.Equal(t, 0, code, "stderr: %s", errb)
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
 	}
 }

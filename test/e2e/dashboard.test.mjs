@@ -8,6 +8,10 @@
 //   SKIPLOCK_E2E_SCREENSHOT where the overview screenshot goes (docs/dashboard.png)
 //   SKIPLOCK_E2E_REVEALED  file to write the id of the job whose payload was revealed
 //                          (.ci/e2e.sh checks the server logged that reveal)
+//   SKIPLOCK_E2E_MULTI_URL a second dashboard over three databases (the same credentials; the second
+//                          database's label ends with _b and has a "mail" queue); its test is
+//                          skipped when unset
+//   SKIPLOCK_E2E_MULTI_SCREENSHOT where its overview screenshot goes (docs/dashboard-databases.png)
 //   CHROMIUM               browser binary (default /usr/bin/chromium)
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -222,6 +226,72 @@ test("the static assets are served, the favicon included", async () => {
     assert.equal(r.status(), 200, p);
     assert.match(r.headers()["content-type"] ?? "", type, p);
   }
+});
+
+const multiBase = process.env.SKIPLOCK_E2E_MULTI_URL;
+const multi = (p) => new URL(p.replace(/^\//, ""), multiBase).toString();
+
+test("over three databases: the overview adds up, and a database's pages and actions are its own",
+  { skip: !multiBase && "SKIPLOCK_E2E_MULTI_URL is not set" }, async () => {
+  await page.goto(multi("/"));
+  const rows = page.locator("#database-table tbody tr");
+  await rows.first().waitFor();
+  assert.equal(await rows.count(), 3);
+  const figures = async (row) => {
+    const out = {};
+    for (const cell of await row.locator("[data-col]").all()) {
+      out[await cell.getAttribute("data-col")] = Number(await cell.innerText());
+    }
+    return out;
+  };
+  // One render: the sums line is the lines added up.
+  const sums = {};
+  for (const row of await rows.all()) {
+    for (const [k, v] of Object.entries(await figures(row))) sums[k] = (sums[k] ?? 0) + v;
+  }
+  assert.deepEqual(await figures(page.locator("#database-table tfoot tr")), sums);
+  assert.ok(sums.ready + sums.scheduled + sums.running > 600, "the two seeded databases' jobs are in the sums");
+  for (const id of ["panel-lag", "panel-claims", "panel-running", "panel-dead", "panel-vacuum"]) {
+    await page.locator(`#${id}`).waitFor({ state: "visible" });
+  }
+  await page.locator("#chart-throughput canvas").waitFor({ state: "attached" });
+  assert.ok(!(await page.content()).includes(marker), "a payload appears on the overview");
+  assert.ok(!(await page.content()).includes("postgres://"), "a URL appears on the overview");
+  await page.screenshot({ path: process.env.SKIPLOCK_E2E_MULTI_SCREENSHOT ?? join(artifacts, "databases.png"), fullPage: true });
+  await shot("databases");
+
+  // The second database's pages: its overview, then its queues, where a
+  // pause reaches it alone.
+  const second = rows.nth(1);
+  const label = await second.getAttribute("data-db");
+  assert.match(label, /_b$/);
+  await Promise.all([page.waitForURL(/\/db\/[^/]+\/$/), second.locator("a").first().click()]);
+  assert.equal(await page.locator("#database-selector a.active").innerText(), label);
+  assert.equal(await page.locator("#database-table").count(), 0);
+  await Promise.all([page.waitForURL(/\/db\/[^/]+\/queues$/), page.click("header nav a[href$='/queues']")]);
+  const mail = page.locator('#queues-table tr[data-queue="mail"]');
+  await mail.waitFor();
+  await Promise.all([page.waitForURL(/\/db\/[^/]+\/queues\?flash=/), mail.locator("button", { hasText: "Pause" }).click()]);
+  await page.locator('#queues-table tr[data-queue="mail"] .badge.paused').waitFor();
+  await shot("databases-queues");
+  for (const other of [0, 2]) {
+    await page.goto(multi("/"));
+    const link = page.locator("#database-table tbody tr").nth(other).locator("a").first();
+    await Promise.all([page.waitForURL(/\/db\/[^/]+\/$/), link.click()]);
+    await Promise.all([page.waitForURL(/\/queues$/), page.click("header nav a[href$='/queues']")]);
+    assert.equal(await page.locator(".badge.paused").count(), 0, "a pause reached another database");
+  }
+  await page.goto(multi(`/queues?db=${encodeURIComponent(label)}`));
+  assert.match(page.url(), /\/db\/[^/]+\/queues$/);
+  await Promise.all([page.waitForURL(/\/queues\?flash=/),
+    page.locator('#queues-table tr[data-queue="mail"] button', { hasText: "Resume" }).click()]);
+  assert.equal(await page.locator('#queues-table tr[data-queue="mail"] .badge.paused').count(), 0);
+
+  // An unscoped page asks which database; an unscoped action is refused.
+  await page.goto(multi("/jobs?state=ready"));
+  assert.equal(await page.locator("#choose-database li").count(), 3);
+  const refused = await context.request.post(multi("/queues/pause"), { form: { queue: "mail" }, failOnStatusCode: false, maxRedirects: 0 });
+  assert.equal(refused.status(), 400);
 });
 
 test("no console errors, failed requests or CSP violations", () => {

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS {{schema}}.moved_out;
+DROP TABLE IF EXISTS {{schema}}.moved_in;
