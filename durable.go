@@ -151,6 +151,14 @@ func (c *stepCache) get(ctx context.Context, run *jobRun, name string) ([]byte, 
 	return out, ok, nil
 }
 
+// none marks the cache loaded and empty, for a run of a job that can have
+// no checkpoint (store.ClaimedJob.Durable).
+func (c *stepCache) none() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loaded, c.m = true, map[string][]byte{}
+}
+
 // put records that this run's checkpoint of step name committed.
 func (c *stepCache) put(name string, output []byte) {
 	c.mu.Lock()

@@ -242,6 +242,9 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		defer cancel()
 	}
 	run := &jobRun{client: c, id: j.ID, token: j.LeaseToken, worker: c.cfg.WorkerID}
+	if !j.Durable {
+		run.steps.none() // no checkpoint to read: Step runs without a round trip first
+	}
 	// Workflow and durable-step functions find the run through ctx.
 	ctx = context.WithValue(ctx, runKey{}, run)
 	err, panicked := func() (err error, panicked bool) {

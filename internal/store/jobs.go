@@ -43,6 +43,11 @@ type ClaimedRow struct {
 type ClaimedJob struct {
 	ClaimedRow
 	Metadata []byte // the job's metadata object as stored; nil when it has none
+	// Durable is false when the job can have no durable state: it is no
+	// workflow task and no run of it ever recorded a checkpoint (task_id is
+	// NULL; step_put marks a job when it records one), so a run need not
+	// read its checkpoints.
+	Durable bool
 }
 
 // ClaimParams selects what a pool claims.
@@ -150,7 +155,7 @@ func scanClaimed(rows pgx.Rows, batch int, extra any, each func(ClaimedJob)) ([]
 		var j ClaimedJob
 		var tenant, entity, unique *string
 		dest := []any{&j.ID, &j.Queue, &j.Kind, (*[]byte)(&j.Payload), &j.Priority, &j.Attempt, &j.MaxAttempts,
-			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata}
+			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata, &j.Durable}
 		if extra != nil {
 			dest = append(dest, extra)
 		}

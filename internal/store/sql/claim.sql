@@ -47,7 +47,8 @@ SET state            = 'running',
 FROM one_per_entity AS o
 WHERE j.id = o.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
-          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata
+          j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata,
+          j.task_id IS NOT NULL AS durable
 
 -- fragment: limit_key
 -- The partition value under which limit l counts job j ('' when the limit
