@@ -36,10 +36,11 @@ type pool struct {
 
 	// The concurrency limits covering this pool's work, re-read every
 	// limitsRefresh (the producer's alone).
-	limits   []string
-	limitsAt time.Time
-	heldBack bool // the last claim was limited and short: completions wake claimers
-	capAside bool // logged that limits set the tenant cap aside
+	limits    []string
+	limitsAt  time.Time
+	limitRoom store.LimitRoom // whether they had room for a batch at the last look
+	heldBack  bool            // the last claim was limited and short: completions wake claimers
+	capAside  bool            // logged that limits set the tenant cap aside
 }
 
 // limitsRefresh is how soon a limit set or removed anywhere is obeyed.
@@ -190,16 +191,19 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	start := time.Now()
 	limits := p.coveringLimits(ctx, start)
 	var after map[string]store.Bound
-	if p.cfg.TenantCap == 0 && len(limits) == 0 { // the others read from the front
+	if p.cfg.TenantCap == 0 && (len(limits) == 0 || !p.limitRoom.Tight) { // the others read from the front
 		after = p.keys.bounds(start)
 	}
 	jobs, err := p.r.cfg.Store.Claim(ctx, p.r.cfg.Pool, store.ClaimParams{
 		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
 		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after, Limits: limits,
-		TenantCursor: p.tenantCursor,
+		LimitRoom: &p.limitRoom, TenantCursor: p.tenantCursor,
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(limits) > 0 && p.limitRoom.Tight {
+		after = nil // claim_limited read from the front
 	}
 	took := time.Since(start)
 	// A limited claim that came back short may have been held back by a
@@ -234,6 +238,7 @@ func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
 		return p.limits
 	}
 	p.limits, p.limitsAt = names, now
+	p.limitRoom.Tight = false // look again whether they have room for a batch
 	if len(names) > 0 && p.cfg.TenantCap > 0 && !p.capAside {
 		p.capAside = true
 		p.r.log.Warn("skiplock: limits cover this pool: it obeys them and sets its tenant cap aside",

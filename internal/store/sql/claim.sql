@@ -62,6 +62,57 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- Whether limit l covers job j: its queue or its kind.
 (l.queue = j.queue OR l.kind = j.kind)
 
+-- fragment: claim_gate
+-- False only in a transaction where limit_room found no room for the batch
+-- (the setting is transaction-local: unset, NULL or '', elsewhere): the
+-- plain claim then takes nothing. A one-time filter, not a per-row one.
+(current_setting('skiplock.limit_room', true) IS DISTINCT FROM 'false')
+
+-- fragment: limit_use
+-- The CTEs every limit check shares, after a CTE `names` (the limits'
+-- names): lim (the limits, with cap: the most running jobs of a concurrency
+-- limit, or starts within the window of a rate limit, per partition value),
+-- clock (the time of these starts), running (the running set) and used
+-- (what each limit counts per partition value now). Read under the limits'
+-- locks (limit_locks), so the counts include every job claimed by their
+-- previous holder.
+lim AS (
+    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per, coalesce(l.concurrency, l.rate) AS cap
+    FROM {{schema}}.limits AS l
+    WHERE l.name IN (SELECT n.name FROM names AS n)
+),
+clock AS MATERIALIZED (
+    -- The time of these starts, read after the locks are held (not now(),
+    -- which is the transaction's start, before the wait for the locks).
+    SELECT clock_timestamp() AS at
+),
+running AS MATERIALIZED (
+    -- The running set, read once through the jobs_running index: it is
+    -- small (at most every worker's concurrency). The always-true range on
+    -- the index's key makes it an index scan: with a churned (bloated)
+    -- jobs_running the planner otherwise prefers to scan every ready job.
+    SELECT j.queue, j.kind, j.tenant, j.entity, j.payload
+    FROM {{schema}}.jobs AS j
+    WHERE j.state = 'running' AND COALESCE('e:' || j.entity, j.id::text) >= ''
+),
+used AS (
+    -- What each limit counts per value: running jobs (concurrency limits),
+    -- starts within the window (rate limits: limit_starts, by its index).
+    SELECT l.name, k.key, count(*) AS n
+    FROM lim AS l
+    JOIN running AS j ON l.rate IS NULL AND {{limit_covers}}
+    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+    WHERE k.key IS NOT NULL
+    GROUP BY l.name, k.key
+  UNION ALL
+    SELECT l.name, s.key, count(*)
+    FROM lim AS l
+    CROSS JOIN clock AS t
+    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > t.at - l.per
+    WHERE l.rate IS NOT NULL
+    GROUP BY l.name, s.key
+)
+
 -- name: claim
 -- Batched claim: one statement per batch. Candidates are read per queue from
 -- the partial ready index in claim order and locked with FOR NO KEY UPDATE
@@ -80,6 +131,8 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- Jobs that arrive behind a bound (a higher priority, a hand-back) are found
 -- by the pool's periodic claim without bounds (internal/worker/keyset.go).
 -- A NULL bound (or none: the arrays may be NULL) means the whole queue.
+-- A pool that limits cover claims with this statement too when limit_room,
+-- before it in the same transaction, found room for the whole batch.
 --   $1 queues text[]   $2 kinds text[] (NULL = any)   $3 batch int
 --   $4 worker id       $5 lease (microseconds)
 --   $6 bound priority int[]   $7 bound run_at timestamptz[]   $8 bound id bigint[]
@@ -117,7 +170,8 @@ WITH picked AS (
         ) AS b
         LIMIT $3
     ) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+    WHERE {{claim_gate}}
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
 {{claim_pick}}
 {{claim_update}};
@@ -137,44 +191,8 @@ WITH picked AS (
 -- values already at their limit are skipped by the index scan, so one full
 -- tenant's backlog does not hide the others' jobs from the batch.
 --   $1..$5 as claim   $6 limit names text[]
-WITH lim AS (
-    -- cap: the most running jobs (a concurrency limit) or starts within the
-    -- window (a rate limit) per partition value.
-    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per, coalesce(l.concurrency, l.rate) AS cap
-    FROM {{schema}}.limits AS l
-    WHERE l.name = ANY ($6::text[])
-),
-clock AS MATERIALIZED (
-    -- The time of these starts, read after the locks are held (not now(),
-    -- which is the transaction's start, before the wait for the locks).
-    SELECT clock_timestamp() AS at
-),
-running AS MATERIALIZED (
-    -- The running set, read once through the jobs_running index: it is
-    -- small (at most every worker's concurrency). The always-true range on
-    -- the index's key makes it an index scan: with a churned (bloated)
-    -- jobs_running the planner otherwise prefers to scan every ready job.
-    SELECT j.queue, j.kind, j.tenant, j.entity, j.payload
-    FROM {{schema}}.jobs AS j
-    WHERE j.state = 'running' AND COALESCE('e:' || j.entity, j.id::text) >= ''
-),
-used AS (
-    -- What each limit counts per value: running jobs (concurrency limits),
-    -- starts within the window (rate limits: limit_starts, by its index).
-    SELECT l.name, k.key, count(*) AS n
-    FROM lim AS l
-    JOIN running AS j ON l.rate IS NULL AND {{limit_covers}}
-    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
-    WHERE k.key IS NOT NULL
-    GROUP BY l.name, k.key
-  UNION ALL
-    SELECT l.name, s.key, count(*)
-    FROM lim AS l
-    CROSS JOIN clock AS t
-    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > t.at - l.per
-    WHERE l.rate IS NOT NULL
-    GROUP BY l.name, s.key
-),
+WITH names AS (SELECT unnest($6::text[]) AS name),
+{{limit_use}},
 full_keys AS (
     SELECT u.name, u.key FROM used AS u JOIN lim AS l ON l.name = u.name
     WHERE u.n >= l.cap
@@ -248,6 +266,26 @@ SET LOCAL jit = off;
 SELECT count(pg_advisory_xact_lock(h.key))
 FROM (SELECT DISTINCT hashtextextended({{schema_lit}} || '.limit.' || n, 0) AS key
       FROM unnest($1::text[]) AS n ORDER BY 1) AS h;
+
+-- name: limit_room
+-- Whether the limits $1, all of them concurrency limits, have room for a
+-- whole batch of $2 wherever it lands: in every partition value, what runs
+-- now plus $2 stays within the cap (a value with nothing running counts 0,
+-- so a cap below $2 has no room). Then no job of the batch can exceed a
+-- limit, and the claimer takes it with the plain claim, which costs little
+-- more than an unlimited one. Run under the limits' locks (limit_locks),
+-- between them and that claim, in one implicit transaction: it records its
+-- answer in the transaction-local setting skiplock.limit_room, which the
+-- plain claim reads (claim_gate), so no room means the claim takes nothing
+-- and the claimer uses claim_limited instead. A rate limit has no room
+-- here: only claim_limited records starts.
+--   $1 limit names text[]   $2 batch int
+WITH names AS (SELECT unnest($1::text[]) AS name),
+{{limit_use}}
+SELECT set_config('skiplock.limit_room', (NOT EXISTS (
+    SELECT 1 FROM lim AS l
+    LEFT JOIN (SELECT u.name, max(u.n) AS n FROM used AS u GROUP BY u.name) AS m ON m.name = l.name
+    WHERE l.rate IS NOT NULL OR coalesce(m.n, 0) + $2 > l.cap))::text, true) = 'true';
 
 -- name: claim_capped
 -- Tenant-capped claim with round-robin fair share: no tenant takes more than
