@@ -476,9 +476,15 @@ func (s *Store) AdvanceLeaseTokens(ctx context.Context, db DBTX) (int64, error) 
 	return v, err
 }
 
-// LimitsCovering returns the names of the concurrency limits that cover
-// work a claimer of queues and kinds (nil: any kind) may take.
-func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []string) ([]string, error) {
+// CoveringLimit is a limit that covers a claimer's work (LimitsCovering).
+type CoveringLimit struct {
+	Name string
+	Rate bool // a rate limit (else a concurrency limit)
+}
+
+// LimitsCovering returns the limits that cover work a claimer of queues
+// and kinds (nil: any kind) may take, by name.
+func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []string) ([]CoveringLimit, error) {
 	var k any
 	if kinds != nil {
 		k = kinds
@@ -487,5 +493,16 @@ func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []str
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[CoveringLimit])
+}
+
+// LimitNextStart returns how long until the first full rate window among
+// limits has room again (by the database clock), and false when none of
+// them is full.
+func (s *Store) LimitNextStart(ctx context.Context, db DBTX, limits []string) (time.Duration, bool, error) {
+	var secs *float64
+	if err := db.QueryRow(ctx, s.SQL("limit_next_start"), limits).Scan(&secs); err != nil || secs == nil {
+		return 0, false, err
+	}
+	return time.Duration(*secs * float64(time.Second)), true, nil
 }

@@ -38,6 +38,11 @@ type pool struct {
 	// limitsRefresh (the producer's alone).
 	limits    []string
 	limitsAt  time.Time
+	limitKind struct{ rate, concurrency bool } // which kinds of limit are among them
+	// rateWait, set by a limited claim that came back short while a rate
+	// window of its limits was full: how long until that window has room.
+	// The producer sleeps that long (at most PollInterval) before claiming.
+	rateWait  time.Duration
 	limitRoom store.LimitRoom // whether they had room for a batch at the last look
 	heldBack  bool            // the last claim was limited and short: completions wake claimers
 	capAside  bool            // logged that limits set the tenant cap aside
@@ -152,6 +157,12 @@ func (p *pool) produce() {
 				if more {
 					continue
 				}
+				if p.rateWait > 0 {
+					// Wake when the full rate window has room, not a
+					// poll interval later (nor before: claiming sooner
+					// would find it full).
+					resetTimer(poll, min(p.rateWait, p.r.cfg.PollInterval))
+				}
 			}
 		}
 		select {
@@ -208,9 +219,10 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	took := time.Since(start)
 	// A limited claim that came back short may have been held back by a
 	// full limit: then a completion of these queues may free the slot the
-	// ready jobs wait for, and wakes their claimers (completer.flush).
-	// Pools without limits (the common case) never touch the map.
-	if held := len(limits) > 0 && len(jobs) < n; held != p.heldBack {
+	// ready jobs wait for (a concurrency limit's; a completion frees no
+	// rate window), and wakes their claimers (completer.flush). Pools
+	// without limits (the common case) never touch the map.
+	if held := p.limitKind.concurrency && len(jobs) < n; held != p.heldBack {
 		p.heldBack = held
 		for _, q := range p.cfg.Queues {
 			if held {
@@ -218,6 +230,14 @@ func (p *pool) claim(n int) ([]*Job, error) {
 			} else {
 				p.r.limitedQueues.Delete(q)
 			}
+		}
+	}
+	// Held back by a full rate window, the next claim waits until the
+	// window has room, known from its oldest start: no claim in between.
+	p.rateWait = 0
+	if p.limitKind.rate && len(jobs) < n {
+		if wait, full, err := p.r.cfg.Store.LimitNextStart(ctx, p.r.cfg.Pool, limits); err == nil && full {
+			p.rateWait = wait + time.Millisecond
 		}
 	}
 	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
@@ -233,9 +253,19 @@ func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
 	if !p.limitsAt.IsZero() && now.Sub(p.limitsAt) < limitsRefresh {
 		return p.limits
 	}
-	names, err := p.r.cfg.Store.LimitsCovering(ctx, p.r.cfg.Pool, p.cfg.Queues, p.cfg.Kinds)
+	covering, err := p.r.cfg.Store.LimitsCovering(ctx, p.r.cfg.Pool, p.cfg.Queues, p.cfg.Kinds)
 	if err != nil {
 		return p.limits
+	}
+	names := make([]string, 0, len(covering))
+	p.limitKind.rate, p.limitKind.concurrency = false, false
+	for _, l := range covering {
+		names = append(names, l.Name)
+		p.limitKind.rate = p.limitKind.rate || l.Rate
+		p.limitKind.concurrency = p.limitKind.concurrency || !l.Rate
+	}
+	if len(names) == 0 {
+		names = nil
 	}
 	p.limits, p.limitsAt = names, now
 	p.limitRoom.Tight = false // look again whether they have room for a batch
