@@ -48,6 +48,45 @@ func TestCappedClaimServesEveryTenantInTurn(t *testing.T) {
 	require.LessOrEqual(t, claims, bound+1)
 }
 
+// With a cap above one, shares are taken in rounds: every visited tenant's
+// first job before any tenant's second, so tenants whose jobs all have a
+// lower priority than others' still get a job each turn. 30 tenants with
+// 10 high-priority jobs each and 120 with 3 low-priority ones, batch 30,
+// cap 3: every tenant has a job within ceil(150 / 30) = 5 claims. (Each
+// tenant's jobs are consecutive in claim order: taken in claim order, the
+// shares would give a batch to 10 tenants, 3 jobs each.)
+func TestCappedClaimServesLowPriorityTenantsInTurn(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority)
+		SELECT 'q', 'k', 'h' || lpad((g / 10)::text, 3, '0'), 5 FROM generate_series(0, 299) AS g`)
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority)
+		SELECT 'q', 'k', 'l' || lpad((g / 3)::text, 3, '0'), 0 FROM generate_series(0, 359) AS g`)
+	seed(t, db, `ANALYZE skiplock.jobs`)
+	st := store.New("skiplock")
+	cursor := map[string]string{}
+	first := map[string]int{}
+	claims := 0
+	for len(first) < 150 && claims < 20 {
+		claims++
+		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 30, WorkerID: benchWorker,
+			Lease: time.Minute, TenantCap: 3, TenantCursor: cursor})
+		require.NoError(t, err)
+		require.Len(t, jobs, 30)
+		perTenant := map[string]int{}
+		for _, j := range jobs {
+			perTenant[j.Tenant]++
+			if _, seen := first[j.Tenant]; !seen {
+				first[j.Tenant] = claims
+			}
+		}
+		require.Len(t, perTenant, 30, "claim %d: 30 visited tenants, one job each", claims)
+	}
+	require.Len(t, first, 150)
+	require.LessOrEqual(t, claims, 5)
+}
+
 // The capped claim's cost does not grow with the number of ready tenants:
 // it visits one batch of them per claim. Measured against the plain claim
 // on the same table (logged; timings are not asserted, the plan shape is).

@@ -298,8 +298,10 @@ SELECT set_config('skiplock.limit_room', (NOT EXISTS (
 -- the claim's cost does not grow with the number of ready tenants. Each
 -- visited tenant contributes its first $6 jobs in claim order, and jobs
 -- without a tenant form one more group (read from their own partial index).
--- Those shares rank first; the queue's next jobs in plain claim order rank
--- after them as spare capacity, so a batch the shares do not fill still goes
+-- Those shares rank first, taken in rounds (every visited tenant's first
+-- job, then every one's second, ...), so each visited tenant gets a job
+-- while a batch has room for one each; the queue's next jobs in plain
+-- claim order rank after them as spare capacity, so a batch the shares do not fill still goes
 -- to whoever has work (a lone tenant is not throttled to $6 per claim). The
 -- best $3, shares first, are then locked with SKIP LOCKED (re-checked
 -- against the newest row version) and claimed. Each row returned carries its
@@ -356,10 +358,14 @@ visited AS (
     SELECT DISTINCT ON (t.queue) t.queue, t.tenant FROM tenants AS t ORDER BY t.queue, t.n DESC
 ),
 candidates AS (
-    SELECT 0 AS rank, c.id, c.priority, c.run_at, c.entity
+    -- Shares: each visited tenant's first $6 jobs in claim order, with the
+    -- tenant's turn (n: its place in the visit; jobs without a tenant go
+    -- first) and each job's place in its share (ord).
+    SELECT 0 AS rank, c.ord, t.n, c.id, c.priority, c.run_at, c.entity
     FROM tenants AS t
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity
+        SELECT j.id, j.priority, j.run_at, j.entity,
+               row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
         FROM {{schema}}.jobs AS j
         WHERE j.queue = t.queue AND j.tenant = t.tenant
           AND {{claimable}}
@@ -367,10 +373,11 @@ candidates AS (
         LIMIT $6
     ) AS c
   UNION ALL
-    SELECT 0, c.id, c.priority, c.run_at, c.entity
+    SELECT 0, c.ord, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity
+        SELECT j.id, j.priority, j.run_at, j.entity,
+               row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
         FROM {{schema}}.jobs AS j
         WHERE j.queue = o.name AND j.tenant IS NULL
           AND {{claimable}}
@@ -379,7 +386,7 @@ candidates AS (
     ) AS c
   UNION ALL
     -- Spare capacity: the queue's next jobs in claim order, any tenant.
-    SELECT 1, c.id, c.priority, c.run_at, c.entity
+    SELECT 1, 0, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
@@ -391,16 +398,21 @@ candidates AS (
     ) AS c
 ),
 best AS (
-    -- A job listed both as a share and as spare keeps its share rank; one
-    -- job per entity per batch (the unique running index is the guard).
+    -- Shares in rounds: every visited tenant's first job (in visit order),
+    -- then every one's second, and so on, so each visited tenant has a
+    -- job in the batch while there are at most $3 of them, whatever the
+    -- priorities across tenants (priority orders a tenant's own jobs); then
+    -- spare capacity in claim order. A job listed both as a share and as
+    -- spare keeps its share; one job per entity per batch (the unique
+    -- running index is the guard).
     SELECT d.id FROM (
-        SELECT c.id, c.rank, c.priority, c.run_at,
+        SELECT c.id, c.rank, c.ord, c.n, c.priority, c.run_at,
                row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
-                                  ORDER BY c.rank, c.priority DESC, c.run_at, c.id) AS rn
+                                  ORDER BY c.rank, c.ord, c.n, c.priority DESC, c.run_at, c.id) AS rn
         FROM candidates AS c
     ) AS d
     WHERE d.rn = 1
-    ORDER BY d.rank, d.priority DESC, d.run_at, d.id
+    ORDER BY d.rank, d.ord, d.n, d.priority DESC, d.run_at, d.id
     LIMIT $3
 ),
 locked AS (
