@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -135,4 +136,47 @@ func seed(t *testing.T, db *dbtest.DB, sql string, args ...any) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), sql, args...)
 	require.NoError(t, err)
+}
+
+// The capped claim against the plain one at 100,000 ready tenants with 3
+// jobs each (what `skiplock bench --tenants 100000 --tenant-cap 5 --jobs
+// 300000` seeds), cap 5, batch 50, interleaved, each rolled back; medians
+// logged (SKIPLOCK_MEASURE=1 runs only: timings are not asserted).
+func TestCappedClaimCostAt100kTenants(t *testing.T) {
+	if os.Getenv("SKIPLOCK_MEASURE") == "" {
+		t.Skip("set SKIPLOCK_MEASURE=1 to measure")
+	}
+	db := dbtest.New(t)
+	ctx := context.Background()
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, priority, tenant, run_at)
+		SELECT 'q', 'k', g % 11, 't' || lpad((g % 100000)::text, 6, '0'), now() - interval '1 hour' + g * interval '1 millisecond'
+		FROM generate_series(1, 300000) AS g`)
+	seed(t, db, `VACUUM ANALYZE skiplock.jobs`)
+	st := store.New("skiplock")
+	var plain, capped []time.Duration
+	cursors := []string{"", "t025000", "t050000", "t099990"}
+	for i := 0; i < 40; i++ {
+		for _, isCapped := range []bool{false, true} {
+			p := store.ClaimParams{Queues: []string{"q"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
+			if isCapped {
+				p.TenantCap, p.TenantCursor = 5, map[string]string{"q": cursors[i%len(cursors)]}
+			}
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			start := time.Now()
+			jobs, err := st.Claim(ctx, tx, p)
+			d := time.Since(start)
+			require.NoError(t, err)
+			require.Len(t, jobs, 50)
+			require.NoError(t, tx.Rollback(ctx))
+			if isCapped {
+				capped = append(capped, d)
+			} else {
+				plain = append(plain, d)
+			}
+		}
+	}
+	mp, mc := median(plain), median(capped)
+	t.Logf("100,000 ready tenants, claim of 50: plain median %v, capped (cap 5) median %v: %.2fx",
+		mp.Round(time.Microsecond), mc.Round(time.Microsecond), float64(mc)/float64(mp))
 }

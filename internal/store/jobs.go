@@ -139,6 +139,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 			}
 		}
 		var cursor *string
+		batch.Queue(s.SQL("claim_generic_plan"))
 		batch.Queue(s.SQL("claim_capped"), append(args, p.TenantCap, cursors)...).Query(scan(&cursor, func(j ClaimedJob) {
 			if cursor != nil && p.TenantCursor != nil {
 				p.TenantCursor[j.Queue] = *cursor
