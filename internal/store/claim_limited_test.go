@@ -128,14 +128,7 @@ func TestLimitedClaimCost(t *testing.T) {
 		for v, variant := range variants {
 			p := variant.p()
 			p.Queues, p.Batch, p.WorkerID, p.Lease = []string{"q"}, 50, benchWorker, time.Minute
-			tx, err := db.Pool.Begin(ctx)
-			require.NoError(t, err)
-			start := time.Now()
-			jobs, err := st.Claim(ctx, tx, p)
-			times[v] = append(times[v], time.Since(start))
-			require.NoError(t, err)
-			require.Len(t, jobs, 50)
-			require.NoError(t, tx.Rollback(ctx))
+			times[v] = append(times[v], timedClaim(t, db, st, p, 50))
 		}
 	}
 	plain := median(times[0])
