@@ -34,8 +34,8 @@ type pool struct {
 	// (round-robin fair share); the producer's alone.
 	tenantCursor map[string]string
 
-	// The concurrency limits covering this pool's work, re-read every
-	// limitsRefresh (the producer's alone).
+	// The limits covering this pool's work, re-read every limitsRefresh
+	// (the producer's alone).
 	limits    []string
 	limitsAt  time.Time
 	limitKind struct{ rate, concurrency bool } // which kinds of limit are among them
@@ -201,19 +201,26 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	defer cancel()
 	start := time.Now()
 	limits := p.coveringLimits(ctx, start)
+	// Limits first look whether they have room for the whole batch (then
+	// the plain claim), unless they did not at the last look or one is a
+	// rate limit (only claim_limited records starts).
+	var room *store.LimitRoom
+	if len(limits) > 0 && !p.limitKind.rate {
+		room = &p.limitRoom
+	}
 	var after map[string]store.Bound
-	if p.cfg.TenantCap == 0 && (len(limits) == 0 || !p.limitRoom.Tight) { // the others read from the front
+	if p.cfg.TenantCap == 0 && (len(limits) == 0 || room != nil && !room.Tight) { // the others read from the front
 		after = p.keys.bounds(start)
 	}
 	jobs, err := p.r.cfg.Store.Claim(ctx, p.r.cfg.Pool, store.ClaimParams{
 		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
 		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after, Limits: limits,
-		LimitRoom: &p.limitRoom, TenantCursor: p.tenantCursor,
+		LimitRoom: room, TenantCursor: p.tenantCursor,
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(limits) > 0 && p.limitRoom.Tight {
+	if room != nil && room.Tight {
 		after = nil // claim_limited read from the front
 	}
 	took := time.Since(start)
