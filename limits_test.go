@@ -379,3 +379,25 @@ func TestRateLimitWakesWhenTheWindowFrees(t *testing.T) {
 	t.Logf("%d limited claims for %d jobs in %d windows", claims.n.Load(), jobs, jobs/rate)
 	require.LessOrEqual(t, claims.n.Load(), int64(3*jobs/rate))
 }
+
+func TestTenantWeightValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	c := offlineClient(t)
+	for _, tc := range []struct {
+		field         string
+		queue, tenant string
+		weight        int
+	}{
+		{"queue", "", "a", 2},
+		{"queue", "has space", "a", 2},
+		{"tenant", "q", "", 2},
+		{"tenant", "q", "bad\x00", 2},
+		{"weight", "q", "a", 0},
+		{"weight", "q", "a", skiplock.MaxTenantWeight + 1},
+	} {
+		err := c.SetTenantWeight(context.Background(), tc.queue, tc.tenant, tc.weight)
+		var fe *skiplock.FieldError
+		require.ErrorAs(t, err, &fe, "%+v", tc)
+		require.Equal(t, tc.field, fe.Field, "%+v", tc)
+	}
+}

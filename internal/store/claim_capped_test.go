@@ -180,3 +180,48 @@ func TestCappedClaimCostAt100kTenants(t *testing.T) {
 	t.Logf("100,000 ready tenants, claim of 50: plain median %v, capped (cap 5) median %v: %.2fx",
 		mp.Round(time.Microsecond), mc.Round(time.Microsecond), float64(mc)/float64(mp))
 }
+
+// A tenant of weight w takes w jobs per round of fair share where others
+// take one, and up to w times the cap; a claim visits tenants until their
+// weights fill the batch.
+func TestCappedClaimHonoursTenantWeights(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	st := store.New("skiplock")
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant)
+		SELECT 'many', 'k', 't' || lpad((g / 10)::text, 2, '0') FROM generate_series(0, 599) AS g`)
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant)
+		SELECT 'few', 'k', 't' || (g / 20)::text FROM generate_series(0, 59) AS g`)
+	seed(t, db, `ANALYZE skiplock.jobs`)
+	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "many", "t00", 3))
+	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "few", "t0", 3))
+	claim := func(queue string, batch, cap int) map[string]int {
+		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{queue}, Batch: batch, WorkerID: benchWorker,
+			Lease: time.Minute, TenantCap: cap, TenantCursor: map[string]string{}})
+		require.NoError(t, err)
+		require.Len(t, jobs, batch)
+		per := map[string]int{}
+		for _, j := range jobs {
+			per[j.Tenant]++
+		}
+		return per
+	}
+	// 60 tenants: t00 (weight 3) and the next 27 fill a batch of 30, one
+	// round each.
+	per := claim("many", 30, 2)
+	require.Equal(t, 3, per["t00"], "%v", per)
+	require.Len(t, per, 28, "%v", per)
+	// 3 tenants, batch 10, cap 2: two rounds of 3 + 1 + 1.
+	per = claim("few", 10, 2)
+	require.Equal(t, map[string]int{"t0": 6, "t1": 2, "t2": 2}, per)
+
+	ws, err := st.TenantWeights(ctx, db.Pool, "")
+	require.NoError(t, err)
+	require.Len(t, ws, 2)
+	// Weight 1 is the default: it removes the row.
+	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "few", "t0", 1))
+	ws, err = st.TenantWeights(ctx, db.Pool, "few")
+	require.NoError(t, err)
+	require.Empty(t, ws)
+}

@@ -319,12 +319,17 @@ SELECT set_config('skiplock.limit_room', (NOT EXISTS (
 --   $1..$5 as claim, $6 cap per tenant, $7 cursor text[] (one per queue in
 --   $1's order; NULL: from the first tenant)
 WITH RECURSIVE open_queues AS (
-    SELECT q.name, q.cursor FROM unnest($1::text[], $7::text[]) AS q(name, cursor)
+    -- weighted: the queue has tenant weights (migration 011), read per
+    -- visited tenant only then.
+    SELECT q.name, q.cursor,
+           EXISTS (SELECT 1 FROM {{schema}}.tenant_weights AS tw WHERE tw.queue = q.name) AS weighted
+    FROM unnest($1::text[], $7::text[]) AS q(name, cursor)
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
-tenants (queue, tenant, n, cursor, wrapped) AS (
-    -- The first tenant after the cursor, else (wrapping) the first of all.
-    SELECT o.name, f.tenant, 1, o.cursor, f.wrapped
+tenants (queue, tenant, n, cursor, wrapped, weighted, w, wsum) AS (
+    -- The first tenant after the cursor, else (wrapping) the first of all;
+    -- w its weight, wsum the weights visited so far.
+    SELECT o.name, f.tenant, 1, o.cursor, f.wrapped, o.weighted, f.w, f.w
     FROM open_queues AS o
     CROSS JOIN LATERAL (
         SELECT x.tenant, x.wrapped FROM (
@@ -340,10 +345,16 @@ tenants (queue, tenant, n, cursor, wrapped) AS (
                AND j.tenant <= o.cursor
              ORDER BY j.tenant LIMIT 1)
         ) AS x LIMIT 1
+    ) AS f0
+    CROSS JOIN LATERAL (
+        SELECT f0.tenant, f0.wrapped, CASE WHEN o.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
+                                                                   WHERE tw.queue = o.name AND tw.tenant = f0.tenant), 1)
+                                          ELSE 1 END AS w
     ) AS f
   UNION ALL
-    -- The next one, wrapping once, up to the cursor; $3 tenants at most.
-    SELECT t.queue, nx.tenant, t.n + 1, t.cursor, nx.wrapped
+    -- The next one, wrapping once, up to the cursor, until the weights
+    -- visited reach $3 (without weights: $3 tenants).
+    SELECT t.queue, nx.tenant, t.n + 1, t.cursor, nx.wrapped, t.weighted, nw.w, t.wsum + nw.w
     FROM tenants AS t
     CROSS JOIN LATERAL (
         SELECT x.tenant, x.wrapped FROM (
@@ -361,17 +372,23 @@ tenants (queue, tenant, n, cursor, wrapped) AS (
              ORDER BY j.tenant LIMIT 1)
         ) AS x LIMIT 1
     ) AS nx
-    WHERE t.n < $3
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN t.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
+                                                   WHERE tw.queue = t.queue AND tw.tenant = nx.tenant), 1)
+                    ELSE 1 END AS w
+    ) AS nw
+    WHERE t.wsum < $3
 ),
 visited AS (
     -- Per queue, the last tenant visited: the next claim's cursor.
     SELECT DISTINCT ON (t.queue) t.queue, t.tenant FROM tenants AS t ORDER BY t.queue, t.n DESC
 ),
 candidates AS (
-    -- Shares: each visited tenant's first $6 jobs in claim order, with the
-    -- tenant's turn (n: its place in the visit; jobs without a tenant go
-    -- first) and each job's place in its share (ord).
-    SELECT 0 AS rank, c.ord, t.n, c.id, c.priority, c.run_at, c.entity
+    -- Shares: each visited tenant's first $6 × w jobs in claim order, with
+    -- the tenant's turn (n: its place in the visit; jobs without a tenant go
+    -- first) and the round each job falls in (ord: a tenant of weight w
+    -- has w jobs in each round).
+    SELECT 0 AS rank, (c.ord + t.w - 1) / t.w AS ord, t.n, c.id, c.priority, c.run_at, c.entity
     FROM tenants AS t
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity,
@@ -380,8 +397,8 @@ candidates AS (
         WHERE j.queue = t.queue AND j.tenant = t.tenant
           AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
-        -- $3 tenants visited or more: their first jobs fill the batch.
-        LIMIT CASE WHEN (SELECT count(*) FROM tenants AS v) >= $3 THEN 1 ELSE $6 END
+        -- Weights of $3 visited or more: their first rounds fill the batch.
+        LIMIT CASE WHEN (SELECT sum(v.w) FROM tenants AS v) >= $3 THEN t.w ELSE $6 * t.w END
     ) AS c
   UNION ALL
     SELECT 0, c.ord, 0, c.id, c.priority, c.run_at, c.entity
