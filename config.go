@@ -124,8 +124,12 @@ type WorkerPool struct {
 	Concurrency int
 	// BatchSize is the most jobs one claim takes. Default min(Concurrency, 50).
 	BatchSize int
-	// TenantCap, when positive, is the most jobs of one tenant in one claim
-	// batch while other tenants have work.
+	// TenantCap, when positive, turns on round-robin fair share: each claim
+	// visits the next BatchSize tenants with ready jobs after the pool's
+	// last one, gives every visited tenant a job before any gets a second,
+	// and no tenant more than TenantCap jobs of the batch while other
+	// tenants have work; so every tenant is served within
+	// ceil(tenants / BatchSize) claims of the pool.
 	TenantCap int
 }
 

@@ -35,7 +35,10 @@ const MaxLimitConcurrency = 1_000_000
 // their queues every 2 seconds: a limit set or removed is obeyed from then.
 // A job over its limit stays ready; it is claimed when a slot frees (a
 // completion in this process wakes its claimers at once, other processes
-// within their poll interval). A worker pool with a TenantCap that a limit
+// within their poll interval) or, under a rate limit, when the window's
+// oldest start leaves it (the pool sleeps until then instead of polling).
+// While the limits have room for a whole batch the claim costs little more
+// than an unlimited one. A worker pool with a TenantCap that a limit
 // covers obeys the limit and sets its cap aside (a limit is a guarantee,
 // the cap a preference), and logs so once.
 type Limit struct {

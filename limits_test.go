@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -303,4 +306,98 @@ func TestLimitsTakePrecedenceOverTheTenantCap(t *testing.T) {
 	require.NoError(t, c.Stop(ctx))
 	require.Equal(t, int64(1), most.Load(), "the limit of 1 holds in a capped pool")
 	require.Equal(t, int64(1), logs.n.Load(), "said once")
+}
+
+// claimCounter counts a pool's limited claims: every one takes the limits'
+// locks first (limit_locks), in a pipeline.
+type claimCounter struct{ n atomic.Int64 }
+
+func (c *claimCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (c *claimCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *claimCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (c *claimCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, "pg_advisory_xact_lock(h.key)") {
+		c.n.Add(1)
+	}
+}
+func (c *claimCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// A pool held back by a full rate window sleeps until the window's oldest
+// start leaves it, then claims: the next job starts right after the window
+// frees, though the poll interval is 10 s, and the pool does not claim in
+// between (completions free no rate window, so they do not wake it).
+func TestRateLimitWakesWhenTheWindowFrees(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	pcfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	claims := &claimCounter{}
+	pcfg.ConnConfig.Tracer = claims
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Second,
+		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 4, BatchSize: 10}}})
+	require.NoError(t, err)
+	const per, rate, jobs = 2 * time.Second, 3, 9
+	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: rate, Per: per}))
+	var done atomic.Int64
+	require.NoError(t, skiplock.Handle(c, "call", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		done.Add(1)
+		return nil
+	}))
+	var ps []skiplock.EnqueueParams
+	for i := 0; i < jobs; i++ {
+		ps = append(ps, skiplock.EnqueueParams{Kind: "call"})
+	}
+	_, err = c.EnqueueMany(ctx, ps)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	require.Eventually(t, func() bool { return done.Load() == jobs }, 15*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Stop(ctx))
+
+	// The recorded starts (database clock): each after the first window
+	// came when the start rate before it left the window, within a margin.
+	rows, err := db.Pool.Query(ctx, `SELECT at FROM skiplock.limit_starts ORDER BY at`)
+	require.NoError(t, err)
+	starts, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	require.NoError(t, err)
+	require.Len(t, starts, jobs)
+	for k := rate; k < jobs; k++ {
+		late := starts[k].Sub(starts[k-rate].Add(per))
+		t.Logf("start %d: %v after the window freed", k+1, late.Round(time.Millisecond))
+		require.GreaterOrEqual(t, late, time.Duration(0), "start %d within the window: the limit is exceeded", k+1)
+		require.Less(t, late, 500*time.Millisecond, "start %d: the pool woke late (poll interval 10 s)", k+1)
+	}
+	// Three windows: a claim each, and a few more (the start-up claim, a
+	// wake-up per enqueue notification), not one per completion or a loop.
+	t.Logf("%d limited claims for %d jobs in %d windows", claims.n.Load(), jobs, jobs/rate)
+	require.LessOrEqual(t, claims.n.Load(), int64(3*jobs/rate))
+}
+
+func TestTenantWeightValidationNamesTheField(t *testing.T) {
+	t.Parallel()
+	c := offlineClient(t)
+	for _, tc := range []struct {
+		field         string
+		queue, tenant string
+		weight        int
+	}{
+		{"queue", "", "a", 2},
+		{"queue", "has space", "a", 2},
+		{"tenant", "q", "", 2},
+		{"tenant", "q", "bad\x00", 2},
+		{"weight", "q", "a", 0},
+		{"weight", "q", "a", skiplock.MaxTenantWeight + 1},
+	} {
+		err := c.SetTenantWeight(context.Background(), tc.queue, tc.tenant, tc.weight)
+		var fe *skiplock.FieldError
+		require.ErrorAs(t, err, &fe, "%+v", tc)
+		require.Equal(t, tc.field, fe.Field, "%+v", tc)
+	}
 }

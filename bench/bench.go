@@ -117,6 +117,7 @@ type Result struct {
 	Tenants               int      `json:"tenants,omitempty"`
 	Burst                 int      `json:"burst,omitempty"`
 	TenantCap             int      `json:"tenant_cap,omitempty"`
+	Limit                 int      `json:"limit,omitempty"`
 	AllTenantsStartedS    *float64 `json:"all_tenants_started_s,omitempty"`
 	BurstStartedBeforeAll *int64   `json:"burst_started_before_all_tenants,omitempty"`
 }
@@ -165,7 +166,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	defer bp.Close()
 
 	res := Result{Queue: queue, Jobs: o.Jobs + o.Burst, Workers: o.Workers, Batch: o.Batch, Handler: h.String(),
-		Tenants: o.Tenants, Burst: o.Burst, TenantCap: o.TenantCap}
+		Tenants: o.Tenants, Burst: o.Burst, TenantCap: o.TenantCap, Limit: o.Limit}
 	seeded := o.Jobs + o.Burst
 	var (
 		tenantsSeen  sync.Map
@@ -239,6 +240,16 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		return res, err
 	}
 	defer cleanup(pool, st, queue, workerID)
+	if o.Limit > 0 {
+		if err := c.SetLimit(ctx, skiplock.Limit{Name: queue, Queue: queue, Concurrency: o.Limit}); err != nil {
+			return res, err
+		}
+		defer func() {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = c.RemoveLimit(rctx, queue)
+		}()
+	}
 
 	lsn0, err := walLSN(ctx, pool)
 	if err != nil {

@@ -150,6 +150,11 @@ type Options struct {
 	// runs the pool with that cap (round-robin fair share). Figures of
 	// issue 18: claim p50/p99 and jobs/s with fairness on and off.
 	Tenants, Burst, TenantCap int
+	// Limit, when set, puts a concurrency limit of this many running jobs on
+	// the bench queue for the drain (named after the queue, removed after):
+	// with a limit above Workers + Batch it never binds, and the drain
+	// measures what the limit machinery costs (issue 18).
+	Limit int
 }
 
 func (o Options) withDefaults() Options {
@@ -193,6 +198,8 @@ func (o Options) validate() (Handler, error) {
 		return Handler{}, optErr("burst", "must be between 0 and %d, got %d", MaxJobs, o.Burst)
 	case o.TenantCap < 0 || o.TenantCap > 1000:
 		return Handler{}, optErr("tenant-cap", "must be between 0 and 1000, got %d", o.TenantCap)
+	case o.Limit < 0 || o.Limit > 1_000_000:
+		return Handler{}, optErr("limit", "must be between 0 and 1000000, got %d", o.Limit)
 	}
 	if err := validateSchema(o.Schema); err != nil {
 		return Handler{}, err

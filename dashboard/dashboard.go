@@ -199,7 +199,7 @@ type shard struct {
 // returned value is a *Dashboard, whose Close stops it.
 //
 // Routes, relative to Options.Prefix: / (overview: the five panels and the
-// charts), /queues, /jobs, /jobs/{id}, /dead, /schedules, /workers,
+// charts), /queues, /jobs, /jobs/{id}, /dead, /schedules, /limits, /workers,
 // /health (the doctor's checks), /healthz (the process is up), /readyz (the
 // database answers and the schema is fully migrated; 503 otherwise) and, when
 // Options.Metrics is set, /metrics. Actions are POST only, refused
@@ -324,6 +324,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /dead", d.dead)
 	m.HandleFunc("GET /dead/confirm", d.deadConfirm)
 	m.HandleFunc("GET /schedules", d.schedules)
+	m.HandleFunc("GET /limits", d.limits)
 	m.HandleFunc("GET /workers", d.workers)
 	m.HandleFunc("GET /health", d.doctor)
 	m.HandleFunc("GET /workflows", d.workflows)

@@ -179,6 +179,7 @@ func (f *fixture) pages() map[string][]string {
 		"/dead":                 {"webhook.deliver", "hooks.example.com"},
 		"/dead/confirm?action=replay&kind=webhook.deliver&signature=" + url.QueryEscape("POST https://hooks.example.com/0: 503 "+hostile): {"Replay 3 dead letters?"},
 		"/schedules":            {"nightly", "0 3 * * *", "report.build"},
+		"/limits":               {`id="limits-table"`, "No limits"},
 		"/workers":              {"host:1:abc", "mail"},
 		"/health":               {"dead_tuples", "claim_index"},
 		"/api/series":           {`"claimed"`},

@@ -22,7 +22,7 @@ var templateFS embed.FS
 // pageTemplate is one page: the layout plus the page's own blocks.
 type pageTemplate struct{ t *template.Template }
 
-var pageNames = []string{"overview", "queues", "jobs", "job", "dead", "confirm", "schedules", "workers", "health", "error", "workflows", "workflow", "choose"}
+var pageNames = []string{"overview", "queues", "jobs", "job", "dead", "confirm", "schedules", "limits", "workers", "health", "error", "workflows", "workflow", "choose"}
 
 func parsePages() (map[string]*pageTemplate, error) {
 	out := map[string]*pageTemplate{}

@@ -25,6 +25,7 @@ type benchFlags struct {
 	deleteCompleted      bool
 	tenants, burst       int
 	tenantCap            int
+	limit                int
 	listenURL            string
 	workflow             string
 
@@ -91,6 +92,7 @@ JSON line per second. --clean 0 or --recovery 0 skips that phase.`,
 	fl.IntVar(&f.tenants, "tenants", 0, "spread the seeded jobs round-robin over N tenants, and report when every tenant had a job started")
 	fl.IntVar(&f.burst, "burst", 0, "with --tenants: seed N jobs of one more tenant first, ahead in claim order (the carrier replay)")
 	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "run the pool with this tenant cap (round-robin fair share; 0: none)")
+	fl.IntVar(&f.limit, "limit", 0, "put a concurrency limit of N running jobs on the bench queue (above --workers + --batch it never binds: the limit's overhead; 0: none)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
 	fl.StringVar(&f.workflow, "workflow", "", "run workflows of this shape instead: fanout:N (a root, N leaves, a join)")
@@ -118,7 +120,7 @@ var pressureFlags = []string{"rate", "payload-bytes", "handler-time", "warmup", 
 
 func runPressure(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow"} {
+	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit"} {
 		if fl.Changed(name) {
 			return usageError("--%s: not used with --pressure", name)
 		}
@@ -226,7 +228,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		}
 	}
 	if f.latency {
-		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "tenants", "burst", "tenant-cap", "workflow"} {
+		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "tenants", "burst", "tenant-cap", "limit", "workflow"} {
 			if fl.Changed(name) {
 				return usageError("--%s: not used with --latency", name)
 			}
@@ -260,7 +262,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
 		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(),
 		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL),
-		Tenants: f.tenants, Burst: f.burst, TenantCap: f.tenantCap}
+		Tenants: f.tenants, Burst: f.burst, TenantCap: f.tenantCap, Limit: f.limit}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}
@@ -321,6 +323,9 @@ func printBench(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "  reaped leases   %.2f %%  (lease lost %d, failed %d)\n", r.ReapedLeasesPct, r.LeaseLost, r.Failed)
 	fmt.Fprintf(w, "  memory          peak RSS %.1f MB during the drain, %.1f MB high-water\n",
 		float64(r.DrainPeakRSSBytes)/(1<<20), float64(r.MaxRSSBytes)/(1<<20))
+	if r.Limit > 0 {
+		fmt.Fprintf(w, "  limit           %d running jobs on the queue\n", r.Limit)
+	}
 	if r.Tenants > 0 {
 		fmt.Fprintf(w, "  tenants         %d behind a burst of %d, tenant cap %d", r.Tenants, r.Burst, r.TenantCap)
 		if r.AllTenantsStartedS != nil {
@@ -340,7 +345,7 @@ func printLatency(w io.Writer, r bench.LatencyResult) {
 
 func runWorkflowBench(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"handler", "cpuprofile"} {
+	for _, name := range []string{"handler", "cpuprofile", "limit"} {
 		if fl.Changed(name) {
 			return usageError("--%s: not used with --workflow (its tasks are no-ops)", name)
 		}

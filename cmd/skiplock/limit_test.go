@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,4 +89,34 @@ func TestQueueAgingCLI(t *testing.T) {
 	code, out, _ = runCLI(t, "queue", "aging", "reports", "--database-url", db.URL, "--off")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "aging off")
+}
+
+func TestQueueWeightCLI(t *testing.T) {
+	db := dbtest.New(t)
+	code, out, errOut := runCLI(t, "queue", "weight", "sync", "carrier-a", "5", "--database-url", db.URL)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "tenant carrier-a has weight 5")
+	for _, tc := range []struct {
+		args []string
+		name string
+	}{
+		{[]string{"sync", "carrier-a", "101"}, "WEIGHT:"},
+		{[]string{"sync", "carrier-a", "0"}, "WEIGHT:"},
+		{[]string{"sync", "carrier-a", "five"}, "WEIGHT:"},
+		{[]string{"bad queue", "carrier-a", "2"}, "QUEUE:"},
+		{[]string{"sync", "", "2"}, "TENANT:"},
+		{[]string{"sync", "carrier-a"}, "QUEUE TENANT WEIGHT:"},
+	} {
+		code, _, errOut := runCLI(t, append([]string{"queue", "weight", "--database-url", db.URL}, tc.args...)...)
+		require.Equal(t, 2, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.name, "%v", tc.args)
+	}
+	code, out, _ = runCLI(t, "queue", "weights", "--database-url", db.URL, "--json")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"weight":5`, "refused changes left the weight alone")
+	code, _, _ = runCLI(t, "queue", "weight", "sync", "carrier-a", "1", "--database-url", db.URL)
+	require.Equal(t, 0, code)
+	code, out, _ = runCLI(t, "queue", "weights", "sync", "--database-url", db.URL)
+	require.Equal(t, 0, code)
+	require.Empty(t, strings.TrimSpace(out), "weight 1 is the default: no row")
 }

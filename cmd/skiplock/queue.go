@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,10 +18,10 @@ func init() { register(newQueueCmd) }
 
 func newQueueCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "queue pause|resume|aging Q",
-		Short: "Pause or resume a queue in every worker process, or set its priority aging",
+		Use:   "queue pause|resume|aging|weight|weights Q",
+		Short: "Pause or resume a queue in every worker process, set its priority aging or its tenants' fair-share weights",
 	}
-	cmd.AddCommand(newQueuePauseCmd(true), newQueuePauseCmd(false), newQueueAgingCmd())
+	cmd.AddCommand(newQueuePauseCmd(true), newQueuePauseCmd(false), newQueueAgingCmd(), newQueueWeightCmd(), newQueueWeightsCmd())
 	return cmd
 }
 
@@ -77,6 +79,85 @@ applies it every 10 seconds, at most 1,000 jobs per queue per pass, the longest-
 	cmd.Flags().DurationVar(&after, "after", 0, "promote jobs due for longer than this (at least 1s)")
 	cmd.Flags().IntVar(&to, "to", 0, fmt.Sprintf("the priority they are promoted to (%d..%d)", skiplock.MinPriority, skiplock.MaxPriority))
 	cmd.Flags().BoolVar(&off, "off", false, "turn aging off")
+	addJSON(cmd)
+	return cmd
+}
+
+func newQueueWeightCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "weight QUEUE TENANT WEIGHT",
+		Short: "Give a tenant a fair-share weight in a queue (1, the default, removes it)",
+		Long: `In worker pools with a tenant cap (round-robin fair share), a tenant of weight W takes W jobs
+in each round where other tenants take one, and up to W times the cap of a batch. Weight 1 is
+every tenant's default; at most 100. Stored in the database: every worker uses it from its
+next claim.`,
+		Example: `  skiplock queue weight sync carrier-a 5
+  skiplock queue weight sync carrier-a 1    # back to the default`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 3 {
+				return usageError("QUEUE TENANT WEIGHT: exactly three arguments expected, got %d", len(args))
+			}
+			weight, err := strconv.Atoi(args[2])
+			if err != nil {
+				return usageError("WEIGHT: not a whole number: %q", args[2])
+			}
+			c, closePool, err := clientForCLI(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			if err := c.SetTenantWeight(cmd.Context(), args[0], args[1], weight); err != nil {
+				var fe *skiplock.FieldError
+				if errors.As(err, &fe) {
+					return usageError("%s: %s", strings.ToUpper(fe.Field), fe.Message)
+				}
+				return err
+			}
+			if g.jsonOut {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"queue": args[0], "tenant": args[1], "weight": weight})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "queue %s: tenant %s has weight %d\n", args[0], args[1], weight)
+			return nil
+		},
+	}
+	addJSON(cmd)
+	return cmd
+}
+
+func newQueueWeightsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "weights [QUEUE]",
+		Short: "List the tenants' fair-share weights (of one queue, or of all)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usageError("QUEUE: at most one expected, got %d arguments", len(args))
+			}
+			queue := ""
+			if len(args) == 1 {
+				queue = args[0]
+			}
+			c, closePool, err := clientForCLI(cmd)
+			if err != nil {
+				return err
+			}
+			defer closePool()
+			ws, err := c.TenantWeights(cmd.Context(), queue)
+			if err != nil {
+				return err
+			}
+			if g.jsonOut {
+				out := make([]map[string]any, len(ws))
+				for i, w := range ws {
+					out[i] = map[string]any{"queue": w.Queue, "tenant": w.Tenant, "weight": w.Weight, "updated_at": w.UpdatedAt}
+				}
+				return printJSON(cmd.OutOrStdout(), out)
+			}
+			for _, w := range ws {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\t%d\n", w.Queue, w.Tenant, w.Weight)
+			}
+			return nil
+		},
+	}
 	addJSON(cmd)
 	return cmd
 }

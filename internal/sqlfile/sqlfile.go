@@ -35,26 +35,64 @@ func Parse(fsys fs.FS, dir string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Inserted as written (a condition brings its own parentheses); comment
+	// lines go, so none can swallow what follows on the line of use.
+	expanded := map[string]string{}
 	for name, frag := range frags {
-		// Inserted as written (a condition brings its own parentheses);
-		// comment lines go, so none can swallow what follows on the line of use.
 		var lines []string
 		for _, l := range strings.Split(frag, "\n") {
 			if t := strings.TrimSpace(l); t != "" && !strings.HasPrefix(t, "--") {
 				lines = append(lines, l)
 			}
 		}
-		expanded, used := strings.Join(lines, "\n"), false
+		expanded[name] = strings.Join(lines, "\n")
+	}
+	// A fragment may use others: expand them into it first, as many rounds
+	// as nesting is deep (a fragment that uses itself is an error).
+	used := map[string]bool{}
+	for range len(frags) + 1 {
+		changed := false
+		for name, v := range expanded {
+			for inner, iv := range expanded {
+				if strings.Contains(v, "{{"+inner+"}}") {
+					if inner == name {
+						return nil, fmt.Errorf("sqlfile: fragment %q uses itself", name)
+					}
+					v, changed, used[inner] = strings.ReplaceAll(v, "{{"+inner+"}}", iv), true, true
+				}
+			}
+			expanded[name] = v
+		}
+		if !changed {
+			break
+		}
+	}
+	for name, frag := range expanded {
+		if strings.Contains(frag, "{{") && containsFragment(frag, expanded) {
+			return nil, fmt.Errorf("sqlfile: fragment %q: fragments nested too deep or in a cycle", name)
+		}
 		for k, v := range out {
 			if strings.Contains(v, "{{"+name+"}}") {
-				out[k], used = strings.ReplaceAll(v, "{{"+name+"}}", expanded), true
+				out[k], used[name] = strings.ReplaceAll(v, "{{"+name+"}}", frag), true
 			}
 		}
-		if !used {
+	}
+	for name := range frags {
+		if !used[name] {
 			return nil, fmt.Errorf("sqlfile: fragment %q is used by no statement", name)
 		}
 	}
 	return out, nil
+}
+
+// containsFragment reports whether s still uses one of the fragments.
+func containsFragment(s string, frags map[string]string) bool {
+	for name := range frags {
+		if strings.Contains(s, "{{"+name+"}}") {
+			return true
+		}
+	}
+	return false
 }
 
 func parseFile(path, body string, out, frags map[string]string) error {

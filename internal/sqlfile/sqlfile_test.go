@@ -40,3 +40,19 @@ func TestParseRefusesDuplicatesAndUnusedFragments(t *testing.T) {
 	_, err = Parse(fstest.MapFS{"sql/a.sql": {Data: []byte("-- fragment: f\n(true)\n-- name: x\nSELECT 1;\n")}}, "sql")
 	require.ErrorContains(t, err, `fragment "f" is used by no statement`)
 }
+
+// A fragment may use other fragments, nested in any order across files; a
+// cycle is refused.
+func TestParseExpandsNestedFragments(t *testing.T) {
+	fsys := fstest.MapFS{
+		"sql/a.sql": {Data: []byte("-- fragment: outer\nWITH x AS (SELECT {{middle}})\n-- name: one\n{{outer}} SELECT * FROM x;\n")},
+		"sql/b.sql": {Data: []byte("-- fragment: middle\n{{inner}} + 1\n-- fragment: inner\n(41)\n")},
+	}
+	stmts, err := Parse(fsys, "sql")
+	require.NoError(t, err)
+	require.Equal(t, "WITH x AS (SELECT (41) + 1) SELECT * FROM x;", stmts["one"])
+
+	_, err = Parse(fstest.MapFS{"sql/a.sql": {Data: []byte(
+		"-- fragment: f\n({{g}})\n-- fragment: g\n({{f}})\n-- name: x\nSELECT {{f}};\n")}}, "sql")
+	require.ErrorContains(t, err, "fragment")
+}

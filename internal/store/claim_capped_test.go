@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -48,13 +49,51 @@ func TestCappedClaimServesEveryTenantInTurn(t *testing.T) {
 	require.LessOrEqual(t, claims, bound+1)
 }
 
+// With a cap above one, shares are taken in rounds: every visited tenant's
+// first job before any tenant's second, so tenants whose jobs all have a
+// lower priority than others' still get a job each turn. 30 tenants with
+// 10 high-priority jobs each and 120 with 3 low-priority ones, batch 30,
+// cap 3: every tenant has a job within ceil(150 / 30) = 5 claims. (Each
+// tenant's jobs are consecutive in claim order: taken in claim order, the
+// shares would give a batch to 10 tenants, 3 jobs each.)
+func TestCappedClaimServesLowPriorityTenantsInTurn(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority)
+		SELECT 'q', 'k', 'h' || lpad((g / 10)::text, 3, '0'), 5 FROM generate_series(0, 299) AS g`)
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority)
+		SELECT 'q', 'k', 'l' || lpad((g / 3)::text, 3, '0'), 0 FROM generate_series(0, 359) AS g`)
+	seed(t, db, `ANALYZE skiplock.jobs`)
+	st := store.New("skiplock")
+	cursor := map[string]string{}
+	first := map[string]int{}
+	claims := 0
+	for len(first) < 150 && claims < 20 {
+		claims++
+		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 30, WorkerID: benchWorker,
+			Lease: time.Minute, TenantCap: 3, TenantCursor: cursor})
+		require.NoError(t, err)
+		require.Len(t, jobs, 30)
+		perTenant := map[string]int{}
+		for _, j := range jobs {
+			perTenant[j.Tenant]++
+			if _, seen := first[j.Tenant]; !seen {
+				first[j.Tenant] = claims
+			}
+		}
+		require.Len(t, perTenant, 30, "claim %d: 30 visited tenants, one job each", claims)
+	}
+	require.Len(t, first, 150)
+	require.LessOrEqual(t, claims, 5)
+}
+
 // The capped claim's cost does not grow with the number of ready tenants:
 // it visits one batch of them per claim. Measured against the plain claim
 // on the same table (logged; timings are not asserted, the plan shape is).
 func TestCappedClaimCostWithManyTenants(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	ctx := context.Background()
 	const tenants = 20000
 	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, run_at)
 		SELECT 'q', 'k', 'a-burst', now() - interval '2 hours' + g * interval '1 millisecond' FROM generate_series(1, 20000) AS g`)
@@ -66,18 +105,11 @@ func TestCappedClaimCostWithManyTenants(t *testing.T) {
 	measure := func(capped bool, cursor string) time.Duration {
 		var best time.Duration
 		for i := 0; i < 5; i++ {
-			tx, err := db.Pool.Begin(ctx)
-			require.NoError(t, err)
 			p := store.ClaimParams{Queues: []string{"q"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
 			if capped {
 				p.TenantCap, p.TenantCursor = 1, map[string]string{"q": cursor}
 			}
-			start := time.Now()
-			jobs, err := st.Claim(ctx, tx, p)
-			d := time.Since(start)
-			require.NoError(t, err)
-			require.Len(t, jobs, 50)
-			require.NoError(t, tx.Rollback(ctx))
+			d := timedClaim(t, db, st, p, 50)
 			if i == 0 || d < best {
 				best = d
 			}
@@ -92,8 +124,104 @@ func TestCappedClaimCostWithManyTenants(t *testing.T) {
 	}
 }
 
+// timedClaim times one claim, which must take want jobs, in a transaction
+// it rolls back (the table is left as it was).
+func timedClaim(t *testing.T, db *dbtest.DB, st *store.Store, p store.ClaimParams, want int) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, tx.Rollback(ctx)) }()
+	start := time.Now()
+	jobs, err := st.Claim(ctx, tx, p)
+	d := time.Since(start)
+	require.NoError(t, err)
+	require.Len(t, jobs, want)
+	return d
+}
+
 func seed(t *testing.T, db *dbtest.DB, sql string, args ...any) {
 	t.Helper()
 	_, err := db.Pool.Exec(context.Background(), sql, args...)
 	require.NoError(t, err)
+}
+
+// The capped claim against the plain one at 100,000 ready tenants with 3
+// jobs each (what `skiplock bench --tenants 100000 --tenant-cap 5 --jobs
+// 300000` seeds), cap 5, batch 50, interleaved, each rolled back; medians
+// logged (SKIPLOCK_MEASURE=1 runs only: timings are not asserted).
+func TestCappedClaimCostAt100kTenants(t *testing.T) {
+	if os.Getenv("SKIPLOCK_MEASURE") == "" {
+		t.Skip("set SKIPLOCK_MEASURE=1 to measure")
+	}
+	db := dbtest.New(t)
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, priority, tenant, run_at)
+		SELECT 'q', 'k', g % 11, 't' || lpad((g % 100000)::text, 6, '0'), now() - interval '1 hour' + g * interval '1 millisecond'
+		FROM generate_series(1, 300000) AS g`)
+	seed(t, db, `VACUUM ANALYZE skiplock.jobs`)
+	st := store.New("skiplock")
+	var plain, capped []time.Duration
+	cursors := []string{"", "t025000", "t050000", "t099990"}
+	for i := 0; i < 40; i++ {
+		for _, isCapped := range []bool{false, true} {
+			p := store.ClaimParams{Queues: []string{"q"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
+			if isCapped {
+				p.TenantCap, p.TenantCursor = 5, map[string]string{"q": cursors[i%len(cursors)]}
+			}
+			d := timedClaim(t, db, st, p, 50)
+			if isCapped {
+				capped = append(capped, d)
+			} else {
+				plain = append(plain, d)
+			}
+		}
+	}
+	mp, mc := median(plain), median(capped)
+	t.Logf("100,000 ready tenants, claim of 50: plain median %v, capped (cap 5) median %v: %.2fx",
+		mp.Round(time.Microsecond), mc.Round(time.Microsecond), float64(mc)/float64(mp))
+}
+
+// A tenant of weight w takes w jobs per round of fair share where others
+// take one, and up to w times the cap; a claim visits tenants until their
+// weights fill the batch.
+func TestCappedClaimHonoursTenantWeights(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	st := store.New("skiplock")
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant)
+		SELECT 'many', 'k', 't' || lpad((g / 10)::text, 2, '0') FROM generate_series(0, 599) AS g`)
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant)
+		SELECT 'few', 'k', 't' || (g / 20)::text FROM generate_series(0, 59) AS g`)
+	seed(t, db, `ANALYZE skiplock.jobs`)
+	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "many", "t00", 3))
+	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "few", "t0", 3))
+	claim := func(queue string, batch, cap int) map[string]int {
+		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{queue}, Batch: batch, WorkerID: benchWorker,
+			Lease: time.Minute, TenantCap: cap, TenantCursor: map[string]string{}})
+		require.NoError(t, err)
+		require.Len(t, jobs, batch)
+		per := map[string]int{}
+		for _, j := range jobs {
+			per[j.Tenant]++
+		}
+		return per
+	}
+	// 60 tenants: t00 (weight 3) and the next 27 fill a batch of 30, one
+	// round each.
+	per := claim("many", 30, 2)
+	require.Equal(t, 3, per["t00"], "%v", per)
+	require.Len(t, per, 28, "%v", per)
+	// 3 tenants, batch 10, cap 2: two rounds of 3 + 1 + 1.
+	per = claim("few", 10, 2)
+	require.Equal(t, map[string]int{"t0": 6, "t1": 2, "t2": 2}, per)
+
+	ws, err := st.TenantWeights(ctx, db.Pool, "")
+	require.NoError(t, err)
+	require.Len(t, ws, 2)
+	// Weight 1 is the default: it removes the row.
+	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "few", "t0", 1))
+	ws, err = st.TenantWeights(ctx, db.Pool, "few")
+	require.NoError(t, err)
+	require.Empty(t, ws)
 }

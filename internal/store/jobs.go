@@ -64,14 +64,29 @@ type ClaimParams struct {
 	After map[string]Bound
 	// Limits names the concurrency limits that cover this claimer's work
 	// (LimitsCovering): the claim then runs in a transaction holding their
-	// locks, from the front, and takes only what they allow. Limits come
-	// first: a pool they cover claims this way even with a TenantCap (a
-	// limit is a guarantee, the cap a preference).
+	// locks and takes only what they allow. Limits come first: a pool they
+	// cover claims this way even with a TenantCap (a limit is a guarantee,
+	// the cap a preference).
 	Limits []string
+	// LimitRoom, with Limits, is the claimer's memory of whether its limits
+	// had room for a whole batch: while they do (Tight false), the claim
+	// checks it under their locks (limit_room) and then claims like an
+	// unlimited claimer (after After's bounds); when they do not, Claim sets
+	// Tight and claims with claim_limited, from the front, as it does from
+	// then on while Tight stays set (the claimer clears it now and then to
+	// look again). nil: always claim_limited.
+	LimitRoom *LimitRoom
 	// TenantCursor holds, per queue, the last tenant the tenant-capped
 	// claim visited: the next capped claim starts after it (round robin).
 	// Claim updates it in place; nil: from the first tenant, not kept.
 	TenantCursor map[string]string
+}
+
+// LimitRoom is a claimer's memory of whether its limits had room for a
+// whole batch at its last look (see ClaimParams.LimitRoom).
+type LimitRoom struct {
+	// Tight: they had not; claim with claim_limited without looking.
+	Tight bool
 }
 
 // Bound is a position in claim order: priority descending, then run_at,
@@ -98,7 +113,9 @@ func (b Bound) Before(o Bound) bool {
 
 // Claim claims up to p.Batch ready jobs in one round trip: the claim
 // statement (claim, claim_capped or claim_limited, with the limits' locks
-// first) in one pipeline, one implicit transaction, after claim_no_jit.
+// first) in one pipeline, one implicit transaction, after claim_no_jit. A
+// limited claimer whose limits turn out to have no room for a whole batch
+// (ClaimParams.LimitRoom) takes a second round trip, with claim_limited.
 func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob, error) {
 	var kinds any
 	if p.Kinds != nil {
@@ -116,12 +133,25 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 		}
 	}
 	switch {
-	case len(p.Limits) > 0:
-		// The limits' locks before the claim: its snapshot is then taken
-		// after they are held, so it includes every job claimed by their
-		// previous holder, and no limit is exceeded by two claimers at once.
+	case len(p.Limits) > 0 && p.LimitRoom != nil && !p.LimitRoom.Tight:
+		// The limits' locks, then whether they have room for the whole
+		// batch, then the plain claim, which takes nothing when they have
+		// not (claim_gate); then, only in that case, a second round trip
+		// with claim_limited.
+		room := false
 		batch.Queue(s.SQL("limit_locks"), p.Limits)
-		batch.Queue(s.SQL("claim_limited"), append(args, p.Limits)...).Query(scan(nil, nil))
+		batch.Queue(s.SQL("limit_room"), p.Limits, p.Batch).QueryRow(func(r pgx.Row) error { return r.Scan(&room) })
+		batch.Queue(s.SQL("claim"), append(args, BoundArgs(p.Queues, p.After)...)...).Query(scan(nil, nil))
+		if err := db.SendBatch(ctx, batch).Close(); err != nil {
+			return nil, err
+		}
+		if room {
+			return out, nil
+		}
+		p.LimitRoom.Tight = true
+		return s.claimLimited(ctx, db, p, args)
+	case len(p.Limits) > 0:
+		return s.claimLimited(ctx, db, p, args)
 	case p.TenantCap > 0:
 		cursors := make([]*string, len(p.Queues))
 		for i, q := range p.Queues {
@@ -130,6 +160,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 			}
 		}
 		var cursor *string
+		batch.Queue(s.SQL("claim_generic_plan"))
 		batch.Queue(s.SQL("claim_capped"), append(args, p.TenantCap, cursors)...).Query(scan(&cursor, func(j ClaimedJob) {
 			if cursor != nil && p.TenantCursor != nil {
 				p.TenantCursor[j.Queue] = *cursor
@@ -138,6 +169,26 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 	default:
 		batch.Queue(s.SQL("claim"), append(args, BoundArgs(p.Queues, p.After)...)...).Query(scan(nil, nil))
 	}
+	if err := db.SendBatch(ctx, batch).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claimLimited is Claim with claim_limited: the limits' locks before the
+// claim, so its snapshot is taken after they are held and includes every
+// job claimed by their previous holder, and no limit is exceeded by two
+// claimers at once.
+func (s *Store) claimLimited(ctx context.Context, db DBTX, p ClaimParams, args []any) ([]ClaimedJob, error) {
+	batch := &pgx.Batch{}
+	batch.Queue(s.SQL("claim_no_jit"))
+	batch.Queue(s.SQL("limit_locks"), p.Limits)
+	var out []ClaimedJob
+	batch.Queue(s.SQL("claim_limited"), append(args, p.Limits)...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = scanClaimed(rows, p.Batch, nil, nil)
+		return err
+	})
 	if err := db.SendBatch(ctx, batch).Close(); err != nil {
 		return nil, err
 	}
@@ -475,9 +526,15 @@ func (s *Store) AdvanceLeaseTokens(ctx context.Context, db DBTX) (int64, error) 
 	return v, err
 }
 
-// LimitsCovering returns the names of the concurrency limits that cover
-// work a claimer of queues and kinds (nil: any kind) may take.
-func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []string) ([]string, error) {
+// CoveringLimit is a limit that covers a claimer's work (LimitsCovering).
+type CoveringLimit struct {
+	Name string
+	Rate bool // a rate limit (else a concurrency limit)
+}
+
+// LimitsCovering returns the limits that cover work a claimer of queues
+// and kinds (nil: any kind) may take, by name.
+func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []string) ([]CoveringLimit, error) {
 	var k any
 	if kinds != nil {
 		k = kinds
@@ -486,5 +543,16 @@ func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []str
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[CoveringLimit])
+}
+
+// LimitNextStart returns how long until the first full rate window among
+// limits has room again (by the database clock), and false when none of
+// them is full.
+func (s *Store) LimitNextStart(ctx context.Context, db DBTX, limits []string) (time.Duration, bool, error) {
+	var secs *float64
+	if err := db.QueryRow(ctx, s.SQL("limit_next_start"), limits).Scan(&secs); err != nil || secs == nil {
+		return 0, false, err
+	}
+	return time.Duration(*secs * float64(time.Second)), true, nil
 }

@@ -29,9 +29,15 @@ func (r Runtime) Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error)
 	return r.Store.Claim(ctx, r.Pool, p)
 }
 
-// LimitsCovering names the concurrency limits covering queues and kinds.
-func (r Runtime) LimitsCovering(ctx context.Context, queues, kinds []string) ([]string, error) {
+// LimitsCovering returns the limits covering queues and kinds.
+func (r Runtime) LimitsCovering(ctx context.Context, queues, kinds []string) ([]CoveringLimit, error) {
 	return r.Store.LimitsCovering(ctx, r.Pool, queues, kinds)
+}
+
+// LimitNextStart says how long until the first full rate window of limits
+// has room again (full false: none is full).
+func (r Runtime) LimitNextStart(ctx context.Context, limits []string) (time.Duration, bool, error) {
+	return r.Store.LimitNextStart(ctx, r.Pool, limits)
 }
 
 // Heartbeat extends the leases ls (Store.Heartbeat).

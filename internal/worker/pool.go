@@ -34,12 +34,18 @@ type pool struct {
 	// (round-robin fair share); the producer's alone.
 	tenantCursor map[string]string
 
-	// The concurrency limits covering this pool's work, re-read every
-	// limitsRefresh (the producer's alone).
-	limits   []string
-	limitsAt time.Time
-	heldBack bool // the last claim was limited and short: completions wake claimers
-	capAside bool // logged that limits set the tenant cap aside
+	// The limits covering this pool's work, re-read every limitsRefresh
+	// (the producer's alone).
+	limits    []string
+	limitsAt  time.Time
+	limitKind struct{ rate, concurrency bool } // which kinds of limit are among them
+	// rateWait, set by a limited claim that came back short while a rate
+	// window of its limits was full: how long until that window has room.
+	// The producer sleeps that long (at most PollInterval) before claiming.
+	rateWait  time.Duration
+	limitRoom store.LimitRoom // whether they had room for a batch at the last look
+	heldBack  bool            // the last claim was limited and short: completions wake claimers
+	capAside  bool            // logged that limits set the tenant cap aside
 }
 
 // limitsRefresh is how soon a limit set or removed anywhere is obeyed.
@@ -151,6 +157,12 @@ func (p *pool) produce() {
 				if more {
 					continue
 				}
+				if p.rateWait > 0 {
+					// Wake when the full rate window has room, not a
+					// poll interval later (nor before: claiming sooner
+					// would find it full).
+					resetTimer(poll, min(p.rateWait, p.r.cfg.PollInterval))
+				}
 			}
 		}
 		select {
@@ -189,24 +201,35 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	defer cancel()
 	start := time.Now()
 	limits := p.coveringLimits(ctx, start)
+	// Limits first look whether they have room for the whole batch (then
+	// the plain claim), unless they did not at the last look or one is a
+	// rate limit (only claim_limited records starts).
+	var room *store.LimitRoom
+	if len(limits) > 0 && !p.limitKind.rate {
+		room = &p.limitRoom
+	}
 	var after map[string]store.Bound
-	if p.cfg.TenantCap == 0 && len(limits) == 0 { // the others read from the front
+	if p.cfg.TenantCap == 0 && (len(limits) == 0 || room != nil && !room.Tight) { // the others read from the front
 		after = p.keys.bounds(start)
 	}
 	jobs, err := p.r.data.Claim(ctx, store.ClaimParams{
 		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
 		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after, Limits: limits,
-		TenantCursor: p.tenantCursor,
+		LimitRoom: room, TenantCursor: p.tenantCursor,
 	})
 	if err != nil {
 		return nil, err
 	}
+	if room != nil && room.Tight {
+		after = nil // claim_limited read from the front
+	}
 	took := time.Since(start)
 	// A limited claim that came back short may have been held back by a
 	// full limit: then a completion of these queues may free the slot the
-	// ready jobs wait for, and wakes their claimers (completer.flush).
-	// Pools without limits (the common case) never touch the map.
-	if held := len(limits) > 0 && len(jobs) < n; held != p.heldBack {
+	// ready jobs wait for (a concurrency limit's; a completion frees no
+	// rate window), and wakes their claimers (completer.flush). Pools
+	// without limits (the common case) never touch the map.
+	if held := p.limitKind.concurrency && len(jobs) < n; held != p.heldBack {
 		p.heldBack = held
 		for _, q := range p.cfg.Queues {
 			if held {
@@ -214,6 +237,14 @@ func (p *pool) claim(n int) ([]*Job, error) {
 			} else {
 				p.r.limitedQueues.Delete(q)
 			}
+		}
+	}
+	// Held back by a full rate window, the next claim waits until the
+	// window has room, known from its oldest start: no claim in between.
+	p.rateWait = 0
+	if p.limitKind.rate && len(jobs) < n {
+		if wait, full, err := p.r.data.LimitNextStart(ctx, limits); err == nil && full {
+			p.rateWait = wait + time.Millisecond
 		}
 	}
 	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
@@ -229,11 +260,22 @@ func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
 	if !p.limitsAt.IsZero() && now.Sub(p.limitsAt) < limitsRefresh {
 		return p.limits
 	}
-	names, err := p.r.data.LimitsCovering(ctx, p.cfg.Queues, p.cfg.Kinds)
+	covering, err := p.r.data.LimitsCovering(ctx, p.cfg.Queues, p.cfg.Kinds)
 	if err != nil {
 		return p.limits
 	}
+	names := make([]string, 0, len(covering))
+	p.limitKind.rate, p.limitKind.concurrency = false, false
+	for _, l := range covering {
+		names = append(names, l.Name)
+		p.limitKind.rate = p.limitKind.rate || l.Rate
+		p.limitKind.concurrency = p.limitKind.concurrency || !l.Rate
+	}
+	if len(names) == 0 {
+		names = nil
+	}
 	p.limits, p.limitsAt = names, now
+	p.limitRoom.Tight = false // look again whether they have room for a batch
 	if len(names) > 0 && p.cfg.TenantCap > 0 && !p.capAside {
 		p.capAside = true
 		p.r.log.Warn("skiplock: limits cover this pool: it obeys them and sets its tenant cap aside",

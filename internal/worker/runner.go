@@ -110,7 +110,8 @@ type PoolConfig struct {
 // unit tests use a fake driven by channels.
 type Data interface {
 	Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error)
-	LimitsCovering(ctx context.Context, queues, kinds []string) ([]string, error)
+	LimitsCovering(ctx context.Context, queues, kinds []string) ([]store.CoveringLimit, error)
+	LimitNextStart(ctx context.Context, limits []string) (wait time.Duration, full bool, err error)
 	Heartbeat(ctx context.Context, ls []store.Lease, lease time.Duration, worker string) (map[int64]bool, error)
 	WriteOutcomes(ctx context.Context, o store.Outcomes, worker string, archive bool) (map[int64]bool, error)
 	Reap(ctx context.Context, batch int) (back, dead int, err error)

@@ -46,7 +46,11 @@ func (f *fakeData) Claim(ctx context.Context, p store.ClaimParams) ([]store.Clai
 	}
 }
 
-func (f *fakeData) LimitsCovering(context.Context, []string, []string) ([]string, error) {
+func (f *fakeData) LimitNextStart(context.Context, []string) (time.Duration, bool, error) {
+	return 0, false, nil
+}
+
+func (f *fakeData) LimitsCovering(context.Context, []string, []string) ([]store.CoveringLimit, error) {
 	return nil, nil
 }
 

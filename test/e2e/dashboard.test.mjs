@@ -204,7 +204,7 @@ test("a queue pauses and resumes", async () => {
   assert.equal(await page.locator('#queues-table tr[data-queue="hooks"] .badge.paused').count(), 0);
 });
 
-test("schedules, workers and health render", async () => {
+test("schedules, limits, workers and health render", async () => {
   await page.goto(url("/schedules"));
   assert.match(await page.locator("#schedules-table").innerText(), /nightly-report/);
   await shot("schedules");
@@ -214,7 +214,10 @@ test("schedules, workers and health render", async () => {
   await page.goto(url("/health"));
   await page.locator('[data-check="dead_tuples"]').waitFor();
   await shot("health");
-  for (const p of ["/schedules", "/workers", "/health", "/queues", "/dead"]) {
+  await page.goto(url("/limits"));
+  await page.locator("#limits-table").waitFor();
+  await shot("limits");
+  for (const p of ["/schedules", "/limits", "/workers", "/health", "/queues", "/dead"]) {
     await page.goto(url(p));
     assert.ok(!(await page.content()).includes(marker), `a payload appears on ${p}`);
   }

@@ -63,6 +63,57 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- Whether limit l covers job j: its queue or its kind.
 (l.queue = j.queue OR l.kind = j.kind)
 
+-- fragment: claim_gate
+-- False only in a transaction where limit_room found no room for the batch
+-- (the setting is transaction-local: unset, NULL or '', elsewhere): the
+-- plain claim then takes nothing. A one-time filter, not a per-row one.
+(current_setting('skiplock.limit_room', true) IS DISTINCT FROM 'false')
+
+-- fragment: limit_use
+-- The CTEs every limit check shares, after a CTE `names` (the limits'
+-- names): lim (the limits, with cap: the most running jobs of a concurrency
+-- limit, or starts within the window of a rate limit, per partition value),
+-- clock (the time of these starts), running (the running set) and used
+-- (what each limit counts per partition value now). Read under the limits'
+-- locks (limit_locks), so the counts include every job claimed by their
+-- previous holder.
+lim AS (
+    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per, coalesce(l.concurrency, l.rate) AS cap
+    FROM {{schema}}.limits AS l
+    WHERE l.name IN (SELECT n.name FROM names AS n)
+),
+clock AS MATERIALIZED (
+    -- The time of these starts, read after the locks are held (not now(),
+    -- which is the transaction's start, before the wait for the locks).
+    SELECT clock_timestamp() AS at
+),
+running AS MATERIALIZED (
+    -- The running set, read once through the jobs_running index: it is
+    -- small (at most every worker's concurrency). The always-true range on
+    -- the index's key makes it an index scan: with a churned (bloated)
+    -- jobs_running the planner otherwise prefers to scan every ready job.
+    SELECT j.queue, j.kind, j.tenant, j.entity, j.payload
+    FROM {{schema}}.jobs AS j
+    WHERE j.state = 'running' AND COALESCE('e:' || j.entity, j.id::text) >= ''
+),
+used AS (
+    -- What each limit counts per value: running jobs (concurrency limits),
+    -- starts within the window (rate limits: limit_starts, by its index).
+    SELECT l.name, k.key, count(*) AS n
+    FROM lim AS l
+    JOIN running AS j ON l.rate IS NULL AND {{limit_covers}}
+    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+    WHERE k.key IS NOT NULL
+    GROUP BY l.name, k.key
+  UNION ALL
+    SELECT l.name, s.key, count(*)
+    FROM lim AS l
+    CROSS JOIN clock AS t
+    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > t.at - l.per
+    WHERE l.rate IS NOT NULL
+    GROUP BY l.name, s.key
+)
+
 -- name: claim
 -- Batched claim: one statement per batch. Candidates are read per queue from
 -- the partial ready index in claim order and locked with FOR NO KEY UPDATE
@@ -81,6 +132,8 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 -- Jobs that arrive behind a bound (a higher priority, a hand-back) are found
 -- by the pool's periodic claim without bounds (internal/worker/keyset.go).
 -- A NULL bound (or none: the arrays may be NULL) means the whole queue.
+-- A pool that limits cover claims with this statement too when limit_room,
+-- before it in the same transaction, found room for the whole batch.
 --   $1 queues text[]   $2 kinds text[] (NULL = any)   $3 batch int
 --   $4 worker id       $5 lease (microseconds)
 --   $6 bound priority int[]   $7 bound run_at timestamptz[]   $8 bound id bigint[]
@@ -118,7 +171,8 @@ WITH picked AS (
         ) AS b
         LIMIT $3
     ) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+    WHERE {{claim_gate}}
+      AND NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
 {{claim_pick}}
 {{claim_update}};
@@ -138,44 +192,8 @@ WITH picked AS (
 -- values already at their limit are skipped by the index scan, so one full
 -- tenant's backlog does not hide the others' jobs from the batch.
 --   $1..$5 as claim   $6 limit names text[]
-WITH lim AS (
-    -- cap: the most running jobs (a concurrency limit) or starts within the
-    -- window (a rate limit) per partition value.
-    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per, coalesce(l.concurrency, l.rate) AS cap
-    FROM {{schema}}.limits AS l
-    WHERE l.name = ANY ($6::text[])
-),
-clock AS MATERIALIZED (
-    -- The time of these starts, read after the locks are held (not now(),
-    -- which is the transaction's start, before the wait for the locks).
-    SELECT clock_timestamp() AS at
-),
-running AS MATERIALIZED (
-    -- The running set, read once through the jobs_running index: it is
-    -- small (at most every worker's concurrency). The always-true range on
-    -- the index's key makes it an index scan: with a churned (bloated)
-    -- jobs_running the planner otherwise prefers to scan every ready job.
-    SELECT j.queue, j.kind, j.tenant, j.entity, j.payload
-    FROM {{schema}}.jobs AS j
-    WHERE j.state = 'running' AND COALESCE('e:' || j.entity, j.id::text) >= ''
-),
-used AS (
-    -- What each limit counts per value: running jobs (concurrency limits),
-    -- starts within the window (rate limits: limit_starts, by its index).
-    SELECT l.name, k.key, count(*) AS n
-    FROM lim AS l
-    JOIN running AS j ON l.rate IS NULL AND {{limit_covers}}
-    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
-    WHERE k.key IS NOT NULL
-    GROUP BY l.name, k.key
-  UNION ALL
-    SELECT l.name, s.key, count(*)
-    FROM lim AS l
-    CROSS JOIN clock AS t
-    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > t.at - l.per
-    WHERE l.rate IS NOT NULL
-    GROUP BY l.name, s.key
-),
+WITH names AS (SELECT unnest($6::text[]) AS name),
+{{limit_use}},
 full_keys AS (
     SELECT u.name, u.key FROM used AS u JOIN lim AS l ON l.name = u.name
     WHERE u.n >= l.cap
@@ -242,6 +260,16 @@ SELECT * FROM claimed;
 -- 68 ms) once the plan cache switched to the generic plan.
 SET LOCAL jit = off;
 
+-- name: claim_generic_plan
+-- Second in the tenant-capped claim's pipeline: its generic plan, built once
+-- per connection, instead of a custom plan per claim. Planning the capped
+-- claim (a recursive CTE and three probes of the claimable fragment) took
+-- 1.8 ms and more, at times far more (the planner reads the tenant index's
+-- ends for the cursor's selectivity, through every dead entry there), for a
+-- claim that runs in about 3 ms; the generic plan's shape is the custom
+-- one's (index probes under LIMITs), checked by TestClaimPlansUsePartialIndex.
+SET LOCAL plan_cache_mode = force_generic_plan;
+
 -- name: limit_locks
 -- Takes the transaction-scoped advisory locks of the limits $1, in one
 -- order (sorted by key) so two claimers never deadlock; claim_limited
@@ -249,6 +277,26 @@ SET LOCAL jit = off;
 SELECT count(pg_advisory_xact_lock(h.key))
 FROM (SELECT DISTINCT hashtextextended({{schema_lit}} || '.limit.' || n, 0) AS key
       FROM unnest($1::text[]) AS n ORDER BY 1) AS h;
+
+-- name: limit_room
+-- Whether the limits $1, all of them concurrency limits, have room for a
+-- whole batch of $2 wherever it lands: in every partition value, what runs
+-- now plus $2 stays within the cap (a value with nothing running counts 0,
+-- so a cap below $2 has no room). Then no job of the batch can exceed a
+-- limit, and the claimer takes it with the plain claim, which costs little
+-- more than an unlimited one. Run under the limits' locks (limit_locks),
+-- between them and that claim, in one implicit transaction: it records its
+-- answer in the transaction-local setting skiplock.limit_room, which the
+-- plain claim reads (claim_gate), so no room means the claim takes nothing
+-- and the claimer uses claim_limited instead. A rate limit has no room
+-- here: only claim_limited records starts.
+--   $1 limit names text[]   $2 batch int
+WITH names AS (SELECT unnest($1::text[]) AS name),
+{{limit_use}}
+SELECT set_config('skiplock.limit_room', (NOT EXISTS (
+    SELECT 1 FROM lim AS l
+    LEFT JOIN (SELECT u.name, max(u.n) AS n FROM used AS u GROUP BY u.name) AS m ON m.name = l.name
+    WHERE l.rate IS NOT NULL OR coalesce(m.n, 0) + $2 > l.cap))::text, true) = 'true';
 
 -- name: claim_capped
 -- Tenant-capped claim with round-robin fair share: no tenant takes more than
@@ -261,8 +309,10 @@ FROM (SELECT DISTINCT hashtextextended({{schema_lit}} || '.limit.' || n, 0) AS k
 -- the claim's cost does not grow with the number of ready tenants. Each
 -- visited tenant contributes its first $6 jobs in claim order, and jobs
 -- without a tenant form one more group (read from their own partial index).
--- Those shares rank first; the queue's next jobs in plain claim order rank
--- after them as spare capacity, so a batch the shares do not fill still goes
+-- Those shares rank first, taken in rounds (every visited tenant's first
+-- job, then every one's second, ...), so each visited tenant gets a job
+-- while a batch has room for one each; the queue's next jobs in plain
+-- claim order rank after them as spare capacity, so a batch the shares do not fill still goes
 -- to whoever has work (a lone tenant is not throttled to $6 per claim). The
 -- best $3, shares first, are then locked with SKIP LOCKED (re-checked
 -- against the newest row version) and claimed. Each row returned carries its
@@ -270,12 +320,17 @@ FROM (SELECT DISTINCT hashtextextended({{schema_lit}} || '.limit.' || n, 0) AS k
 --   $1..$5 as claim, $6 cap per tenant, $7 cursor text[] (one per queue in
 --   $1's order; NULL: from the first tenant)
 WITH RECURSIVE open_queues AS (
-    SELECT q.name, q.cursor FROM unnest($1::text[], $7::text[]) AS q(name, cursor)
+    -- weighted: the queue has tenant weights (migration 013), read per
+    -- visited tenant only then.
+    SELECT q.name, q.cursor,
+           EXISTS (SELECT 1 FROM {{schema}}.tenant_weights AS tw WHERE tw.queue = q.name) AS weighted
+    FROM unnest($1::text[], $7::text[]) AS q(name, cursor)
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
-tenants (queue, tenant, n, cursor, wrapped) AS (
-    -- The first tenant after the cursor, else (wrapping) the first of all.
-    SELECT o.name, f.tenant, 1, o.cursor, f.wrapped
+tenants (queue, tenant, n, cursor, wrapped, weighted, w, wsum) AS (
+    -- The first tenant after the cursor, else (wrapping) the first of all;
+    -- w its weight, wsum the weights visited so far.
+    SELECT o.name, f.tenant, 1, o.cursor, f.wrapped, o.weighted, f.w, f.w
     FROM open_queues AS o
     CROSS JOIN LATERAL (
         SELECT x.tenant, x.wrapped FROM (
@@ -291,10 +346,16 @@ tenants (queue, tenant, n, cursor, wrapped) AS (
                AND j.tenant <= o.cursor
              ORDER BY j.tenant LIMIT 1)
         ) AS x LIMIT 1
+    ) AS f0
+    CROSS JOIN LATERAL (
+        SELECT f0.tenant, f0.wrapped, CASE WHEN o.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
+                                                                   WHERE tw.queue = o.name AND tw.tenant = f0.tenant), 1)
+                                          ELSE 1 END AS w
     ) AS f
   UNION ALL
-    -- The next one, wrapping once, up to the cursor; $3 tenants at most.
-    SELECT t.queue, nx.tenant, t.n + 1, t.cursor, nx.wrapped
+    -- The next one, wrapping once, up to the cursor, until the weights
+    -- visited reach $3 (without weights: $3 tenants).
+    SELECT t.queue, nx.tenant, t.n + 1, t.cursor, nx.wrapped, t.weighted, nw.w, t.wsum + nw.w
     FROM tenants AS t
     CROSS JOIN LATERAL (
         SELECT x.tenant, x.wrapped FROM (
@@ -312,28 +373,40 @@ tenants (queue, tenant, n, cursor, wrapped) AS (
              ORDER BY j.tenant LIMIT 1)
         ) AS x LIMIT 1
     ) AS nx
-    WHERE t.n < $3
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN t.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
+                                                   WHERE tw.queue = t.queue AND tw.tenant = nx.tenant), 1)
+                    ELSE 1 END AS w
+    ) AS nw
+    WHERE t.wsum < $3
 ),
 visited AS (
     -- Per queue, the last tenant visited: the next claim's cursor.
     SELECT DISTINCT ON (t.queue) t.queue, t.tenant FROM tenants AS t ORDER BY t.queue, t.n DESC
 ),
 candidates AS (
-    SELECT 0 AS rank, c.id, c.priority, c.run_at, c.entity
+    -- Shares: each visited tenant's first $6 × w jobs in claim order, with
+    -- the tenant's turn (n: its place in the visit; jobs without a tenant go
+    -- first) and the round each job falls in (ord: a tenant of weight w
+    -- has w jobs in each round).
+    SELECT 0 AS rank, (c.ord + t.w - 1) / t.w AS ord, t.n, c.id, c.priority, c.run_at, c.entity
     FROM tenants AS t
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity
+        SELECT j.id, j.priority, j.run_at, j.entity,
+               row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
         FROM {{schema}}.jobs AS j
         WHERE j.queue = t.queue AND j.tenant = t.tenant
           AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT $6
+        -- Weights of $3 visited or more: their first rounds fill the batch.
+        LIMIT CASE WHEN (SELECT sum(v.w) FROM tenants AS v) >= $3 THEN t.w ELSE $6 * t.w END
     ) AS c
   UNION ALL
-    SELECT 0, c.id, c.priority, c.run_at, c.entity
+    SELECT 0, c.ord, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity
+        SELECT j.id, j.priority, j.run_at, j.entity,
+               row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
         FROM {{schema}}.jobs AS j
         WHERE j.queue = o.name AND j.tenant IS NULL
           AND {{claimable}}
@@ -342,7 +415,7 @@ candidates AS (
     ) AS c
   UNION ALL
     -- Spare capacity: the queue's next jobs in claim order, any tenant.
-    SELECT 1, c.id, c.priority, c.run_at, c.entity
+    SELECT 1, 0, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity
@@ -354,25 +427,28 @@ candidates AS (
     ) AS c
 ),
 best AS (
-    -- A job listed both as a share and as spare keeps its share rank; one
-    -- job per entity per batch (the unique running index is the guard).
+    -- Shares in rounds: every visited tenant's first job (in visit order),
+    -- then every one's second, and so on, so each visited tenant has a
+    -- job in the batch while there are at most $3 of them, whatever the
+    -- priorities across tenants (priority orders a tenant's own jobs); then
+    -- spare capacity in claim order. A job listed both as a share and as
+    -- spare keeps its share; one job per entity per batch (the unique
+    -- running index is the guard).
     SELECT d.id FROM (
-        SELECT c.id, c.rank, c.priority, c.run_at,
+        SELECT c.id, c.rank, c.ord, c.n, c.priority, c.run_at,
                row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
-                                  ORDER BY c.rank, c.priority DESC, c.run_at, c.id) AS rn
+                                  ORDER BY c.rank, c.ord, c.n, c.priority DESC, c.run_at, c.id) AS rn
         FROM candidates AS c
     ) AS d
     WHERE d.rn = 1
-    ORDER BY d.rank, d.priority DESC, d.run_at, d.id
+    ORDER BY d.rank, d.ord, d.n, d.priority DESC, d.run_at, d.id
     LIMIT $3
 ),
-locked AS (
-    SELECT j.id FROM {{schema}}.jobs AS j
+picked AS (
+    -- Locked, and read from the newest row version (re-checked: still ready).
+    SELECT j.id, j.priority, j.run_at, j.entity FROM {{schema}}.jobs AS j
     WHERE j.id IN (SELECT b.id FROM best AS b) AND j.state = 'ready'
     FOR NO KEY UPDATE SKIP LOCKED
-),
-picked AS (
-    SELECT j.id, j.priority, j.run_at, j.entity FROM {{schema}}.jobs AS j JOIN locked AS l ON l.id = j.id
 ),
 {{claim_pick}},
 claimed AS (

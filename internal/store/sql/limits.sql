@@ -63,8 +63,24 @@ ORDER BY l.name;
 -- name: limits_covering
 -- The limits that cover work a claimer of the queues $1 and kinds $2 (NULL:
 -- any kind) may take: its queues' limits and the limits of its kinds (a kind
--- may be enqueued into any queue).
-SELECT l.name FROM {{schema}}.limits AS l
+-- may be enqueued into any queue), each with whether it is a rate limit.
+SELECT l.name, l.rate IS NOT NULL FROM {{schema}}.limits AS l
 WHERE l.queue = ANY ($1::text[])
    OR (l.kind IS NOT NULL AND ($2::text[] IS NULL OR l.kind = ANY ($2::text[])))
 ORDER BY l.name;
+
+-- name: limit_next_start
+-- How long, in seconds by the database clock, until the first of the rate
+-- limits $1 that is full in some partition value has room there again: the
+-- oldest start in that value's window leaves it. NULL when none is full
+-- (what held a claim back, if anything, was not a rate window). A claimer
+-- whose limited claim came back short sleeps this long instead of polling.
+SELECT greatest(extract(epoch FROM min(f.frees) - clock_timestamp()), 0)::float8
+FROM (
+    SELECT min(s.at) + l.per AS frees
+    FROM {{schema}}.limits AS l
+    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > clock_timestamp() - l.per
+    WHERE l.name = ANY ($1::text[]) AND l.rate IS NOT NULL
+    GROUP BY l.name, l.per, l.rate, s.key
+    HAVING count(*) >= l.rate
+) AS f;
