@@ -15,7 +15,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
-	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // storedMetadata reads a job's metadata column from table (NULL: "").
@@ -105,7 +105,7 @@ func TestMetadataEveryPath(t *testing.T) {
 	require.Equal(t, `{"n": 7, "request_id": "one"}`, storedMetadata(t, db, "jobs_done", one.ID))
 	require.Equal(t, `{"fail": "yes", "request_id": "psql"}`, storedMetadata(t, db, "jobs_dead", plain))
 	// A replay from the dead-letter table carries it back.
-	replayed, err := health.ReplayDead(ctx, db.Pool, "skiplock", health.ReplayFilter{IDs: []int64{plain}}, 0, nil)
+	replayed, err := store.New("skiplock").ReplayDead(ctx, db.Pool, store.ReplayFilter{IDs: []int64{plain}}, 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, replayed)
 	require.Equal(t, 1, countJobs(t, db.Pool, `metadata->>'request_id' = 'psql'`))

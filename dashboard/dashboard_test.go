@@ -23,7 +23,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
-	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -751,7 +751,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	code, _ := f.get("/")
 	assert.Equal(t, http.StatusOK, code)
 	// A replay after Close does not start.
-	started := f.d.replays.start("", f.db.Pool, f.db.Schema, health.ReplayFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
+	started := f.d.replays.start("", f.db.Pool, f.d.store, store.ReplayFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
 	assert.False(t, started)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 func (d *Dashboard) timeout(r *http.Request) (context.Context, context.CancelFunc) {
@@ -422,7 +423,7 @@ func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := health.ReplayDead(ctx, sh.pool, d.opts.Schema, health.ReplayFilter{IDs: []int64{id}}, 0, nil)
+	n, err := d.store.ReplayDead(ctx, sh.pool, store.ReplayFilter{IDs: []int64{id}}, 0, nil)
 	if err != nil {
 		d.dbFail(w, r, "replay", err)
 		return
@@ -482,8 +483,8 @@ type confirmData struct {
 }
 
 // groupFilter reads kind and signature (both required: a group).
-func groupFilter(get func(string) string) (health.ReplayFilter, bool) {
-	f := health.ReplayFilter{Kind: strings.TrimSpace(get("kind")), Signature: get("signature")}
+func groupFilter(get func(string) string) (store.ReplayFilter, bool) {
+	f := store.ReplayFilter{Kind: strings.TrimSpace(get("kind")), Signature: get("signature")}
 	return f, f.Kind != "" && f.Signature != ""
 }
 
@@ -505,7 +506,7 @@ func (d *Dashboard) deadConfirm(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := health.CountDead(ctx, sh.pool, d.opts.Schema, f)
+	n, err := d.store.CountDead(ctx, sh.pool, f)
 	if err != nil {
 		d.dbFail(w, r, "count dead letters", err)
 		return
@@ -515,7 +516,7 @@ func (d *Dashboard) deadConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 // confirmed reads a group action's form: kind, signature and confirm=yes.
-func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request) (health.ReplayFilter, bool) {
+func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request) (store.ReplayFilter, bool) {
 	f, ok := groupFilter(r.PostFormValue)
 	if !ok {
 		d.fail(w, r, http.StatusBadRequest, "kind and signature are required")
@@ -539,12 +540,12 @@ func (d *Dashboard) replayGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := health.CountDead(ctx, sh.pool, d.opts.Schema, f)
+	n, err := d.store.CountDead(ctx, sh.pool, f)
 	if err != nil {
 		d.dbFail(w, r, "count dead letters", err)
 		return
 	}
-	started := d.replays.start(sh.name, sh.pool, d.opts.Schema, f, n, d.opts.ReplayRate, d.log)
+	started := d.replays.start(sh.name, sh.pool, d.store, f, n, d.opts.ReplayRate, d.log)
 	if !started {
 		d.redirect(w, r, "/dead", "a replay of this group is already running")
 		return
@@ -566,7 +567,7 @@ func (d *Dashboard) purgeGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*d.opts.QueryTimeout)
 	defer cancel()
-	n, err := health.PurgeDead(ctx, sh.pool, d.opts.Schema, f)
+	n, err := d.store.PurgeDead(ctx, sh.pool, f)
 	if err != nil {
 		d.dbFail(w, r, "purge", err)
 		return

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // keptReplays is how many finished replays the dead-letter page lists.
@@ -63,10 +63,10 @@ func newReplays() *replays {
 }
 
 // start replays the group (kind, signature) of database db (its name; pool
-// is its primary) at rate jobs per second and reports true, unless a replay
-// of that group of that database is already running (or the dashboard is
-// closed).
-func (rs *replays) start(db string, pool *pgxpool.Pool, schema string, f health.ReplayFilter, total int64, rate float64,
+// is its primary; st holds the statements for its schema) at rate jobs per
+// second and reports true, unless a replay of that group of that database
+// is already running (or the dashboard is closed).
+func (rs *replays) start(db string, pool *pgxpool.Pool, st *store.Store, f store.ReplayFilter, total int64, rate float64,
 	log *slog.Logger) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -95,7 +95,7 @@ func (rs *replays) start(db string, pool *pgxpool.Pool, schema string, f health.
 	go func() {
 		defer rs.wg.Done()
 		defer close(run.finished)
-		n, err := health.ReplayDead(rs.ctx, pool, schema, f, rate, func(done int) { run.done.Store(int64(done)) })
+		n, err := st.ReplayDead(rs.ctx, pool, f, rate, func(done int) { run.done.Store(int64(done)) })
 		run.done.Store(int64(n))
 		if err != nil {
 			run.err.Store(err.Error())

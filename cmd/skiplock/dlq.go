@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 func init() { register(newDLQCmd) }
@@ -126,19 +127,19 @@ func (f *dlqFilterFlags) add(cmd *cobra.Command, purge bool) {
 	fl.BoolVar(&f.yes, "yes", false, "do it (without --yes: a dry run that prints what would be done, changes nothing and exits 0)")
 }
 
-func (f *dlqFilterFlags) filter(purge bool) (health.ReplayFilter, error) {
+func (f *dlqFilterFlags) filter(purge bool) (store.ReplayFilter, error) {
 	if f.limit < 0 {
-		return health.ReplayFilter{}, usageError("--limit: must not be negative, got %d", f.limit)
+		return store.ReplayFilter{}, usageError("--limit: must not be negative, got %d", f.limit)
 	}
 	if f.olderThan < 0 {
-		return health.ReplayFilter{}, usageError("--older-than: must not be negative, got %s", f.olderThan)
+		return store.ReplayFilter{}, usageError("--older-than: must not be negative, got %s", f.olderThan)
 	}
 	for _, id := range f.ids {
 		if id <= 0 {
-			return health.ReplayFilter{}, usageError("--id: job ids are positive, got %d", id)
+			return store.ReplayFilter{}, usageError("--id: job ids are positive, got %d", id)
 		}
 	}
-	hf := health.ReplayFilter{Kind: f.kind, Signature: f.signature, IDs: f.ids, Limit: f.limit, OlderThan: f.olderThan}
+	hf := store.ReplayFilter{Kind: f.kind, Signature: f.signature, IDs: f.ids, Limit: f.limit, OlderThan: f.olderThan}
 	if hf.Kind == "" && hf.Signature == "" && len(hf.IDs) == 0 && !(purge && hf.OlderThan > 0) {
 		if purge {
 			return hf, usageError("select what to purge with --kind, --signature, --id or --older-than")
@@ -172,7 +173,7 @@ func (f *dlqFilterFlags) describe() string {
 // matchingGroups returns the dead-letter groups a kind/signature filter
 // selects (nil when the filter also selects by id or age: the groups'
 // counts would not be what it selects).
-func matchingGroups(ctx context.Context, pool *pgxpool.Pool, f health.ReplayFilter) ([]health.DeadGroup, error) {
+func matchingGroups(ctx context.Context, pool *pgxpool.Pool, f store.ReplayFilter) ([]health.DeadGroup, error) {
 	if len(f.IDs) > 0 || f.OlderThan > 0 {
 		return nil, nil
 	}
@@ -209,7 +210,7 @@ type dlqPreviewOut struct {
 // preview is the dry run: it prints what replay or purge would do (data on
 // stdout), says on stderr that nothing was done and how to do it, and exits
 // 0, so a script can tell a preview from a mistake (exit 2).
-func preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf health.ReplayFilter, action string, n int64, extra string) error {
+func preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf store.ReplayFilter, action string, n int64, extra string) error {
 	groups, err := matchingGroups(cmd.Context(), pool, hf)
 	if err != nil {
 		return err
@@ -268,7 +269,7 @@ stays dead. Without --yes it is a dry run: it prints what it would replay and ex
 			}
 			progress := newProgress(cmd.ErrOrStderr(), int(n), "replay")
 			last := 0
-			done, err := health.ReplayDead(cmd.Context(), pool, g.schema, hf, rate, func(d int) {
+			done, err := store.New(g.schema).ReplayDead(cmd.Context(), pool, hf, rate, func(d int) {
 				progress.Add(d - last)
 				last = d
 			})
@@ -321,7 +322,7 @@ Without --yes it is a dry run: it prints what it would delete and exits 0.`,
 			if !f.yes {
 				return preview(cmd, pool, &f, hf, "purge", n, "")
 			}
-			purged, err := health.PurgeDead(cmd.Context(), pool, g.schema, hf)
+			purged, err := store.New(g.schema).PurgeDead(cmd.Context(), pool, hf)
 			if err != nil {
 				return fmt.Errorf("dlq purge: %w after %d purged", err, purged)
 			}
@@ -338,10 +339,10 @@ Without --yes it is a dry run: it prints what it would delete and exits 0.`,
 }
 
 // countDead counts what a filter selects, capped by its Limit.
-func countDead(ctx context.Context, pool *pgxpool.Pool, hf health.ReplayFilter) (int64, error) {
+func countDead(ctx context.Context, pool *pgxpool.Pool, hf store.ReplayFilter) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
-	n, err := health.CountDead(ctx, pool, g.schema, hf)
+	n, err := store.New(g.schema).CountDead(ctx, pool, hf)
 	if err != nil {
 		return 0, err
 	}

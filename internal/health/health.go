@@ -1,10 +1,11 @@
 // Package health reads skiplock's SQL health pack (the views and functions
 // of migration 002) into typed Go values: backlog and queue lag per queue,
 // the hot table's vacuum state and xmin horizon, long runners, wait
-// percentiles, dead-letter groups and growth, worker processes; it runs the
-// doctor's checks, dead-letter replay and purge, and the jobs_done partition
-// functions. The CLI (stats, top, doctor, dlq), the dashboard and the
-// Prometheus collector all read through it.
+// percentiles, dead-letter groups and growth, worker processes, the
+// jobs_done partitions; it runs the doctor's checks. It only reads: the
+// write-side operations (dead-letter replay and purge, partition DDL) are
+// in internal/store. The CLI (stats, top, doctor, dlq), the dashboard and
+// the Prometheus collector all read through it.
 //
 // Every function takes the schema holding skiplock's tables, validates it and
 // reads only what the health views expose: never a payload.
@@ -347,60 +348,6 @@ func WorkerTotalsOf(ctx context.Context, db DBTX, schema string) (WorkerTotals, 
 		return WorkerTotals{}, wrap("worker totals", err)
 	}
 	return t, nil
-}
-
-// EnsureDonePartitions creates the daily jobs_done partitions from today
-// (UTC) through daysAhead days ahead, moving any rows waiting in the default
-// partition into their day's; it returns how many partitions it created.
-func EnsureDonePartitions(ctx context.Context, db DBTX, schema string, daysAhead int) (int, error) {
-	q, err := query(schema, "ensure_done_partitions")
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	err = db.QueryRow(ctx, q, daysAhead).Scan(&n)
-	return n, wrap("ensure jobs_done partitions", err)
-}
-
-// DropDonePartitions drops every daily jobs_done partition whose day ended
-// more than keep ago (a catalog operation: no DELETE, no dead tuples) and
-// returns how many it dropped.
-func DropDonePartitions(ctx context.Context, db DBTX, schema string, keep time.Duration) (int, error) {
-	q, err := query(schema, "drop_done_partitions")
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	err = db.QueryRow(ctx, q, keep.Microseconds()).Scan(&n)
-	return n, wrap("drop jobs_done partitions", err)
-}
-
-// PartitionPass is the outcome of MaintainDonePartitions.
-type PartitionPass struct {
-	// Locked reports that the pass took its advisory lock; when false
-	// another process was running it and nothing was done.
-	Locked           bool
-	Created, Dropped int
-}
-
-// MaintainDonePartitions runs one partition pass as a single statement
-// (one implicit transaction that never waits on the client): under the
-// advisory lock keyed by lockKey, if free, it creates partitions daysAhead
-// ahead when archive is set and drops those whose day ended more than keep
-// ago when keep > 0. DDL waits at most lockTimeout for its table locks.
-func MaintainDonePartitions(ctx context.Context, db DBTX, schema, lockKey string, archive bool, daysAhead int,
-	keep, lockTimeout time.Duration) (PartitionPass, error) {
-	var p PartitionPass
-	q, err := query(schema, "maintain_partitions")
-	if err != nil {
-		return p, err
-	}
-	err = db.QueryRow(ctx, q, lockKey, archive, daysAhead, keep.Microseconds(), lockTimeout.Milliseconds()).
-		Scan(&p.Locked, &p.Created, &p.Dropped)
-	if err != nil {
-		return PartitionPass{}, wrap("maintain jobs_done partitions", err)
-	}
-	return p, nil
 }
 
 // Partition is one partition of jobs_done.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // insertReady inserts n ready jobs in queue whose run_at is offset from now.
@@ -289,6 +290,13 @@ func TestDeadLetterGroupsAndSize(t *testing.T) {
 	require.Equal(t, int64(8), sum)
 }
 
+// The write side of the dead-letter table and the jobs_done partition DDL
+// live in internal/store; they are tested here, beside the read-side
+// figures that share their fixtures (insertDead, count, DonePartitions).
+
+// st is the data layer's statements for db's schema.
+func st(db *dbtest.DB) *store.Store { return store.New(db.Schema) }
+
 func TestReplayDead(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
@@ -302,12 +310,12 @@ func TestReplayDead(t *testing.T) {
 	insertDead(t, db, "q", "sync", 12, time.Hour, func(i int) string { return fmt.Sprintf("timeout %d", i) })
 	insertDead(t, db, "q", "mail", 3, time.Hour, func(i int) string { return "smtp 550" })
 
-	_, err = health.ReplayDead(ctx, db.Pool, db.Schema, health.ReplayFilter{}, 0, nil)
-	require.ErrorIs(t, err, health.ErrEmptyFilter)
+	_, err = st(db).ReplayDead(ctx, db.Pool, store.ReplayFilter{}, 0, nil)
+	require.ErrorIs(t, err, store.ErrEmptyFilter)
 
 	var calls []int
 	start := time.Now()
-	n, err := health.ReplayDead(ctx, db.Pool, db.Schema, health.ReplayFilter{Kind: "sync", Limit: 10}, 50, func(done int) {
+	n, err := st(db).ReplayDead(ctx, db.Pool, store.ReplayFilter{Kind: "sync", Limit: 10}, 50, func(done int) {
 		calls = append(calls, done)
 	})
 	require.NoError(t, err)
@@ -325,11 +333,11 @@ func TestReplayDead(t *testing.T) {
 	require.Equal(t, "q", note.Payload, "the queue is woken")
 
 	// By signature (a raw error works too) and by id.
-	n, err = health.ReplayDead(ctx, db.Pool, db.Schema, health.ReplayFilter{Signature: "smtp 421"}, 0, nil)
+	n, err = st(db).ReplayDead(ctx, db.Pool, store.ReplayFilter{Signature: "smtp 421"}, 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
 	ids := insertDead(t, db, "q", "x", 3, time.Minute, func(int) string { return "e" })
-	n, err = health.ReplayDead(ctx, db.Pool, db.Schema, health.ReplayFilter{IDs: ids[:2]}, 0, nil)
+	n, err = st(db).ReplayDead(ctx, db.Pool, store.ReplayFilter{IDs: ids[:2]}, 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 	require.Equal(t, int64(1), count(t, db, `SELECT count(*) FROM skiplock.jobs_dead WHERE kind = 'x'`))
@@ -352,7 +360,7 @@ func TestReplayRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[i], errs[i] = health.ReplayDead(ctx, db.Pool, db.Schema, health.ReplayFilter{Kind: "k"}, 0, nil)
+			got[i], errs[i] = st(db).ReplayDead(ctx, db.Pool, store.ReplayFilter{Kind: "k"}, 0, nil)
 		}()
 	}
 	wg.Wait()
@@ -379,7 +387,7 @@ func TestReplayUniqueKeyInFlight(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `SELECT skiplock.enqueue(queue => 'q', kind => 'k', unique_key => 'busy')`)
 	require.NoError(t, err)
 
-	n, err := health.ReplayDead(ctx, db.Pool, db.Schema, health.ReplayFilter{Kind: "k"}, 0, nil)
+	n, err := st(db).ReplayDead(ctx, db.Pool, store.ReplayFilter{Kind: "k"}, 0, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only one of the two dead jobs sharing a key; none whose key is in flight")
 	var payload string
@@ -396,21 +404,21 @@ func TestPurgeDead(t *testing.T) {
 	insertDead(t, db, "q", "new", 4, time.Hour, func(i int) string { return fmt.Sprintf("id %d gone", i) })
 	insertDead(t, db, "q", "other", 2, time.Hour, func(int) string { return "x" })
 
-	_, err := health.PurgeDead(ctx, db.Pool, db.Schema, health.ReplayFilter{})
-	require.ErrorIs(t, err, health.ErrEmptyFilter)
+	_, err := st(db).PurgeDead(ctx, db.Pool, store.ReplayFilter{})
+	require.ErrorIs(t, err, store.ErrEmptyFilter)
 
-	n, err := health.PurgeDeadOlderThan(ctx, db.Pool, db.Schema, 30*24*time.Hour)
+	n, err := st(db).PurgeDeadOlderThan(ctx, db.Pool, 30*24*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n)
 
-	n, err = health.PurgeDead(ctx, db.Pool, db.Schema, health.ReplayFilter{Kind: "new", Signature: "id <n> gone", Limit: 3})
+	n, err = st(db).PurgeDead(ctx, db.Pool, store.ReplayFilter{Kind: "new", Signature: "id <n> gone", Limit: 3})
 	require.NoError(t, err)
 	require.Equal(t, int64(3), n)
-	c, err := health.CountDead(ctx, db.Pool, db.Schema, health.ReplayFilter{})
+	c, err := st(db).CountDead(ctx, db.Pool, store.ReplayFilter{})
 	require.NoError(t, err)
 	require.Equal(t, int64(3), c)
 
-	n, err = health.PurgeDeadBatch(ctx, db.Pool, db.Schema, time.Minute, 1)
+	n, err = st(db).PurgeDeadBatch(ctx, db.Pool, time.Minute, 1)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 }
@@ -419,10 +427,10 @@ func TestDonePartitions(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	n, err := health.EnsureDonePartitions(ctx, db.Pool, db.Schema, 3)
+	n, err := st(db).EnsureDonePartitions(ctx, db.Pool, 3)
 	require.NoError(t, err)
 	require.Equal(t, 4, n, "today and three days ahead")
-	n, err = health.EnsureDonePartitions(ctx, db.Pool, db.Schema, 3)
+	n, err = st(db).EnsureDonePartitions(ctx, db.Pool, 3)
 	require.NoError(t, err)
 	require.Zero(t, n, "idempotent")
 
@@ -433,7 +441,7 @@ func TestDonePartitions(t *testing.T) {
 		VALUES (1, 0, 1, now(), now(), now() - interval '10 days', 'q', 'k', '{}')`)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), count(t, db, `SELECT count(*) FROM skiplock.jobs_done_default`))
-	n, err = health.EnsureDonePartitions(ctx, db.Pool, db.Schema, 3)
+	n, err = st(db).EnsureDonePartitions(ctx, db.Pool, 3)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Zero(t, count(t, db, `SELECT count(*) FROM skiplock.jobs_done_default`))
@@ -445,15 +453,15 @@ func TestDonePartitions(t *testing.T) {
 	old := "jobs_done_" + time.Now().UTC().AddDate(0, 0, -10).Format("20060102")
 	require.Equal(t, old, parts[0].Name)
 
-	n, err = health.DropDonePartitions(ctx, db.Pool, db.Schema, 7*24*time.Hour)
+	n, err = st(db).DropDonePartitions(ctx, db.Pool, 7*24*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	require.Zero(t, count(t, db, `SELECT count(*) FROM skiplock.jobs_done`))
 	require.Zero(t, count(t, db, `SELECT count(*) FROM pg_class WHERE relname = $1`, old))
 
-	_, err = health.EnsureDonePartitions(ctx, db.Pool, db.Schema, -1)
+	_, err = st(db).EnsureDonePartitions(ctx, db.Pool, -1)
 	require.ErrorContains(t, err, "days_ahead")
-	_, err = health.DropDonePartitions(ctx, db.Pool, db.Schema, -time.Hour)
+	_, err = st(db).DropDonePartitions(ctx, db.Pool, -time.Hour)
 	require.ErrorContains(t, err, "keep")
 }
 

@@ -3,12 +3,10 @@ package health
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/internal/migrations"
 	"github.com/skiplock/skiplock/internal/sqlfile"
@@ -33,8 +31,9 @@ var raw = sqlfile.MustParse(files, "sql")
 var rendered sync.Map // schema → map[string]string
 
 // ErrNotMigrated is returned (wrapped) when the schema lacks the health pack:
-// it was never migrated, or not to version 2 or later.
-var ErrNotMigrated = errors.New("the schema lacks the health views (run `skiplock migrate up`)")
+// it was never migrated, or not to version 2 or later. It is the data
+// layer's store.ErrNotMigrated, so one errors.Is test covers both packages.
+var ErrNotMigrated = store.ErrNotMigrated
 
 // queries returns the statements rendered for schema, validating its name.
 func queries(schema string) (map[string]string, error) {
@@ -69,11 +68,7 @@ func wrap(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42883" || pe.Code == "3F000") {
-		return fmt.Errorf("health: %s: %w (%s)", what, ErrNotMigrated, pe.Message)
-	}
-	return fmt.Errorf("health: %s: %w", what, err)
+	return fmt.Errorf("health: %w", store.Annotate(what, err))
 }
 
 // Statement returns one of the health statements rendered for schema, for

@@ -162,7 +162,7 @@ type PartitionStats struct {
 }
 
 // MaintainPartitions runs one partition pass as a single statement (see
-// health.MaintainDonePartitions: a process paused mid-pass cannot hold the
+// store.MaintainDonePartitions: a process paused mid-pass cannot hold the
 // DDL locks that archive completions need):
 // creates the partitions from today through PartitionsAhead days ahead
 // (archive mode) and drops those whose day ended more than
@@ -174,7 +174,7 @@ func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout)
 	defer cancel()
-	p, err := health.MaintainDonePartitions(ctx, r.cfg.DB, r.cfg.Schema, RetentionLockKey(r.cfg.Schema, "partitions"),
+	p, err := r.st.MaintainDonePartitions(ctx, r.cfg.DB, RetentionLockKey(r.cfg.Schema, "partitions"),
 		r.cfg.Archive, r.cfg.PartitionsAhead, r.cfg.CompletedRetention, retentionLockTimeout)
 	st.Created, st.Dropped, st.Skipped = p.Created, p.Dropped, !p.Locked && err == nil
 	if err != nil {
@@ -213,7 +213,7 @@ func (r *Retention) PurgeDeadLetters(ctx context.Context) (DeadLetterStats, erro
 	return r.purge(ctx, purgePass{lock: "dead_letters", what: "dead letters", size: r.cfg.DeadLetterBatch,
 		retention: r.cfg.DeadLetterRetention, retentionAttr: "dead_letter_retention"},
 		func(tx pgx.Tx) (int64, error) {
-			return health.PurgeDeadBatch(ctx, tx, r.cfg.Schema, r.cfg.DeadLetterRetention, r.cfg.DeadLetterBatch)
+			return r.st.PurgeDeadBatch(ctx, tx, r.cfg.DeadLetterRetention, r.cfg.DeadLetterBatch)
 		})
 }
 

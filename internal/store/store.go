@@ -1,6 +1,8 @@
-// Package store holds all of skiplock's hot-path SQL. Each concern lives in
-// one .sql file under sql/, split into named statements ("-- name: x"), and
-// is rendered once per schema; the Go here is one small wrapper per query.
+// Package store holds all of skiplock's hot-path SQL and the write-side
+// operations (dead-letter replay and purge, the jobs_done partition DDL);
+// read-side figures are in internal/health. Each concern lives in one .sql
+// file under sql/, split into named statements ("-- name: x"), and is
+// rendered once per schema; the Go here is one small wrapper per query.
 package store
 
 import (

@@ -1,7 +1,8 @@
 -- Statements of the maintenance passes that are not read-side figures: the
--- vacuum guard's lock and VACUUM, and the retention passes' transaction
--- settings and lock. The passes' own work (partition DDL, the dead-letter
--- purge) is in internal/health/sql/health.sql.
+-- vacuum guard's lock and VACUUM, the retention passes' transaction
+-- settings and lock, and the jobs_done partition DDL (partitions.go). The
+-- dead-letter purge is in deadletter.sql; the partitions' listing, a
+-- read-side figure, in internal/health/sql/health.sql.
 
 -- name: vacuum_try_lock
 -- The vacuum guard's session advisory lock, taken only on a direct session
@@ -37,3 +38,30 @@ SELECT set_config('statement_timeout', $1, true),
 -- Drops the installation and everything in it (skiplocktest.NewSchema's
 -- cleanup of a test's own schema).
 DROP SCHEMA IF EXISTS {{schema}} CASCADE;
+
+-- name: ensure_done_partitions
+-- Creates the daily partitions from today through $1 days ahead (migration
+-- 002/005's function, which also drains the default partition).
+--   $1 days ahead
+SELECT {{schema}}.ensure_done_partitions($1::int);
+
+-- name: drop_done_partitions
+-- Drops the daily partitions whose day ended more than $1 ago.
+--   $1 keep (microseconds)
+SELECT {{schema}}.drop_done_partitions($1::bigint * interval '1 microsecond');
+
+-- name: maintain_partitions
+-- One whole partition pass in one statement, so in one implicit transaction
+-- that never waits on the client: a process paused mid-pass (GC, SIGSTOP,
+-- a stalled VM) cannot sit idle in transaction holding the new partitions'
+-- locks while every archive completion queues behind them. The subquery
+-- (OFFSET 0 keeps it unflattened) sets lock_timeout for the DDL and takes
+-- the pass's advisory lock once; the rest runs only if it was free.
+--   $1 lock key  $2 archive  $3 days ahead  $4 keep (µs, <= 0 keeps all)  $5 lock_timeout (ms)
+SELECT l.got,
+       CASE WHEN l.got AND $2::boolean THEN {{schema}}.ensure_done_partitions($3::int) ELSE 0 END,
+       CASE WHEN l.got AND $4::bigint > 0
+            THEN {{schema}}.drop_done_partitions($4::bigint * interval '1 microsecond') ELSE 0 END
+FROM (SELECT set_config('lock_timeout', $5::bigint::text, true) AS lt,
+             pg_try_advisory_xact_lock(hashtextextended($1::text, 0)) AS got
+      OFFSET 0) AS l;
