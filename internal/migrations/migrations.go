@@ -17,10 +17,28 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/skiplock/skiplock/internal/sqlfile"
 )
 
 //go:embed sql/*.sql
 var files embed.FS
+
+// The runner's own statements (runner/runner.sql), by name.
+//
+//go:embed runner/*.sql
+var runnerFiles embed.FS
+
+var runnerSQL = sqlfile.MustParse(runnerFiles, "runner")
+
+// stmt returns the runner's statement name rendered for schema.
+func stmt(name, schema string) string {
+	q, ok := runnerSQL[name]
+	if !ok {
+		panic("migrations: no runner statement " + name)
+	}
+	return sqlfile.Renderer(schema).Replace(q)
+}
 
 // Migration is one schema version.
 type Migration struct {
@@ -115,48 +133,28 @@ func All() []Migration { return append([]Migration(nil), all...) }
 // Latest is the highest version known to this binary.
 func Latest() int { return all[len(all)-1].Version }
 
-// Render substitutes the schema into a migration's SQL.
-func Render(sql, schema string) string {
-	r := strings.NewReplacer(
-		"{{schema}}", pgx.Identifier{schema}.Sanitize(),
-		"{{schema_lit}}", "'"+schema+"'",
-	)
-	return r.Replace(sql)
-}
-
-// LockKey is the advisory-lock key that serializes migration runners of one
-// schema; other installations in the same database use other keys.
-const lockSQL = `SELECT pg_advisory_xact_lock(hashtextextended('skiplock.migrate.' || $1, 0))`
+// Render substitutes the schema into a migration's SQL (sqlfile's renderer,
+// the one every package's SQL goes through).
+func Render(sql, schema string) string { return sqlfile.Renderer(schema).Replace(sql) }
 
 func prepare(ctx context.Context, tx Executor, schema string) error {
 	if err := ValidateSchema(schema); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, lockSQL, schema); err != nil {
+	if _, err := tx.Exec(ctx, stmt("lock", schema), schema); err != nil {
 		return fmt.Errorf("migrations: lock: %w", err)
 	}
-	ident := pgx.Identifier{schema}.Sanitize()
-	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
+	if _, err := tx.Exec(ctx, stmt("create_schema", schema)); err != nil {
 		return fmt.Errorf("migrations: create schema: %w", err)
 	}
-	if _, err := tx.Exec(ctx, versionTableSQL(ident)); err != nil {
+	if _, err := tx.Exec(ctx, stmt("version_table", schema)); err != nil {
 		return fmt.Errorf("migrations: version table: %w", err)
 	}
 	return nil
 }
 
-// versionTableSQL creates the table that records applied versions. The
-// runner and the exported script (SQL) create it the same way, so a schema
-// applied by either is recognised by both.
-func versionTableSQL(ident string) string {
-	return `CREATE TABLE IF NOT EXISTS ` + ident + `.schema_migrations (
-		version    integer PRIMARY KEY,
-		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`
-}
-
 func applied(ctx context.Context, tx Executor, schema string) (map[int]time.Time, error) {
-	rows, err := tx.Query(ctx, `SELECT version, applied_at FROM `+pgx.Identifier{schema}.Sanitize()+`.schema_migrations`)
+	rows, err := tx.Query(ctx, stmt("applied", schema))
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +189,6 @@ func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, e
 		return nil, fmt.Errorf("migrations: read versions: %w", err)
 	}
 	var ran []int
-	ident := pgx.Identifier{schema}.Sanitize()
 	for _, m := range all {
 		if m.Version > target {
 			break
@@ -202,7 +199,7 @@ func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, e
 		if _, err := tx.Exec(ctx, Render(m.Up, schema)); err != nil {
 			return ran, fmt.Errorf("migrations: up %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+ident+`.schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
+		if _, err := tx.Exec(ctx, stmt("record", schema), m.Version, m.Name); err != nil {
 			return ran, fmt.Errorf("migrations: record %03d: %w", m.Version, err)
 		}
 		ran = append(ran, m.Version)
@@ -224,7 +221,6 @@ func DownTx(ctx context.Context, tx Executor, schema string, target int) ([]int,
 	if err != nil {
 		return nil, fmt.Errorf("migrations: read versions: %w", err)
 	}
-	ident := pgx.Identifier{schema}.Sanitize()
 	var ran []int
 	for i := len(all) - 1; i >= 0; i-- {
 		m := all[i]
@@ -237,24 +233,21 @@ func DownTx(ctx context.Context, tx Executor, schema string, target int) ([]int,
 		if _, err := tx.Exec(ctx, Render(m.Down, schema)); err != nil {
 			return ran, fmt.Errorf("migrations: down %03d_%s: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM `+ident+`.schema_migrations WHERE version = $1`, m.Version); err != nil {
+		if _, err := tx.Exec(ctx, stmt("forget", schema), m.Version); err != nil {
 			return ran, err
 		}
 		ran = append(ran, m.Version)
 	}
 	if target == 0 {
-		if _, err := tx.Exec(ctx, `DROP TABLE `+ident+`.schema_migrations`); err != nil {
+		if _, err := tx.Exec(ctx, stmt("drop_version_table", schema)); err != nil {
 			return ran, err
 		}
 		var others bool
-		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = $1::regnamespace)
-			OR EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = $1::regnamespace)
-			OR EXISTS (SELECT 1 FROM pg_type WHERE typnamespace = $1::regnamespace)`, ident).Scan(&others)
-		if err != nil {
+		if err := tx.QueryRow(ctx, stmt("schema_in_use", schema)).Scan(&others); err != nil {
 			return ran, err
 		}
 		if !others {
-			if _, err := tx.Exec(ctx, `DROP SCHEMA `+ident); err != nil {
+			if _, err := tx.Exec(ctx, stmt("drop_schema", schema)); err != nil {
 				return ran, err
 			}
 		}
@@ -269,8 +262,7 @@ func StatusOf(ctx context.Context, db Executor, schema string) ([]Status, error)
 		return nil, err
 	}
 	var exists bool
-	err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`,
-		pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&exists)
+	err := db.QueryRow(ctx, stmt("version_table_exists", schema)).Scan(&exists)
 	if err != nil {
 		return nil, err
 	}
@@ -311,20 +303,22 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 		to = Latest()
 	}
 	var b strings.Builder
-	ident := pgx.Identifier{schema}.Sanitize()
-	lit := "'" + schema + "'" // ValidateSchema allows no quote
+	// The runner's statements, with the version and name in place of $1, $2
+	// (a version is a number, a name matches [a-z0-9_]+: nothing to quote).
+	fill := func(name string, m Migration) string {
+		return strings.NewReplacer("$1", strconv.Itoa(m.Version), "$2", "'"+m.Name+"'").Replace(stmt(name, schema))
+	}
 	if up {
-		fmt.Fprintf(&b, "CREATE SCHEMA IF NOT EXISTS %s;\n", ident)
+		fmt.Fprintf(&b, "%s\n", stmt("create_schema", schema))
 		fmt.Fprintf(&b, "-- serializes with `skiplock migrate up` while this transaction lasts\n")
-		fmt.Fprintf(&b, "SELECT pg_advisory_xact_lock(hashtextextended('skiplock.migrate.' || %s, 0));\n", lit)
-		fmt.Fprintf(&b, "%s;\n\n", versionTableSQL(ident))
+		fmt.Fprintf(&b, "%s\n", strings.ReplaceAll(stmt("lock", schema), "$1", "'"+schema+"'"))
+		fmt.Fprintf(&b, "%s\n\n", stmt("version_table", schema))
 		for _, m := range all {
 			if m.Version < from || m.Version > to {
 				continue
 			}
 			fmt.Fprintf(&b, "-- skiplock migration %03d_%s (up)\n%s\n", m.Version, m.Name, terminated(Render(m.Up, schema)))
-			fmt.Fprintf(&b, "INSERT INTO %s.schema_migrations (version, name) VALUES (%d, '%s') ON CONFLICT (version) DO NOTHING;\n\n",
-				ident, m.Version, m.Name)
+			fmt.Fprintf(&b, "%s\n\n", fill("record", m))
 		}
 		return b.String(), nil
 	}
@@ -334,7 +328,7 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 			continue
 		}
 		fmt.Fprintf(&b, "-- skiplock migration %03d_%s (down)\n%s\n", m.Version, m.Name, terminated(Render(m.Down, schema)))
-		fmt.Fprintf(&b, "DELETE FROM %s.schema_migrations WHERE version = %d;\n\n", ident, m.Version)
+		fmt.Fprintf(&b, "%s\n\n", fill("forget", m))
 	}
 	return b.String(), nil
 }
