@@ -210,12 +210,16 @@ func TestCompleteTxFrozenWorkerLosesLease(t *testing.T) {
 	tokenA := <-inside
 
 	// A's lease runs out; a reaper returns the job and process B takes it.
-	_, err = db.Pool.Exec(ctx, "UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", r.ID)
+	// The job also moves to B's queue: A's pool keeps a slot to claim ahead
+	// (Concurrency + BatchSize), and a frozen process claims nothing, so
+	// A must not take the job back while its handler is stuck.
+	_, err = db.Pool.Exec(ctx, "UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second', queue = 'b' WHERE id = $1", r.ID)
 	require.NoError(t, err)
 	back, _, err := a.Reap(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, back)
-	b := schedClient(t, db.URL, skiplock.Config{WorkerID: "B", PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+	b := schedClient(t, db.URL, skiplock.Config{WorkerID: "B", PollInterval: 20 * time.Millisecond, Logger: quietLogger(),
+		Pools: []skiplock.WorkerPool{{Queues: []string{"b"}}}})
 	var tokenB int64
 	require.NoError(t, skiplock.Handle(b, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
 		tokenB = j.LeaseToken
