@@ -77,8 +77,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if err != nil {
 		return v, err
 	}
-	held, recorded, err := run.client.steps.put(ctx, run.client, run.worker,
-		store.StepCheckpoint{Lease: run.lease(), Name: name, Output: raw})
+	held, recorded, err := run.client.steps.put(ctx, run.client, store.StepCheckpoint{Lease: run.lease(), Name: name, Output: raw})
 	if err = stepPutError(run, name, held, recorded, err); err == nil {
 		run.steps.put(name, raw)
 	}

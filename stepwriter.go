@@ -28,13 +28,12 @@ type stepWriter struct {
 
 // stepWrite is one checkpoint waiting to be written.
 type stepWrite struct {
-	cp     store.StepCheckpoint
-	worker string
-	lead   chan struct{} // closed: this caller writes the next batch
-	done   chan struct{} // closed: held, recorded and err are set
-	held   bool
-	dup    bool
-	err    error
+	cp   store.StepCheckpoint
+	lead chan struct{} // closed: this caller writes the next batch
+	done chan struct{} // closed: held, recorded and err are set
+	held bool
+	dup  bool
+	err  error
 }
 
 // maxStepBatch bounds the checkpoints of one write.
@@ -44,10 +43,11 @@ const maxStepBatch = 500
 // whose cancellation must not fail the other callers' checkpoints.
 const stepWriteTimeout = 30 * time.Second
 
-// put records cp for worker and returns whether the lease was held and
-// whether the step had been recorded already, as Store.StepPut reports them.
-func (w *stepWriter) put(ctx context.Context, c *Client, worker string, cp store.StepCheckpoint) (held, recorded bool, err error) {
-	r := &stepWrite{cp: cp, worker: worker, lead: make(chan struct{}), done: make(chan struct{})}
+// put records cp for c's worker id (the one every run of c holds its leases
+// under) and returns whether the lease was held and whether the step had
+// been recorded already, as Store.StepPut reports them.
+func (w *stepWriter) put(ctx context.Context, c *Client, cp store.StepCheckpoint) (held, recorded bool, err error) {
+	r := &stepWrite{cp: cp, lead: make(chan struct{}), done: make(chan struct{})}
 	w.mu.Lock()
 	w.queue = append(w.queue, r)
 	lead := !w.busy
@@ -65,8 +65,8 @@ func (w *stepWriter) put(ctx context.Context, c *Client, worker string, cp store
 	return r.held, r.dup, r.err
 }
 
-// write writes the next batch: the queue's checkpoints of one worker id, at
-// most maxStepBatch, each (job, step) once; then hands the writing to the
+// write writes the next batch: at most maxStepBatch of the queue's
+// checkpoints, each (job, step) once (a second one waits for the next); then hands the writing to the
 // first caller still queued, or ends the busy spell.
 func (w *stepWriter) write(ctx context.Context, c *Client) {
 	w.mu.Lock()
@@ -78,7 +78,7 @@ func (w *stepWriter) write(ctx context.Context, c *Client) {
 	seen := map[key]bool{}
 	for _, r := range w.queue {
 		k := key{r.cp.Lease.ID, r.cp.Name}
-		if len(batch) < maxStepBatch && r.worker == w.queue[0].worker && !seen[k] {
+		if len(batch) < maxStepBatch && !seen[k] {
 			seen[k] = true
 			batch = append(batch, r)
 		} else {
@@ -93,12 +93,13 @@ func (w *stepWriter) write(ctx context.Context, c *Client) {
 	for i, r := range batch {
 		cps[i] = r.cp
 	}
-	held, dup, err := c.store.StepPutMany(ctx, c.pool, batch[0].worker, cps)
+	worker := c.cfg.WorkerID
+	held, dup, err := c.store.StepPutMany(ctx, c.pool, worker, cps)
 	if err != nil && len(batch) > 1 {
 		// The batch failed as a whole: write each on its own, so that one
 		// checkpoint the database refuses fails only its own Step.
 		for _, r := range batch {
-			_, r.held, r.err = c.store.StepPut(ctx, c.pool, r.cp.Lease, r.worker, r.cp.Name, r.cp.Output)
+			_, r.held, r.err = c.store.StepPut(ctx, c.pool, r.cp.Lease, worker, r.cp.Name, r.cp.Output)
 			close(r.done)
 		}
 	} else {

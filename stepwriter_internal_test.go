@@ -19,7 +19,7 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	c, err := NewClient(db.Pool, Config{})
+	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
 	require.NoError(t, err)
 	const n = 60
 	rows, err := db.Pool.Query(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
@@ -47,7 +47,7 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 			default:
 				cp.Lease = store.Lease{ID: ids[i], Token: 7}
 			}
-			held, recorded, err := c.steps.put(ctx, c, "w", cp)
+			held, recorded, err := c.steps.put(ctx, c, cp)
 			require.NoError(t, err)
 			got[i] = answer{held, recorded}
 		}()
