@@ -88,6 +88,45 @@ func TestCappedClaimServesLowPriorityTenantsInTurn(t *testing.T) {
 	require.LessOrEqual(t, claims, 5)
 }
 
+// The visit takes a tenant's first ready job as its share when that job
+// can be claimed as it stands; when it cannot (its entity has a job
+// running, it is of a kind the claimer does not take, it is not due yet),
+// the tenant's next claimable job is its share instead: no tenant is held
+// back by its first job.
+func TestCappedClaimLooksPastAnUnclaimableFirstJob(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	// Each tenant's first job in claim order (priority 9) cannot be taken:
+	// a: its entity is running; b: another kind; c: due in an hour. Their
+	// second jobs (priority 0) can.
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, entity, state, locked_by, lease_token, lease_expires_at, attempts)
+		VALUES ('q', 'k', 'z', 'busy', 'running', 'other', 1, now() + interval '1 hour', 1)`)
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority, entity, run_at) VALUES
+		('q', 'k', 'a', 9, 'busy', now()), ('q', 'other', 'b', 9, NULL, now()), ('q', 'k', 'c', 9, NULL, now() + interval '1 hour'),
+		('q', 'k', 'a', 0, NULL, now()), ('q', 'k', 'b', 0, NULL, now()), ('q', 'k', 'c', 0, NULL, now())`)
+	st := store.New("skiplock")
+	for _, tc := range []struct {
+		name       string
+		batch, cap int
+	}{{"one share each", 3, 1}, {"more than one share", 10, 5}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			jobs, err := st.Claim(ctx, tx, store.ClaimParams{Queues: []string{"q"}, Kinds: []string{"k"}, Batch: tc.batch,
+				WorkerID: benchWorker, Lease: time.Minute, TenantCap: tc.cap, TenantCursor: map[string]string{}})
+			require.NoError(t, err)
+			got := map[string]int{}
+			for _, j := range jobs {
+				require.Equal(t, 0, j.Priority, "tenant %s's unclaimable first job was claimed", j.Tenant)
+				got[j.Tenant]++
+			}
+			require.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, got)
+		})
+	}
+}
+
 // The capped claim's cost does not grow with the number of ready tenants:
 // it visits one batch of them per claim. Measured against the plain claim
 // on the same table (logged; timings are not asserted, the plan shape is).

@@ -331,50 +331,61 @@ WITH RECURSIVE open_queues AS (
     FROM unnest($1::text[], $7::text[]) AS q(name, cursor)
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
-tenants (queue, tenant, n, cursor, wrapped, weighted, w, wsum) AS (
+tenants (queue, tenant, n, cursor, wrapped, weighted, w, wsum, id, priority, run_at, entity, ok) AS (
     -- The first tenant after the cursor, else (wrapping) the first of all;
-    -- w its weight, wsum the weights visited so far.
-    SELECT o.name, f.tenant, 1, o.cursor, f.wrapped, o.weighted, f.w, f.w
+    -- w its weight, wsum the weights visited so far. The probe reads the
+    -- tenant's first ready job in claim order (the index's order within a
+    -- tenant) with it: ok when that job is claimable as it stands (due, of
+    -- a kind taken, no entity), which makes it the tenant's first share
+    -- without a second read of the tenant's jobs (candidates).
+    SELECT o.name, f.tenant, 1, o.cursor, f.wrapped, o.weighted, f.w, f.w,
+           f.id, f.priority, f.run_at, f.entity, f.ok
     FROM open_queues AS o
     CROSS JOIN LATERAL (
-        SELECT x.tenant, x.wrapped FROM (
+        SELECT x.* FROM (
             -- Tenants are never '' (enqueue_job), so '' is "before all":
             -- a plain range, an index condition (an OR would be a filter).
-            (SELECT j.tenant, false AS wrapped FROM {{schema}}.jobs AS j
+            (SELECT j.tenant, false AS wrapped, j.id, j.priority, j.run_at, j.entity, j.kind
+             FROM {{schema}}.jobs AS j
              WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
                AND j.tenant > coalesce(o.cursor, '')
-             ORDER BY j.tenant LIMIT 1)
+             ORDER BY j.tenant, j.priority DESC, j.run_at, j.id LIMIT 1)
           UNION ALL
-            (SELECT j.tenant, true FROM {{schema}}.jobs AS j
+            (SELECT j.tenant, true, j.id, j.priority, j.run_at, j.entity, j.kind
+             FROM {{schema}}.jobs AS j
              WHERE o.cursor IS NOT NULL AND j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
                AND j.tenant <= o.cursor
-             ORDER BY j.tenant LIMIT 1)
+             ORDER BY j.tenant, j.priority DESC, j.run_at, j.id LIMIT 1)
         ) AS x LIMIT 1
     ) AS f0
     CROSS JOIN LATERAL (
         SELECT f0.tenant, f0.wrapped, CASE WHEN o.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
                                                                    WHERE tw.queue = o.name AND tw.tenant = f0.tenant), 1)
-                                          ELSE 1 END AS w
+                                          ELSE 1 END AS w,
+               f0.id, f0.priority, f0.run_at, f0.entity,
+               (f0.entity IS NULL AND f0.run_at <= now() AND ($2::text[] IS NULL OR f0.kind = ANY ($2::text[]))) AS ok
     ) AS f
   UNION ALL
     -- The next one, wrapping once, up to the cursor, until the weights
     -- visited reach $3 (without weights: $3 tenants).
-    SELECT t.queue, nx.tenant, t.n + 1, t.cursor, nx.wrapped, t.weighted, nw.w, t.wsum + nw.w
+    SELECT t.queue, nx.tenant, t.n + 1, t.cursor, nx.wrapped, t.weighted, nw.w, t.wsum + nw.w,
+           nx.id, nx.priority, nx.run_at, nx.entity,
+           (nx.entity IS NULL AND nx.run_at <= now() AND ($2::text[] IS NULL OR nx.kind = ANY ($2::text[])))
     FROM tenants AS t
     CROSS JOIN LATERAL (
-        SELECT x.tenant, x.wrapped FROM (
+        SELECT x.* FROM (
             -- The probe, then the stop past the cursor once wrapped (as a
             -- filter inside the probe it would read every tenant after it).
-            (SELECT p.tenant, t.wrapped AS wrapped FROM (
-                 SELECT j.tenant FROM {{schema}}.jobs AS j
+            (SELECT p.tenant, t.wrapped AS wrapped, p.id, p.priority, p.run_at, p.entity, p.kind FROM (
+                 SELECT j.tenant, j.id, j.priority, j.run_at, j.entity, j.kind FROM {{schema}}.jobs AS j
                  WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = t.queue AND j.tenant > t.tenant
-                 ORDER BY j.tenant LIMIT 1) AS p
+                 ORDER BY j.tenant, j.priority DESC, j.run_at, j.id LIMIT 1) AS p
              WHERE NOT t.wrapped OR p.tenant <= t.cursor)
           UNION ALL
-            (SELECT j.tenant, true FROM {{schema}}.jobs AS j
+            (SELECT j.tenant, true, j.id, j.priority, j.run_at, j.entity, j.kind FROM {{schema}}.jobs AS j
              WHERE NOT t.wrapped AND t.cursor IS NOT NULL
                AND j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = t.queue AND j.tenant <= t.cursor
-             ORDER BY j.tenant LIMIT 1)
+             ORDER BY j.tenant, j.priority DESC, j.run_at, j.id LIMIT 1)
         ) AS x LIMIT 1
     ) AS nx
     CROSS JOIN LATERAL (
@@ -392,8 +403,15 @@ candidates AS (
     -- Shares: each visited tenant's first $6 × w jobs in claim order, with
     -- the tenant's turn (n: its place in the visit; jobs without a tenant go
     -- first) and the round each job falls in (ord: a tenant of weight w
-    -- has w jobs in each round).
-    SELECT 0 AS rank, (c.ord + t.w - 1) / t.w AS ord, t.n, c.id, c.priority, c.run_at, c.entity
+    -- has w jobs in each round). A tenant whose first job the visit found
+    -- claimable has that job as its first share; its jobs are read again
+    -- only when it is to have more than one (weights, or fewer than $3
+    -- tenants visited). A job listed twice is one candidate (best).
+    SELECT 0 AS rank, 1 AS ord, t.n, t.id, t.priority, t.run_at, t.entity
+    FROM tenants AS t
+    WHERE t.ok
+  UNION ALL
+    SELECT 0, (c.ord + t.w - 1) / t.w, t.n, c.id, c.priority, c.run_at, c.entity
     FROM tenants AS t
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity,
@@ -405,6 +423,7 @@ candidates AS (
         -- Weights of $3 visited or more: their first rounds fill the batch.
         LIMIT CASE WHEN (SELECT sum(v.w) FROM tenants AS v) >= $3 THEN t.w ELSE $6 * t.w END
     ) AS c
+    WHERE NOT t.ok OR t.w > 1 OR (SELECT sum(v.w) FROM tenants AS v) < $3
   UNION ALL
     SELECT 0, c.ord, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
