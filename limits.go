@@ -77,6 +77,11 @@ type LimitStatus struct {
 	Ready     int64
 	OldestDue time.Duration
 	UpdatedAt time.Time
+	// TooHeavy is how many of those ready jobs have a LimitWeight above
+	// the limit's Rate: they can never start while the limit stays so
+	// (raise the rate, or delete them and enqueue them lighter). Always 0
+	// for a concurrency limit.
+	TooHeavy int64
 }
 
 var (
@@ -158,6 +163,7 @@ func (c *Client) Limits(ctx context.Context) ([]LimitStatus, error) {
 				Rate: r.Rate, Per: r.Per},
 			Used: r.Used, MaxUsed: r.MaxUsed, FullValues: r.FullValues, Ready: r.Ready,
 			OldestDue: time.Duration(r.OldestDue * float64(time.Second)), UpdatedAt: r.UpdatedAt,
+			TooHeavy: r.TooHeavy,
 		}
 	}
 	return out, nil
