@@ -82,7 +82,11 @@ ORDER BY l.name;
 -- claimer whose limited claim came back short sleeps this long instead of
 -- polling. A heavier job held back by a window with some room left waits
 -- for the claimer's poll interval (docs/scheduling.md).
-SELECT greatest(extract(epoch FROM min(f.frees) - clock_timestamp()), 0)::float8
+-- (greatest() ignores a NULL argument: without the CASE, "none full" came
+-- back as 0, "full, claim again now", and an idle rate-limited pool claimed
+-- every millisecond.)
+SELECT CASE WHEN min(f.frees) IS NOT NULL
+            THEN greatest(extract(epoch FROM min(f.frees) - clock_timestamp()), 0)::float8 END
 FROM (
     SELECT w.at + w.per AS frees
     FROM (
