@@ -228,3 +228,34 @@ func TestIdleRateLimitedPoolDoesNotSpin(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // an upper bound on claims: fewer never fails
 	require.LessOrEqual(t, claims.n.Load()-before, int64(3), "an idle rate-limited pool claims in a loop")
 }
+
+// A heavy job held back by a window that still has room for light jobs
+// starts right when enough of the window's weight has left it, though the
+// poll interval is 10 s: limit_next_start knows the waiting job's weight.
+func TestHeavyJobWakesWhenItsWeightFits(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Second,
+		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 4, BatchSize: 10}}})
+	const per = 2 * time.Second
+	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 3, Per: per}))
+	var done atomic.Int64
+	require.NoError(t, skiplock.Handle(c, "call", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		done.Add(1)
+		return nil
+	}))
+	// The light job first (priority), then one of weight 3: 1 + 3 > 3.
+	_, err := c.EnqueueMany(ctx, []skiplock.EnqueueParams{{Kind: "call", Priority: 1}, {Kind: "call", LimitWeight: 3}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	require.Eventually(t, func() bool { return done.Load() == 2 }, 8*time.Second, 10*time.Millisecond)
+	require.NoError(t, c.Stop(ctx))
+	var light, heavy time.Time
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT min(at) FILTER (WHERE weight = 1), min(at) FILTER (WHERE weight = 3)
+		FROM skiplock.limit_starts`).Scan(&light, &heavy))
+	late := heavy.Sub(light.Add(per))
+	t.Logf("the weight-3 job started %v after the light start left the window", late.Round(time.Millisecond))
+	require.GreaterOrEqual(t, late, time.Duration(0), "started while the window had no room for it")
+	require.Less(t, late, 500*time.Millisecond, "woke late (poll interval 10 s)")
+}

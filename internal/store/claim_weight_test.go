@@ -67,6 +67,12 @@ func TestWeightedRateLimitClaim(t *testing.T) {
 	got = claim()
 	require.Len(t, got, 1)
 	require.Equal(t, 10, got[0].Priority)
+	// 8 of 10: not full, but the waiting weight-5 jobs are held back until
+	// the three light starts leave (8 - 3 + 5 <= 10), an hour from now.
+	wait, full, err = st.LimitNextStart(ctx, db.Pool, []string{"api"})
+	require.NoError(t, err)
+	require.True(t, full, "a waiting weight-5 job is held back")
+	require.InDelta(t, time.Hour.Seconds(), wait.Seconds(), 60)
 	got = claim()
 	require.Len(t, got, 2)
 	require.Equal(t, 0, got[0].Priority)

@@ -4,6 +4,7 @@ DROP FUNCTION IF EXISTS {{schema}}.enqueue(text, text, jsonb, integer, timestamp
 DROP FUNCTION IF EXISTS {{schema}}.enqueue_job(text, text, jsonb, integer, timestamptz, integer, text, text, text, boolean, jsonb, integer);
 DROP FUNCTION IF EXISTS {{schema}}.validate_limit_weight(integer);
 ALTER TABLE {{schema}}.limit_starts DROP COLUMN IF EXISTS weight;
+DROP INDEX IF EXISTS {{schema}}.jobs_ready_weighted;
 ALTER TABLE {{schema}}.jobs DROP CONSTRAINT IF EXISTS jobs_limit_weight_check;
 ALTER TABLE {{schema}}.jobs_done DROP COLUMN IF EXISTS limit_weight;
 ALTER TABLE {{schema}}.jobs_dead DROP COLUMN IF EXISTS limit_weight;

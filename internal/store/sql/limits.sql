@@ -75,29 +75,53 @@ ORDER BY l.name;
 
 -- name: limit_next_start
 -- How long, in seconds by the database clock, until the first of the rate
--- limits $1 that is full in some partition value has room there again: the
--- weights started in that value's window leave it, oldest first, until what
--- is left is below the rate (room for a job of weight 1). NULL when none is
--- full (what held a claim back, if anything, was not a full window). A
--- claimer whose limited claim came back short sleeps this long instead of
--- polling. A heavier job held back by a window with some room left waits
--- for the claimer's poll interval (docs/scheduling.md).
--- (greatest() ignores a NULL argument: without the CASE, "none full" came
--- back as 0, "full, claim again now", and an idle rate-limited pool claimed
--- every millisecond.)
-SELECT CASE WHEN min(f.frees) IS NOT NULL
-            THEN greatest(extract(epoch FROM min(f.frees) - clock_timestamp()), 0)::float8 END
-FROM (
-    SELECT w.at + w.per AS frees
-    FROM (
-        SELECT s.at, l.per, l.rate,
-               sum(s.weight) OVER (PARTITION BY l.name, s.key) AS total,
-               -- What has left the window once this start has.
-               sum(s.weight) OVER (PARTITION BY l.name, s.key ORDER BY s.at
-                                   ROWS UNBOUNDED PRECEDING) AS gone
-        FROM {{schema}}.limits AS l
-        JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > clock_timestamp() - l.per
-        WHERE l.name = ANY ($1::text[]) AND l.rate IS NOT NULL
-    ) AS w
-    WHERE w.total >= w.rate AND w.total - w.gone < w.rate
-) AS f;
+-- limits $1 that holds jobs back in some partition value has room there
+-- again, and NULL when none does (what held a claim back, if anything, was
+-- not a rate window). A value holds back a job of weight 1 when its window
+-- is full (the weights started within it reach the rate), and a due ready
+-- job of weight w (jobs.limit_weight, migration 014; the lightest such job
+-- of the value, read from the small jobs_ready_weighted index) when the
+-- room left is below w. Room for the lighter of the two comes back when the
+-- window's starts leave it, oldest first, until what is left is at most the
+-- rate minus that weight. A claimer whose limited claim came back short
+-- sleeps this long instead of polling.
+-- (greatest() ignores a NULL argument: without the CASE, "none" came back
+-- as 0, "claim again now", and an idle rate-limited pool claimed every
+-- millisecond.)
+--   $1 limit names text[]
+WITH lim AS (
+    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per
+    FROM {{schema}}.limits AS l
+    WHERE l.name = ANY ($1::text[]) AND l.rate IS NOT NULL
+),
+windows AS (
+    SELECT l.name, s.key, s.at, l.per, l.rate,
+           sum(s.weight) OVER (PARTITION BY l.name, s.key) AS total,
+           -- What has left the window once this start has.
+           sum(s.weight) OVER (PARTITION BY l.name, s.key ORDER BY s.at
+                               ROWS UNBOUNDED PRECEDING) AS gone
+    FROM lim AS l
+    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > clock_timestamp() - l.per
+),
+lightest_need AS (
+    -- Per value, the lightest due weighted job waiting under the limit
+    -- (one heavier than the rate never starts: left out).
+    SELECT l.name, k.key, min(j.limit_weight) AS w
+    FROM lim AS l
+    JOIN {{schema}}.jobs AS j ON j.state = 'ready' AND j.limit_weight IS NOT NULL AND {{limit_covers}}
+    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+    WHERE j.run_at <= now() AND j.limit_weight <= l.rate AND k.key IS NOT NULL
+    GROUP BY l.name, k.key
+),
+needs AS (
+    -- The weight a value must make room for: 1 when its window is full,
+    -- else its lightest waiting weighted job's (none: nothing held back).
+    SELECT w.at, w.per, w.rate, w.total, w.gone,
+           CASE WHEN w.total >= w.rate THEN 1 ELSE n.w END AS need
+    FROM windows AS w
+    LEFT JOIN lightest_need AS n ON n.name = w.name AND n.key = w.key
+)
+SELECT CASE WHEN min(x.at + x.per) IS NOT NULL
+            THEN greatest(extract(epoch FROM min(x.at + x.per) - clock_timestamp()), 0)::float8 END
+FROM needs AS x
+WHERE x.total + x.need > x.rate AND x.total - x.gone + x.need <= x.rate;
