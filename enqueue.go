@@ -53,6 +53,14 @@ type EnqueueParams struct {
 	// with the job: trace context, request ids, tags. Handlers see it as
 	// Job.Metadata; the dashboard shows it. nil or empty stores nothing.
 	Metadata Metadata
+	// LimitWeight is how many starts the job counts as in every rate limit
+	// that covers it (a call that costs 5 units of a partner's quota
+	// counts 5): 1 to MaxLimitWeight; 0 means 1. A rate limit starts the job
+	// only when its weight fits in the window's room; lighter jobs behind
+	// it that fit start meanwhile, and a job heavier than the limit's rate
+	// never starts (Limits reports it as TooHeavy). Concurrency limits
+	// count every running job as one, whatever its weight.
+	LimitWeight int
 }
 
 // EnqueueResult is the outcome of one enqueue.
@@ -133,6 +141,13 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	}
 	if a.Metadata, err = encodeMetadata(p.Metadata); err != nil {
 		return a, err
+	}
+	if p.LimitWeight < 0 || p.LimitWeight > MaxLimitWeight {
+		return a, invalidJob("limit_weight", "must be between 1 and %d, got %d", MaxLimitWeight, p.LimitWeight)
+	}
+	if p.LimitWeight > 1 { // weight 1 is stored as NULL, the default
+		w := p.LimitWeight
+		a.LimitWeight = &w
 	}
 	if p.BumpSchedule && p.UniqueKey == "" {
 		return a, invalidJob("bump_schedule", "needs a unique_key")
@@ -271,7 +286,8 @@ func trimSpace(s string) string {
 }
 
 // copyColumns are the columns EnqueueMany's COPY fills.
-var copyColumns = []string{"queue", "kind", "payload", "priority", "run_at", "max_attempts", "tenant", "entity", "metadata"}
+var copyColumns = []string{"queue", "kind", "payload", "priority", "run_at", "max_attempts", "tenant", "entity", "metadata",
+	"limit_weight"}
 
 // EnqueueMany inserts many jobs in one transaction through COPY (tens of
 // thousands per second) and returns how many it inserted. Every job is
@@ -358,7 +374,12 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 		if a.MaxAttempts != nil {
 			maxAttempts = int32(*a.MaxAttempts)
 		}
-		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata})
+		var weight any // NULL: weight 1
+		if a.LimitWeight != nil {
+			weight = int32(*a.LimitWeight)
+		}
+		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata,
+			weight})
 	}
 	var inserted int64
 	if len(rows) > 0 {

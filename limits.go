@@ -38,7 +38,9 @@ const MaxLimitConcurrency = 1_000_000
 // within their poll interval) or, under a rate limit, when the window's
 // oldest start leaves it (the pool sleeps until then instead of polling).
 // While the limits have room for a whole batch the claim costs little more
-// than an unlimited one. A worker pool with a TenantCap that a limit
+// than an unlimited one. Under a rate limit a job counts its
+// EnqueueParams.LimitWeight (1 by default); a concurrency limit counts
+// every running job as one. A worker pool with a TenantCap that a limit
 // covers obeys the limit and sets its cap aside (a limit is a guarantee,
 // the cap a preference), and logs so once.
 type Limit struct {
@@ -58,7 +60,8 @@ type Limit struct {
 	Concurrency int
 	// Rate is the most job starts allowed within any window of Per (per
 	// partition value), 1 to MaxLimitConcurrency; Per is 1 s to 24 h. A
-	// start counts when the job is claimed, retries included.
+	// start counts when the job is claimed, retries included, as the job's
+	// LimitWeight starts.
 	Rate int
 	Per  time.Duration
 }
@@ -77,6 +80,11 @@ type LimitStatus struct {
 	Ready     int64
 	OldestDue time.Duration
 	UpdatedAt time.Time
+	// TooHeavy is how many of those ready jobs have a LimitWeight above
+	// the limit's Rate: they can never start while the limit stays so
+	// (raise the rate, or delete them and enqueue them lighter). Always 0
+	// for a concurrency limit.
+	TooHeavy int64
 }
 
 var (
@@ -158,6 +166,7 @@ func (c *Client) Limits(ctx context.Context) ([]LimitStatus, error) {
 				Rate: r.Rate, Per: r.Per},
 			Used: r.Used, MaxUsed: r.MaxUsed, FullValues: r.FullValues, Ready: r.Ready,
 			OldestDue: time.Duration(r.OldestDue * float64(time.Second)), UpdatedAt: r.UpdatedAt,
+			TooHeavy: r.TooHeavy,
 		}
 	}
 	return out, nil

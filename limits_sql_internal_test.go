@@ -105,6 +105,24 @@ func TestSQLLimitsEqualGo(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `SELECT skiplock.validate_metadata($1::jsonb)`, meta(MaxMetadataBytes+1))
 	refused(t, "metadata", err)
 
+	// Limit weights: validate_limit_weight's bounds and Go's.
+	for _, w := range []int{1, MaxLimitWeight} {
+		_, err = db.Pool.Exec(ctx, `SELECT skiplock.validate_limit_weight($1)`, w)
+		require.NoError(t, err)
+		_, err = goClient.prepare(EnqueueParams{Kind: "k", LimitWeight: w})
+		require.NoError(t, err)
+	}
+	for _, w := range []int{-1, MaxLimitWeight + 1} {
+		_, err = db.Pool.Exec(ctx, `SELECT skiplock.validate_limit_weight($1)`, w)
+		refused(t, "limit_weight", err)
+		_, err = goClient.prepare(EnqueueParams{Kind: "k", LimitWeight: w})
+		var fe *FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "limit_weight", fe.Field)
+	}
+	_, err = db.Pool.Exec(ctx, `SELECT skiplock.validate_limit_weight(0)`)
+	refused(t, "limit_weight", err) // SQL has no "0 means 1": NULL does
+
 	// The default max_attempts of a job enqueued in SQL without one.
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.enqueue(queue => 'q', kind => 'k')`).Scan(&id))

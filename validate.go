@@ -12,8 +12,8 @@ import (
 
 // Validation limits, stated here once: the Go API checks them before it
 // sends anything, the CLI reads them (flag checks and help), and the SQL
-// functions validate_job, validate_metadata and enqueue_job (migrations 001
-// and 006) apply the same numbers to every SQL entry point.
+// functions validate_job, validate_metadata, validate_limit_weight and
+// enqueue_job (migrations 001, 006 and 014) apply the same numbers to every SQL entry point.
 // TestSQLLimitsEqualGo probes those functions at each bound, so the two
 // cannot drift apart.
 const (
@@ -35,7 +35,11 @@ const (
 	// function's bound is interval '5 years' (calendar years, so a day or two
 	// more than this with the leap days): Go's is the stricter.
 	MaxScheduleAhead = 5 * 365 * 24 * time.Hour
-	maxPayloadDepth  = 64
+	// MaxLimitWeight bounds a job's weight in rate limits
+	// (EnqueueParams.LimitWeight): the largest rate a Limit may allow, so
+	// any weight fits some limit.
+	MaxLimitWeight  = MaxLimitConcurrency
+	maxPayloadDepth = 64
 )
 
 var nameRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]*$`)

@@ -25,7 +25,7 @@ func init() { register(newEnqueueCmd) }
 // jobFlags are enqueue's flags that describe one job: with --file each line
 // carries these fields itself, so setting one is refused rather than ignored.
 var jobFlags = []string{"queue", "kind", "payload", "priority", "run-at", "delay", "max-attempts",
-	"unique-key", "bump-schedule", "tenant", "entity", "metadata"}
+	"unique-key", "bump-schedule", "tenant", "entity", "metadata", "limit-weight"}
 
 func newEnqueueCmd() *cobra.Command {
 	var (
@@ -59,6 +59,9 @@ func newEnqueueCmd() *cobra.Command {
 			}
 			if cmd.Flags().Changed("max-attempts") && p.MaxAttempts == 0 {
 				return usageError("--max-attempts: must be between 1 and %d, got 0", skiplock.MaxAttemptsLimit)
+			}
+			if cmd.Flags().Changed("limit-weight") && p.LimitWeight == 0 {
+				return usageError("--limit-weight: must be between 1 and %d, got 0", skiplock.MaxLimitWeight)
 			}
 			if payloadSet {
 				p.Payload = json.RawMessage(payload)
@@ -120,6 +123,7 @@ func newEnqueueCmd() *cobra.Command {
 	f.BoolVar(&p.BumpSchedule, "bump-schedule", false, "with --unique-key: push the in-flight job's run_at to the later time")
 	f.StringVar(&p.Tenant, "tenant", "", "tenant key (fairness)")
 	f.StringVar(&p.Entity, "entity", "", "entity key (at most one running job per entity)")
+	f.IntVar(&p.LimitWeight, "limit-weight", 1, fmt.Sprintf("starts this job counts as in the rate limits that cover it, 1..%d", skiplock.MaxLimitWeight))
 	f.StringVar(&metadata, "metadata", "", "metadata: a JSON object shown with the job and given to its handler (trace ids, tags; not secrets)")
 	f.StringVar(&file, "file", "", "bulk-load jobs from an NDJSON file (one job object per line; - for stdin)")
 	f.IntVar(&batchSize, "batch", 5000, "jobs per COPY transaction with --file")
@@ -130,7 +134,8 @@ func newEnqueueCmd() *cobra.Command {
 // ndjsonKeys are the keys a line of an NDJSON bulk file may carry: the SQL
 // function's argument names.
 var ndjsonKeys = map[string]bool{"queue": true, "kind": true, "payload": true, "priority": true, "run_at": true,
-	"max_attempts": true, "unique_key": true, "tenant": true, "entity": true, "metadata": true}
+	"max_attempts": true, "unique_key": true, "tenant": true, "entity": true, "metadata": true,
+	"limit_weight": true}
 
 // parseNDJSONLine decodes one line strictly: one JSON object whose keys are
 // the SQL function's argument names, each at most once. Every error names
@@ -186,6 +191,9 @@ func parseNDJSONLine(line []byte) (skiplock.EnqueueParams, error) {
 		return p, err
 	}
 	if err := integer("max_attempts", &p.MaxAttempts, 1, skiplock.MaxAttemptsLimit); err != nil {
+		return p, err
+	}
+	if err := integer("limit_weight", &p.LimitWeight, 1, skiplock.MaxLimitWeight); err != nil {
 		return p, err
 	}
 	if raw, ok := fields["payload"]; ok {

@@ -96,7 +96,7 @@ func newLimitListCmd() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(w, "NAME\tCOVERS\tPARTITION\tCAP\tUSED\tFULLEST\tAT LIMIT\tREADY")
+			fmt.Fprintln(w, "NAME\tCOVERS\tPARTITION\tCAP\tUSED\tFULLEST\tAT LIMIT\tREADY\tTOO HEAVY")
 			for _, l := range ls {
 				covers := "queue " + l.Queue
 				if l.Kind != "" {
@@ -110,8 +110,8 @@ func newLimitListCmd() *cobra.Command {
 				if l.Rate > 0 {
 					capText = fmt.Sprintf("%d per %s", l.Rate, l.Per)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", l.Name, covers, part, capText,
-					l.Used, l.MaxUsed, l.FullValues, l.Ready)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", l.Name, covers, part, capText,
+					l.Used, l.MaxUsed, l.FullValues, l.Ready, l.TooHeavy)
 			}
 			return w.Flush()
 		},
@@ -183,6 +183,6 @@ func limitJSON(l skiplock.LimitStatus) map[string]any {
 	return map[string]any{
 		"name": l.Name, "queue": l.Queue, "kind": l.Kind, "partition": l.Partition,
 		"concurrency": l.Concurrency, "rate": l.Rate, "per_seconds": l.Per.Seconds(), "used": l.Used, "max_used": l.MaxUsed,
-		"values_at_limit": l.FullValues, "ready": l.Ready,
+		"values_at_limit": l.FullValues, "ready": l.Ready, "too_heavy": l.TooHeavy,
 	}
 }

@@ -770,8 +770,11 @@ func (d *doctor) checkLimits(ctx context.Context) Check {
 		c.Figure = "no concurrency or rate limits"
 		return c
 	}
-	var held []string
+	var held, heavy []string
 	for _, l := range ls {
+		if l.TooHeavy > 0 {
+			heavy = append(heavy, fmt.Sprintf("%s (%d ready job(s) weigh more than its rate of %d)", l.Name, l.TooHeavy, l.Rate))
+		}
 		if l.FullValues > 0 && secs(l.OldestDue) > limitHeldTooLong {
 			what := fmt.Sprintf("%d running, %d value(s) at its limit of %d", l.Used, l.FullValues, l.Concurrency)
 			if l.Rate > 0 {
@@ -784,6 +787,15 @@ func (d *doctor) checkLimits(ctx context.Context) Check {
 		c.Status = StatusWarn
 		c.Figure = "full and holding due jobs back for over " + dur(limitHeldTooLong) + ": " + strings.Join(held, "; ")
 		c.Fix = "if the wait is not intended, raise the limit: skiplock limit set NAME ... --concurrency N or --rate N --per D (skiplock limit list shows each)"
+	}
+	if len(heavy) > 0 {
+		// Jobs that can never start: worse than a wait.
+		figure, fix := "jobs that can never start: "+strings.Join(heavy, "; "),
+			"raise the rate (skiplock limit set NAME ... --rate N --per D), or delete those jobs (skiplock job delete ID) and enqueue them with a --limit-weight the rate allows"
+		if c.Status == StatusWarn {
+			figure, fix = c.Figure+"; "+figure, c.Fix+"; "+fix
+		}
+		c.Status, c.Figure, c.Fix = StatusWarn, figure, fix
 	}
 	return c
 }

@@ -580,3 +580,26 @@ func TestDoctorNamesALimitHoldingJobsBack(t *testing.T) {
 	require.Contains(t, c.Figure, "email (1 running, 1 value(s) at its limit of 1, oldest due job waiting 10m")
 	require.Contains(t, c.Fix, "skiplock limit set")
 }
+
+// Ready jobs heavier than a rate limit's rate can never start under it:
+// doctor's limits check names the limit and how many, with the way out.
+func TestDoctorNamesJobsTooHeavyForARateLimit(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO skiplock.limits (name, kind, rate, per) VALUES ('partner', 'call', 10, interval '1 minute');
+		INSERT INTO skiplock.jobs (queue, kind, limit_weight) VALUES ('default', 'call', 11), ('default', 'call', 10);`)
+	require.NoError(t, err)
+	checks, err := health.Doctor(ctx, db.Pool, "skiplock")
+	require.NoError(t, err)
+	var c health.Check
+	for _, x := range checks {
+		if x.Name == "limits" {
+			c = x
+		}
+	}
+	require.Equal(t, health.StatusWarn, c.Status, "%+v", c)
+	require.Contains(t, c.Figure, "jobs that can never start: partner (1 ready job(s) weigh more than its rate of 10)")
+	require.Contains(t, c.Fix, "--limit-weight")
+}

@@ -452,6 +452,7 @@ type EnqueueArgs struct {
 	Entity      *string
 	Bump        bool
 	Metadata    *string // JSON object text; nil: none
+	LimitWeight *int    // weight in rate limits, 2..MaxLimitWeight; nil: 1
 }
 
 // Enqueue inserts one job through the enqueue_job function, or finds the
@@ -476,7 +477,7 @@ func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker str
 // Args returns the positional arguments of the "enqueue" statement.
 func (a EnqueueArgs) Args() []any {
 	return []any{a.Queue, a.Kind, a.Payload, a.Priority, a.RunAt, a.MaxAttempts, a.UniqueKey,
-		a.Tenant, a.Entity, a.Bump, Micros(a.Delay), a.Metadata}
+		a.Tenant, a.Entity, a.Bump, Micros(a.Delay), a.Metadata, a.LimitWeight}
 }
 
 // FencedWrite is one of the lease holder's fenced writes, named, with

@@ -27,6 +27,7 @@ type LimitUse struct {
 	Ready      int64   // ready jobs it covers (with backlog)
 	OldestDue  float64 // seconds the oldest due ready job it covers has waited (with backlog)
 	UpdatedAt  time.Time
+	TooHeavy   int64 // ready jobs it covers heavier than its rate: never started (with backlog)
 }
 
 // SetLimit creates or replaces a limit (validated by the caller; the
@@ -63,7 +64,8 @@ func (s *Store) ListLimits(ctx context.Context, db DBTX, backlog bool) ([]LimitU
 		var u LimitUse
 		var perSeconds float64
 		err := r.Scan(&u.Name, &u.Queue, &u.Kind, &u.Partition, &u.Concurrency, &u.Rate, &perSeconds,
-			&u.MaxUsed, &u.FullValues, &u.Used, &u.Ready, &u.OldestDue, &u.UpdatedAt)
+			&u.MaxUsed, &u.FullValues, &u.Used, &u.Ready, &u.OldestDue, &u.UpdatedAt,
+			&u.TooHeavy)
 		u.Per = time.Duration(perSeconds * float64(time.Second))
 		return u, err
 	})

@@ -16,6 +16,7 @@ type MoveJob struct {
 	UniqueKey, Tenant      *string
 	Entity, LastError      *string
 	Payload, Metadata      []byte
+	LimitWeight            *int32 // nil: weight 1
 }
 
 // MoveIdentity names the database of db for a tenant move.
@@ -34,7 +35,7 @@ func (s *Store) MoveLockBatch(ctx context.Context, tx DBTX, tenant string, n int
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (MoveJob, error) {
 		var j MoveJob
 		err := r.Scan(&j.ID, &j.Priority, &j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.Queue, &j.Kind,
-			&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.Payload, &j.Metadata)
+			&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.Payload, &j.Metadata, &j.LimitWeight)
 		return j, err
 	})
 }
@@ -65,7 +66,7 @@ func (s *Store) MoveInsert(ctx context.Context, tx DBTX, source string, jobs []M
 	b := &pgx.Batch{}
 	for _, j := range jobs {
 		b.Queue(s.SQL("move_insert"), source, j.ID, j.Priority, j.Attempts, j.MaxAttempts, j.RunAt, j.CreatedAt,
-			j.Queue, j.Kind, j.UniqueKey, j.Tenant, j.Entity, j.LastError, j.Payload, j.Metadata)
+			j.Queue, j.Kind, j.UniqueKey, j.Tenant, j.Entity, j.LastError, j.Payload, j.Metadata, j.LimitWeight)
 	}
 	br := tx.SendBatch(ctx, b)
 	out := make([]string, len(jobs))

@@ -98,7 +98,8 @@ running AS MATERIALIZED (
 ),
 used AS (
     -- What each limit counts per value: running jobs (concurrency limits),
-    -- starts within the window (rate limits: limit_starts, by its index).
+    -- the weights of the starts within the window (rate limits:
+    -- limit_starts, by its index).
     SELECT l.name, k.key, count(*) AS n
     FROM lim AS l
     JOIN running AS j ON l.rate IS NULL AND {{limit_covers}}
@@ -106,7 +107,8 @@ used AS (
     WHERE k.key IS NOT NULL
     GROUP BY l.name, k.key
   UNION ALL
-    SELECT l.name, s.key, count(*)
+    -- A start counts its weight (migration 014; 1 unless the job set one).
+    SELECT l.name, s.key, sum(s.weight)
     FROM lim AS l
     CROSS JOIN clock AS t
     JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > t.at - l.per
@@ -183,7 +185,13 @@ WITH picked AS (
 -- has room: running jobs (a concurrency limit) or starts within the window
 -- (a rate limit) of the limit's partition value, plus those this batch takes
 -- before it, stay at most the limit's cap; a rate limit's starts are
--- recorded in limit_starts by this statement.
+-- recorded in limit_starts by this statement. Under a rate limit a job
+-- counts its weight (jobs.limit_weight, NULL: 1): it is taken only while the
+-- weights started within the window, plus those of the jobs this batch
+-- takes before it, plus its own stay at most the rate; a job that does not
+-- fit is skipped by the index scan (it stays ready, and lighter jobs behind
+-- it that fit are taken), and one heavier than the rate is never taken.
+-- Concurrency limits count one per running job, whatever its weight.
 -- Exactness comes from the caller: it holds each limit's transaction-scoped
 -- advisory lock (limit_locks) before this statement, in the same
 -- transaction, so this statement's snapshot includes every job the previous
@@ -199,15 +207,25 @@ full_keys AS (
     WHERE u.n >= l.cap
 ),
 candidates AS (
-    SELECT c.id, c.priority, c.run_at, c.entity, c.queue, c.kind, c.tenant, c.payload
+    SELECT c.id, c.priority, c.run_at, c.entity, c.queue, c.kind, c.tenant, c.payload, c.limit_weight
     FROM unnest($1::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity, j.queue, j.kind, j.tenant, j.payload
+        SELECT j.id, j.priority, j.run_at, j.entity, j.queue, j.kind, j.tenant, j.payload, j.limit_weight
         FROM {{schema}}.jobs AS j
         WHERE j.queue = q.name
           AND {{claimable}}
           AND NOT EXISTS (SELECT 1 FROM lim AS l JOIN full_keys AS f ON f.name = l.name
                           WHERE {{limit_covers}} AND f.key = {{limit_key}})
+          -- A weighted job (the rest have weight 1, which the full values
+          -- above account for) only where every rate limit covering it has
+          -- room for its weight now, so heavy jobs that cannot start do not
+          -- fill the batch's candidates ahead of light ones that can.
+          AND (j.limit_weight IS NULL OR NOT EXISTS (
+                SELECT 1 FROM lim AS l
+                CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+                LEFT JOIN used AS u ON u.name = l.name AND u.key = k.key
+                WHERE l.rate IS NOT NULL AND {{limit_covers}} AND k.key IS NOT NULL
+                  AND coalesce(u.n, 0) + j.limit_weight > l.cap))
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $3
         FOR NO KEY UPDATE SKIP LOCKED
@@ -215,14 +233,16 @@ candidates AS (
     WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 ),
 over_limit AS (
-    -- The n-th candidate of a limit's value in claim order counts on top of
-    -- the running ones; past the limit it stays ready. (A job refused by
-    -- one limit still counts in another's order: the batch may take fewer
-    -- than it could, never more than it may.)
+    -- The candidates of a limit's value up to this one in claim order (their
+    -- weights, under a rate limit) count on top of what the limit counts
+    -- now; past the limit it stays ready. (A job refused by one limit still
+    -- counts in another's order, and in its own limit's after it: the batch
+    -- may take fewer than it could, never more than it may.)
     SELECT DISTINCT r.id FROM (
         SELECT j.id, l.cap,
-               coalesce(u.n, 0) + row_number() OVER (PARTITION BY l.name, k.key
-                                                     ORDER BY j.priority DESC, j.run_at, j.id) AS nth
+               coalesce(u.n, 0) + sum(CASE WHEN l.rate IS NULL THEN 1 ELSE coalesce(j.limit_weight, 1) END)
+                   OVER (PARTITION BY l.name, k.key ORDER BY j.priority DESC, j.run_at, j.id
+                         ROWS UNBOUNDED PRECEDING) AS nth
         FROM candidates AS j
         JOIN lim AS l ON {{limit_covers}}
         CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
@@ -240,10 +260,12 @@ claimed AS (
 {{claim_update}}
 ),
 started AS (
-    -- The starts rate limits count, written under their locks.
-    INSERT INTO {{schema}}.limit_starts (name, key, at)
-    SELECT l.name, k.key, t.at
+    -- The starts rate limits count, with their weights, written under
+    -- their locks.
+    INSERT INTO {{schema}}.limit_starts (name, key, at, weight)
+    SELECT l.name, k.key, t.at, coalesce(c.limit_weight, 1)
     FROM claimed AS j
+    JOIN candidates AS c ON c.id = j.id
     CROSS JOIN clock AS t
     JOIN lim AS l ON l.rate IS NOT NULL AND {{limit_covers}}
     CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k

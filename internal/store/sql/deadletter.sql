@@ -51,8 +51,10 @@ d AS (
     RETURNING d.*
 ),
 ins AS (
-    INSERT INTO {{schema}}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity, metadata)
-    SELECT d.queue, d.kind, d.payload, d.priority, now(), d.max_attempts, d.unique_key, d.tenant, d.entity, d.metadata
+    INSERT INTO {{schema}}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity, metadata,
+                                 limit_weight)
+    SELECT d.queue, d.kind, d.payload, d.priority, now(), d.max_attempts, d.unique_key, d.tenant, d.entity, d.metadata,
+           d.limit_weight
     FROM d
     ORDER BY d.dead_at, d.id
     RETURNING id, queue

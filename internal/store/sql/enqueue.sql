@@ -3,11 +3,11 @@
 -- A delay is added to the database clock, never the client's.
 --   $1 queue $2 kind $3 payload $4 priority $5 run_at (NULL = now + $11)
 --   $6 max_attempts $7 unique_key $8 tenant $9 entity $10 bump $11 delay (microseconds)
---   $12 metadata (NULL: none)
+--   $12 metadata (NULL: none)   $13 limit_weight (NULL: 1)
 SELECT e.id, e.inserted
 FROM {{schema}}.enqueue_job($1, $2, $3::jsonb, $4,
                             COALESCE($5::timestamptz, now() + $11::bigint * interval '1 microsecond'),
-                            $6, $7, $8, $9, $10, $12::jsonb) AS e;
+                            $6, $7, $8, $9, $10, $12::jsonb, $13::integer) AS e;
 
 -- name: notify_queues
 -- Wake-up for a bulk load, sent inside its transaction (delivered on commit).

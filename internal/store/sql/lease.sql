@@ -44,9 +44,9 @@ WITH done AS (
     RETURNING j.*
 )
 INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata)
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight)
 SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight
 FROM done AS d
 RETURNING id;
 
@@ -79,9 +79,9 @@ WITH d AS (
     RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error
 )
 INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
-                                  reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata)
+                                  reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
 SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.queue, d.kind,
-       d.dead_reason, d.locked_by, d.unique_key, d.tenant, d.entity, COALESCE(d.dead_error, d.last_error), d.payload, d.metadata
+       d.dead_reason, d.locked_by, d.unique_key, d.tenant, d.entity, COALESCE(d.dead_error, d.last_error), d.payload, d.metadata, d.limit_weight
 FROM d
 RETURNING id;
 
@@ -118,11 +118,11 @@ dead AS (
 ),
 buried AS (
     INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
-                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata)
+                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
     SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.queue, d.kind,
            CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'lease_expired' END,
            d.locked_by, d.unique_key, d.tenant, d.entity,
-           'lease expired: worker ' || d.locked_by || ' stopped heartbeating', d.payload, d.metadata
+           'lease expired: worker ' || d.locked_by || ' stopped heartbeating', d.payload, d.metadata, d.limit_weight
     FROM dead AS d
     RETURNING id
 )
@@ -139,9 +139,9 @@ WITH r AS (
 ),
 buried AS (
     INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
-                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata)
+                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
     SELECT r.id, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at, r.queue, r.kind,
-           'cancelled', r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload, r.metadata
+           'cancelled', r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload, r.metadata, r.limit_weight
     FROM r
     RETURNING id
 ),
@@ -202,9 +202,9 @@ WITH done AS (
     RETURNING j.*
 )
 INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata)
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight)
 SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight
 FROM done AS d
 RETURNING id;
 

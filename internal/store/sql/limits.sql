@@ -28,15 +28,18 @@ WHERE s.ctid IN (
     LIMIT $1);
 
 -- name: limit_list
--- Every limit with its use now: what it counts (running jobs, or starts in
--- its window) in all and in its fullest partition value, and the values at
--- the limit; with $1, also the ready jobs it covers and how long the oldest
--- due one has waited (a scan of the covered backlog: for the CLI and doctor,
--- not for every metrics scrape).
+-- Every limit with its use now: what it counts (running jobs, or the
+-- weights of the starts in its window) in all and in its fullest partition
+-- value, and the values at the limit; with $1, also the ready jobs it
+-- covers, how long the oldest due one has waited, and how many of them are
+-- heavier than a rate limit's rate (limit_weight, migration 014: they can
+-- never start under it) (a scan of the covered backlog: for the CLI and
+-- doctor, not for every metrics scrape).
 SELECT l.name, coalesce(l.queue, ''), coalesce(l.kind, ''), coalesce(l.partition, ''),
        coalesce(l.concurrency, 0), coalesce(l.rate, 0), coalesce(extract(epoch FROM l.per), 0)::float8,
        coalesce(u.max_used, 0)::bigint, coalesce(u.full_values, 0)::bigint, coalesce(u.used, 0)::bigint,
-       coalesce(r.ready, 0)::bigint, coalesce(r.oldest_due_age, 0)::float8, l.updated_at
+       coalesce(r.ready, 0)::bigint, coalesce(r.oldest_due_age, 0)::float8, l.updated_at,
+       coalesce(r.too_heavy, 0)::bigint
 FROM {{schema}}.limits AS l
 LEFT JOIN LATERAL (
     SELECT max(c.n) AS max_used, count(*) FILTER (WHERE c.n >= coalesce(l.concurrency, l.rate)) AS full_values,
@@ -47,14 +50,15 @@ LEFT JOIN LATERAL (
           WHERE l.rate IS NULL AND j.state = 'running' AND {{limit_covers}} AND k.key IS NOT NULL
           GROUP BY k.key
         UNION ALL
-          SELECT s.key, count(*)
+          SELECT s.key, sum(s.weight)
           FROM {{schema}}.limit_starts AS s
           WHERE l.rate IS NOT NULL AND s.name = l.name AND s.at > now() - l.per
           GROUP BY s.key) AS c
 ) AS u ON true
 LEFT JOIN LATERAL (
     SELECT count(*) AS ready,
-           extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now())) AS oldest_due_age
+           extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now())) AS oldest_due_age,
+           count(*) FILTER (WHERE j.limit_weight > l.rate) AS too_heavy
     FROM {{schema}}.jobs AS j
     WHERE $1::boolean AND j.state = 'ready' AND {{limit_covers}}
 ) AS r ON true
@@ -71,16 +75,53 @@ ORDER BY l.name;
 
 -- name: limit_next_start
 -- How long, in seconds by the database clock, until the first of the rate
--- limits $1 that is full in some partition value has room there again: the
--- oldest start in that value's window leaves it. NULL when none is full
--- (what held a claim back, if anything, was not a rate window). A claimer
--- whose limited claim came back short sleeps this long instead of polling.
-SELECT greatest(extract(epoch FROM min(f.frees) - clock_timestamp()), 0)::float8
-FROM (
-    SELECT min(s.at) + l.per AS frees
+-- limits $1 that holds jobs back in some partition value has room there
+-- again, and NULL when none does (what held a claim back, if anything, was
+-- not a rate window). A value holds back a job of weight 1 when its window
+-- is full (the weights started within it reach the rate), and a due ready
+-- job of weight w (jobs.limit_weight, migration 014; the lightest such job
+-- of the value, read from the small jobs_ready_weighted index) when the
+-- room left is below w. Room for the lighter of the two comes back when the
+-- window's starts leave it, oldest first, until what is left is at most the
+-- rate minus that weight. A claimer whose limited claim came back short
+-- sleeps this long instead of polling.
+-- (greatest() ignores a NULL argument: without the CASE, "none" came back
+-- as 0, "claim again now", and an idle rate-limited pool claimed every
+-- millisecond.)
+--   $1 limit names text[]
+WITH lim AS (
+    SELECT l.name, l.queue, l.kind, l.partition, l.rate, l.per
     FROM {{schema}}.limits AS l
-    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > clock_timestamp() - l.per
     WHERE l.name = ANY ($1::text[]) AND l.rate IS NOT NULL
-    GROUP BY l.name, l.per, l.rate, s.key
-    HAVING count(*) >= l.rate
-) AS f;
+),
+windows AS (
+    SELECT l.name, s.key, s.at, l.per, l.rate,
+           sum(s.weight) OVER (PARTITION BY l.name, s.key) AS total,
+           -- What has left the window once this start has.
+           sum(s.weight) OVER (PARTITION BY l.name, s.key ORDER BY s.at
+                               ROWS UNBOUNDED PRECEDING) AS gone
+    FROM lim AS l
+    JOIN {{schema}}.limit_starts AS s ON s.name = l.name AND s.at > clock_timestamp() - l.per
+),
+lightest_need AS (
+    -- Per value, the lightest due weighted job waiting under the limit
+    -- (one heavier than the rate never starts: left out).
+    SELECT l.name, k.key, min(j.limit_weight) AS w
+    FROM lim AS l
+    JOIN {{schema}}.jobs AS j ON j.state = 'ready' AND j.limit_weight IS NOT NULL AND {{limit_covers}}
+    CROSS JOIN LATERAL (SELECT {{limit_key}} AS key) AS k
+    WHERE j.run_at <= now() AND j.limit_weight <= l.rate AND k.key IS NOT NULL
+    GROUP BY l.name, k.key
+),
+needs AS (
+    -- The weight a value must make room for: 1 when its window is full,
+    -- else its lightest waiting weighted job's (none: nothing held back).
+    SELECT w.at, w.per, w.rate, w.total, w.gone,
+           CASE WHEN w.total >= w.rate THEN 1 ELSE n.w END AS need
+    FROM windows AS w
+    LEFT JOIN lightest_need AS n ON n.name = w.name AND n.key = w.key
+)
+SELECT CASE WHEN min(x.at + x.per) IS NOT NULL
+            THEN greatest(extract(epoch FROM min(x.at + x.per) - clock_timestamp()), 0)::float8 END
+FROM needs AS x
+WHERE x.total + x.need > x.rate AND x.total - x.gone + x.need <= x.rate;
