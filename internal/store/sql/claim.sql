@@ -427,14 +427,15 @@ visited AS (
     -- Per queue, the last tenant visited: the next claim's cursor.
     SELECT DISTINCT ON (t.queue) t.queue, t.tenant FROM tenants AS t ORDER BY t.queue, t.n DESC
 ),
-candidates AS (
+shares AS (
     -- Shares: each visited tenant's first $6 × w jobs in claim order, with
     -- the tenant's turn (n: its place in the visit; jobs without a tenant go
     -- first) and the round each job falls in (ord: a tenant of weight w
     -- has w jobs in each round). A tenant whose first job the visit found
     -- claimable has that job as its first share; its jobs are read again
     -- only when it is to have more than one (weights, or fewer than $3
-    -- tenants visited). A job listed twice is one candidate (best).
+    -- tenants visited, and then only when there is more than one). A job
+    -- listed twice is one candidate (best).
     SELECT 0 AS rank, 1 AS ord, t.n, t.id, t.priority, t.run_at, t.entity
     FROM tenants AS t
     WHERE t.ok
@@ -451,7 +452,11 @@ candidates AS (
         -- Weights of $3 visited or more: their first rounds fill the batch.
         LIMIT CASE WHEN (SELECT sum(v.w) FROM tenants AS v) >= $3 THEN t.w ELSE $6 * t.w END
     ) AS c
-    WHERE NOT t.ok OR t.w > 1 OR (SELECT sum(v.w) FROM tenants AS v) < $3
+    -- A lone visited tenant's jobs after its first are left to spare
+    -- capacity, which reads them in the same order: a second read of the
+    -- same jobs made a tenant draining alone cost two claims.
+    WHERE NOT t.ok
+       OR ((t.w > 1 OR (SELECT sum(v.w) FROM tenants AS v) < $3) AND (SELECT count(*) FROM tenants AS v) > 1)
   UNION ALL
     SELECT 0, c.ord, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
@@ -464,8 +469,14 @@ candidates AS (
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
     ) AS c
+),
+candidates AS (
+    SELECT * FROM shares
   UNION ALL
     -- Spare capacity: the queue's next jobs in claim order, any tenant.
+    -- Read only when the shares cannot fill the batch (best ranks spare
+    -- after every share, so it would take none of them): with a batch's
+    -- worth of tenants visited, this read was as long as a plain claim's.
     SELECT 1, 0, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
     CROSS JOIN LATERAL (
@@ -476,6 +487,7 @@ candidates AS (
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $3
     ) AS c
+    WHERE (SELECT count(DISTINCT COALESCE(s.entity, s.id::text)) FROM shares AS s) < $3
 ),
 best AS (
     -- Shares in rounds: every visited tenant's first job (in visit order),
