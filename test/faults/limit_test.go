@@ -21,7 +21,8 @@ import (
 // job leaving running; replay order never counts a job as running that the
 // claimer had already seen leave). The dead worker's slots come back when
 // its leases are reaped, the queue drains, no one-second window of the
-// recorded starts holds more than 25, and the checker's invariants hold.
+// recorded starts weighs more than 25 (every third job weighs 3), and the
+// checker's invariants hold.
 func TestLimitHoldsThroughKill9AndSIGSTOP(t *testing.T) {
 	t.Parallel()
 	limitUnderFaults(t, 3, 25)
@@ -39,8 +40,9 @@ func TestLimitWithRoomHoldsThroughKill9AndSIGSTOP(t *testing.T) {
 
 // limitUnderFaults runs 60 jobs through three workers (started with
 // workerArgs) under a concurrency limit on the jobs' kind and, when rate is
-// positive, a rate limit of rate starts a second on their queue, killing one
-// worker with SIGKILL and freezing another past its lease.
+// positive, a rate limit of rate starts a second on their queue (every
+// third job weighing 3), killing one worker with SIGKILL and freezing
+// another past its lease.
 func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -48,7 +50,20 @@ func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 	if rate > 0 { // checked over every window of the run
 		require.NoError(t, e.client.SetLimit(ctx, skiplock.Limit{Name: "pace", Queue: "default", Rate: rate, Per: time.Second}))
 	}
-	ids := e.enqueue(60, job{Sleep: []int{60, 120}}, 10)
+	// Under a rate limit every third job weighs 3 (EnqueueParams.LimitWeight):
+	// the windows count weights, not starts.
+	var ids []int64
+	weight := map[int64]int{}
+	for i := range 60 {
+		w := 1
+		if rate > 0 && i%3 == 0 {
+			w = 3
+		}
+		r, err := e.client.Enqueue(ctx, skiplock.EnqueueParams{Kind: "job", Payload: job{Sleep: []int{60, 120}}, MaxAttempts: 10, LimitWeight: w})
+		require.NoError(t, err)
+		ids = append(ids, r.ID)
+		weight[r.ID] = w
+	}
 
 	sampleCtx, stop := context.WithCancel(ctx)
 	var (
@@ -110,16 +125,31 @@ func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 	require.Greater(t, claims, len(ids), "the faults should have cost re-claims")
 	require.Positive(t, e.count("SELECT count(*) FROM public.audit WHERE tbl = 'jobs' AND reaper"), "the killed or frozen worker's leases should have been reaped")
 	if rate > 0 {
-		// The rate limit over every one-second window ending at a recorded start.
-		var worstWindow, starts int
+		// The rate limit over every one-second window ending at a recorded
+		// start, in weight: no window may weigh more than the rate.
+		var worstWindow, starts, startWeight int
 		require.NoError(t, e.pool.QueryRow(ctx, `
-			SELECT coalesce(max(n), 0), count(*) FROM (
-				SELECT (SELECT count(*) FROM skiplock.limit_starts AS o
+			SELECT coalesce(max(n), 0), count(*), coalesce(sum(w), 0) FROM (
+				SELECT s.weight AS w,
+				       (SELECT sum(o.weight) FROM skiplock.limit_starts AS o
 				        WHERE o.name = s.name AND o.at > s.at - interval '1 second' AND o.at <= s.at) AS n
-				FROM skiplock.limit_starts AS s WHERE s.name = 'pace') AS x`).Scan(&worstWindow, &starts))
-		t.Logf("rate limit: %d recorded starts, at most %d in any one-second window (limit %d)", starts, worstWindow, rate)
+				FROM skiplock.limit_starts AS s WHERE s.name = 'pace') AS x`).Scan(&worstWindow, &starts, &startWeight))
+		t.Logf("rate limit: %d recorded starts weighing %d, at most %d in any one-second window (limit %d)", starts, startWeight, worstWindow, rate)
 		require.Equal(t, claims, starts, "every claim recorded its start")
 		require.LessOrEqual(t, worstWindow, rate)
+		// Every start weighed what its job weighs, by the run history: the
+		// weights of the claimed jobs, re-claims included.
+		jobIDs, weights := make([]int64, 0, len(weight)), make([]int32, 0, len(weight))
+		for id, w := range weight {
+			jobIDs, weights = append(jobIDs, id), append(weights, int32(w))
+		}
+		var claimedWeight int
+		require.NoError(t, e.pool.QueryRow(ctx, `
+			SELECT coalesce(sum(w.weight), 0)
+			FROM public.audit AS a JOIN unnest($1::bigint[], $2::int[]) AS w(id, weight) ON w.id = a.job_id
+			WHERE a.tbl = 'jobs' AND a.new_state = 'running' AND a.old_state IS DISTINCT FROM 'running'`,
+			jobIDs, weights).Scan(&claimedWeight))
+		require.Equal(t, claimedWeight, startWeight, "the recorded starts weigh what the claimed jobs weigh")
 	}
 	checkInvariants(t, e, checkOpts{committed: ids})
 }
