@@ -125,6 +125,7 @@ func work(args []string) error {
 	backoff := fs.Duration("backoff", 200*time.Millisecond, "retry delay")
 	drain := fs.Duration("drain", 10*time.Second, "drain timeout at SIGTERM")
 	archive := fs.Bool("archive", false, "archive completed jobs into jobs_done")
+	tenantCap := fs.Int("tenant-cap", 0, "the pool's tenant cap (0: plain claim order)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -150,7 +151,7 @@ func work(args []string) error {
 		Logger: log, WorkerID: *id, LeaseDuration: *lease, HeartbeatInterval: *heartbeat,
 		ReaperInterval: *reaper, PollInterval: *poll, ArchiveCompleted: *archive,
 		Backoff: func(int) time.Duration { return *backoff },
-		Pools:   []skiplock.WorkerPool{{Queues: []string{*queue}, Concurrency: *concurrency, BatchSize: *batch}},
+		Pools:   []skiplock.WorkerPool{{Queues: []string{*queue}, Concurrency: *concurrency, BatchSize: *batch, TenantCap: *tenantCap}},
 	})
 	if err != nil {
 		return err
