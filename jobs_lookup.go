@@ -108,6 +108,10 @@ type JobRecord struct {
 	// Metadata is the job's metadata (trace context, tags; never the
 	// payload), set by JobGet; nil when the job has none and in JobList.
 	Metadata Metadata `json:"metadata,omitempty"`
+	// LimitWeight is how many starts the job counts as in the rate limits
+	// that cover it (EnqueueParams.LimitWeight), set by JobGet: 1 unless it
+	// was enqueued heavier; 0 in JobList.
+	LimitWeight int `json:"limit_weight,omitempty"`
 }
 
 func recordOf(r store.JobRow) JobRecord {
@@ -124,6 +128,9 @@ func recordOf(r store.JobRow) JobRecord {
 		Tenant: str(r.Tenant), Entity: str(r.Entity), CancelRequested: r.CancelRequested}
 	if r.MaxAttempts != nil {
 		rec.MaxAttempts = *r.MaxAttempts
+	}
+	if r.LimitWeight != nil {
+		rec.LimitWeight = int(*r.LimitWeight)
 	}
 	if len(r.Metadata) > 0 {
 		// Stored by enqueue_job after validate_metadata: always an object.
@@ -170,6 +177,9 @@ func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
 		return nil, jobNotFound("get", id)
 	}
 	rec := recordOf(row)
+	if rec.LimitWeight == 0 {
+		rec.LimitWeight = 1 // stored as NULL
+	}
 	return &rec, nil
 }
 

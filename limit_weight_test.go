@@ -3,7 +3,6 @@ package skiplock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,13 +152,14 @@ func TestLimitWeightSurvivesRetryAndDeadLetter(t *testing.T) {
 		}
 		return nil
 	}))
+	// JobGet finds the job wherever it is: in flight, dead or in the history.
 	weightOf := func(table string, id int64) int {
-		var w *int
-		require.NoError(t, db.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT limit_weight FROM skiplock.%s WHERE id = $1`, table), id).Scan(&w))
-		if w == nil {
-			return 1
-		}
-		return *w
+		rec, err := c.JobGet(ctx, id)
+		require.NoError(t, err)
+		want := map[string][]skiplock.JobState{"jobs": {skiplock.JobStateReady, skiplock.JobStateScheduled},
+			"jobs_dead": {skiplock.JobStateDead}, "jobs_done": {skiplock.JobStateCompleted}}[table]
+		require.Contains(t, want, rec.State, "job %d is not in %s", id, table)
+		return rec.LimitWeight
 	}
 	res, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "w", LimitWeight: 4, MaxAttempts: 2})
 	require.NoError(t, err)

@@ -143,6 +143,9 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 	line("unique_key", j.UniqueKey)
 	line("tenant", j.Tenant)
 	line("entity", j.Entity)
+	if j.LimitWeight > 1 {
+		line("limit_weight", strconv.Itoa(j.LimitWeight))
+	}
 	line("last_error", oneLine(j.LastError))
 	if len(j.Metadata) > 0 {
 		if b, err := json.Marshal(j.Metadata); err == nil {

@@ -15,13 +15,18 @@ import (
 )
 
 // enqueue --limit-weight and the NDJSON "limit_weight" key store the weight
-// (1 as NULL); a weight out of range is a usage error naming the flag or
-// key and writes nothing; limit list shows ready jobs heavier than a rate.
+// (1 as NULL) and job get shows it; a weight out of range is a usage error
+// naming the flag or key and writes nothing; limit list shows ready jobs
+// heavier than a rate.
 func TestEnqueueLimitWeightCLI(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
-	code, _, stderr := runCLI(t, "enqueue", "--database-url", db.URL, "--kind", "k", "--limit-weight", "5")
+	code, out, stderr := runCLI(t, "enqueue", "--database-url", db.URL, "--kind", "k", "--limit-weight", "5")
 	require.Equal(t, 0, code, stderr)
+	heavy := strings.TrimSpace(out)
+	code, out, stderr = runCLI(t, "job", "get", heavy, "--database-url", db.URL)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `limit_weight\s+5`, out, "job get shows the weight")
 	file := filepath.Join(t.TempDir(), "jobs.ndjson")
 	require.NoError(t, os.WriteFile(file, []byte(`{"kind":"k","limit_weight":3}`+"\n"+`{"kind":"k","limit_weight":null}`+"\n"+
 		`{"kind":"k","limit_weight":1}`+"\n"), 0o600))
@@ -52,7 +57,7 @@ func TestEnqueueLimitWeightCLI(t *testing.T) {
 
 	code, _, stderr = runCLI(t, "limit", "set", "api", "--database-url", db.URL, "--kind", "k", "--rate", "4", "--per", "1m")
 	require.Equal(t, 0, code, stderr)
-	code, out, stderr := runCLI(t, "limit", "list", "--database-url", db.URL, "--json")
+	code, out, stderr = runCLI(t, "limit", "list", "--database-url", db.URL, "--json")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, `"too_heavy":1`, "the weight-5 job")
 	var parsed any

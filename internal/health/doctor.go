@@ -756,7 +756,9 @@ const limitHeldTooLong = 5 * time.Minute
 
 // checkLimits warns about a concurrency limit that is full while due jobs
 // it covers have waited longer than limitHeldTooLong: the limit, not the
-// workers, is what holds them back (set it higher, or accept the wait).
+// workers, is what holds them back (set it higher, or accept the wait); and
+// about ready jobs heavier than a rate limit's rate, which never start
+// under it (naming the first few by id).
 func (d *doctor) checkLimits(ctx context.Context) Check {
 	const name = "limits"
 	qctx, cancel := d.timeout(ctx)
@@ -773,7 +775,16 @@ func (d *doctor) checkLimits(ctx context.Context) Check {
 	var held, heavy []string
 	for _, l := range ls {
 		if l.TooHeavy > 0 {
-			heavy = append(heavy, fmt.Sprintf("%s (%d ready job(s) weigh more than its rate of %d)", l.Name, l.TooHeavy, l.Rate))
+			ids := make([]string, len(l.TooHeavyIDs))
+			for i, id := range l.TooHeavyIDs {
+				ids[i] = strconv.FormatInt(id, 10)
+			}
+			more := ""
+			if l.TooHeavy > int64(len(ids)) {
+				more = ", …"
+			}
+			heavy = append(heavy, fmt.Sprintf("%s (%d ready job(s) weigh more than its rate of %d: ids %s%s)",
+				l.Name, l.TooHeavy, l.Rate, strings.Join(ids, ", "), more))
 		}
 		if l.FullValues > 0 && secs(l.OldestDue) > limitHeldTooLong {
 			what := fmt.Sprintf("%d running, %d value(s) at its limit of %d", l.Used, l.FullValues, l.Concurrency)

@@ -56,6 +56,20 @@ func insertDead(t *testing.T, db *dbtest.DB, queue, kind string, n int, deadAgo 
 	return ids
 }
 
+// doctorCheck runs the doctor and returns its check of this name.
+func doctorCheck(t *testing.T, db *dbtest.DB, name string) health.Check {
+	t.Helper()
+	checks, err := health.Doctor(context.Background(), db.Pool, db.Schema)
+	require.NoError(t, err)
+	for _, c := range checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("the doctor ran no %s check", name)
+	return health.Check{}
+}
+
 func count(t *testing.T, db *dbtest.DB, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
@@ -568,21 +582,15 @@ func TestDoctorNamesALimitHoldingJobsBack(t *testing.T) {
 		VALUES ('default', 'send', 'running', 'w', 1, now() + interval '1 hour');
 		INSERT INTO skiplock.jobs (queue, kind, run_at) VALUES ('default', 'send', now() - interval '10 minutes');`)
 	require.NoError(t, err)
-	checks, err := health.Doctor(ctx, db.Pool, "skiplock")
-	require.NoError(t, err)
-	var c health.Check
-	for _, x := range checks {
-		if x.Name == "limits" {
-			c = x
-		}
-	}
+	c := doctorCheck(t, db, "limits")
 	require.Equal(t, health.StatusWarn, c.Status, "%+v", c)
 	require.Contains(t, c.Figure, "email (1 running, 1 value(s) at its limit of 1, oldest due job waiting 10m")
 	require.Contains(t, c.Fix, "skiplock limit set")
 }
 
 // Ready jobs heavier than a rate limit's rate can never start under it:
-// doctor's limits check names the limit and how many, with the way out.
+// doctor's limits check names the limit, how many and which, with the way
+// out.
 func TestDoctorNamesJobsTooHeavyForARateLimit(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
@@ -591,15 +599,10 @@ func TestDoctorNamesJobsTooHeavyForARateLimit(t *testing.T) {
 		INSERT INTO skiplock.limits (name, kind, rate, per) VALUES ('partner', 'call', 10, interval '1 minute');
 		INSERT INTO skiplock.jobs (queue, kind, limit_weight) VALUES ('default', 'call', 11), ('default', 'call', 10);`)
 	require.NoError(t, err)
-	checks, err := health.Doctor(ctx, db.Pool, "skiplock")
-	require.NoError(t, err)
-	var c health.Check
-	for _, x := range checks {
-		if x.Name == "limits" {
-			c = x
-		}
-	}
+	c := doctorCheck(t, db, "limits")
 	require.Equal(t, health.StatusWarn, c.Status, "%+v", c)
-	require.Contains(t, c.Figure, "jobs that can never start: partner (1 ready job(s) weigh more than its rate of 10)")
+	var heavy int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT id FROM skiplock.jobs WHERE limit_weight = 11`).Scan(&heavy))
+	require.Contains(t, c.Figure, fmt.Sprintf("jobs that can never start: partner (1 ready job(s) weigh more than its rate of 10: ids %d)", heavy))
 	require.Contains(t, c.Fix, "--limit-weight")
 }

@@ -28,6 +28,8 @@ type LimitUse struct {
 	OldestDue  float64 // seconds the oldest due ready job it covers has waited (with backlog)
 	UpdatedAt  time.Time
 	TooHeavy   int64 // ready jobs it covers heavier than its rate: never started (with backlog)
+	// TooHeavyIDs are the first five of those, lowest id first.
+	TooHeavyIDs []int64
 }
 
 // SetLimit creates or replaces a limit (validated by the caller; the
@@ -65,7 +67,7 @@ func (s *Store) ListLimits(ctx context.Context, db DBTX, backlog bool) ([]LimitU
 		var perSeconds float64
 		err := r.Scan(&u.Name, &u.Queue, &u.Kind, &u.Partition, &u.Concurrency, &u.Rate, &perSeconds,
 			&u.MaxUsed, &u.FullValues, &u.Used, &u.Ready, &u.OldestDue, &u.UpdatedAt,
-			&u.TooHeavy)
+			&u.TooHeavy, &u.TooHeavyIDs)
 		u.Per = time.Duration(perSeconds * float64(time.Second))
 		return u, err
 	})

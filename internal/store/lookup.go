@@ -30,6 +30,7 @@ type JobRow struct {
 	LastError       *string
 	CancelRequested bool
 	Metadata        []byte // the job's metadata JSON object (nil: none)
+	LimitWeight     *int32 // its weight in rate limits (nil: 1; job_get only)
 }
 
 // JobGet returns one job by id; found is false when no table has it.
@@ -37,7 +38,7 @@ func (s *Store) JobGet(ctx context.Context, db DBTX, id int64) (row JobRow, foun
 	err = db.QueryRow(ctx, s.SQL("job_get"), id).Scan(&row.ID, &row.State, &row.Queue, &row.Kind, &row.Priority,
 		&row.Attempts, &row.MaxAttempts, &row.RunAt, &row.CreatedAt, &row.AttemptedAt, &row.FinishedAt, &row.Outcome,
 		&row.LeaseExpiresAt, &row.LockedBy, &row.UniqueKey, &row.Tenant, &row.Entity, &row.LastError,
-		&row.CancelRequested, &row.Metadata)
+		&row.CancelRequested, &row.Metadata, &row.LimitWeight)
 	if isNoRows(err) {
 		return row, false, nil
 	}

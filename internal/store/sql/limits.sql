@@ -32,14 +32,14 @@ WHERE s.ctid IN (
 -- weights of the starts in its window) in all and in its fullest partition
 -- value, and the values at the limit; with $1, also the ready jobs it
 -- covers, how long the oldest due one has waited, and how many of them are
--- heavier than a rate limit's rate (limit_weight, migration 014: they can
--- never start under it) (a scan of the covered backlog: for the CLI and
+-- heavier than a rate limit's rate, with the ids of the first five
+-- (limit_weight, migration 014: they can never start under it) (a scan of the covered backlog: for the CLI and
 -- doctor, not for every metrics scrape).
 SELECT l.name, coalesce(l.queue, ''), coalesce(l.kind, ''), coalesce(l.partition, ''),
        coalesce(l.concurrency, 0), coalesce(l.rate, 0), coalesce(extract(epoch FROM l.per), 0)::float8,
        coalesce(u.max_used, 0)::bigint, coalesce(u.full_values, 0)::bigint, coalesce(u.used, 0)::bigint,
        coalesce(r.ready, 0)::bigint, coalesce(r.oldest_due_age, 0)::float8, l.updated_at,
-       coalesce(r.too_heavy, 0)::bigint
+       coalesce(r.too_heavy, 0)::bigint, coalesce(r.too_heavy_ids, '{}')
 FROM {{schema}}.limits AS l
 LEFT JOIN LATERAL (
     SELECT max(c.n) AS max_used, count(*) FILTER (WHERE c.n >= coalesce(l.concurrency, l.rate)) AS full_values,
@@ -58,7 +58,8 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
     SELECT count(*) AS ready,
            extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now())) AS oldest_due_age,
-           count(*) FILTER (WHERE j.limit_weight > l.rate) AS too_heavy
+           count(*) FILTER (WHERE j.limit_weight > l.rate) AS too_heavy,
+           (array_agg(j.id ORDER BY j.id) FILTER (WHERE j.limit_weight > l.rate))[1:5] AS too_heavy_ids
     FROM {{schema}}.jobs AS j
     WHERE $1::boolean AND j.state = 'ready' AND {{limit_covers}}
 ) AS r ON true

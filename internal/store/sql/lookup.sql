@@ -9,22 +9,23 @@
 -- One job. The states: ready (due), scheduled (ready, run_at in the future),
 -- running, dead (outcome = its reason) and completed (outcome 'completed').
 -- finished_at is the dead_at of a dead job and the finished_at of a
--- completed one. The first branch that finds the id ends the scan.
+-- completed one. limit_weight is NULL for weight 1 (migration 014). The
+-- first branch that finds the id ends the scan.
 --   $1 id
 (SELECT j.id, CASE WHEN j.state = 'ready' AND j.run_at > now() THEN 'scheduled' ELSE j.state END,
         j.queue, j.kind, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.attempted_at,
         NULL::timestamptz, NULL::text, j.lease_expires_at, j.locked_by, j.unique_key, j.tenant, j.entity,
-        j.last_error, j.cancel_requested, j.metadata
+        j.last_error, j.cancel_requested, j.metadata, j.limit_weight
  FROM {{schema}}.jobs AS j WHERE j.id = $1)
 UNION ALL
 (SELECT d.id, 'dead', d.queue, d.kind, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, NULL,
         d.dead_at, d.reason, NULL, d.locked_by, d.unique_key, d.tenant, d.entity,
-        d.last_error, false, d.metadata
+        d.last_error, false, d.metadata, d.limit_weight
  FROM {{schema}}.jobs_dead AS d WHERE d.id = $1)
 UNION ALL
 (SELECT f.id, 'completed', f.queue, f.kind, f.priority, f.attempts, f.max_attempts, f.run_at, f.created_at,
         f.attempted_at, f.finished_at, 'completed', NULL, f.locked_by, NULL, f.tenant, f.entity,
-        f.last_error, false, f.metadata
+        f.last_error, false, f.metadata, f.limit_weight
  FROM {{schema}}.jobs_done AS f WHERE f.id = $1
  ORDER BY f.finished_at DESC LIMIT 1)
 LIMIT 1;
