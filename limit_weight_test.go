@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -202,20 +201,11 @@ func TestIdleRateLimitedPoolDoesNotSpin(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	claims := &claimCounter{}
-	pcfg.ConnConfig.Tracer = claims
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	c, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Second,
-		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 4, BatchSize: 10}}})
-	require.NoError(t, err)
+	c, claims := rateLimitedClient(t, db.URL)
 	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 5, Per: time.Minute}))
 	require.NoError(t, skiplock.Handle(c, "call", func(ctx context.Context, j *skiplock.Job[struct{}]) error { return nil }))
 	// One start in the window (not full), then an empty backlog.
-	_, err = c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "call", LimitWeight: 2})
+	_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "call", LimitWeight: 2})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })

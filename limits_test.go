@@ -308,6 +308,24 @@ func TestLimitsTakePrecedenceOverTheTenantCap(t *testing.T) {
 	require.Equal(t, int64(1), logs.n.Load(), "said once")
 }
 
+// rateLimitedClient is a client of one pool (concurrency 4, batch 10, poll
+// interval 10 s, so any claim sooner than that was woken) whose limited
+// claims are counted.
+func rateLimitedClient(t *testing.T, url string) (*skiplock.Client, *claimCounter) {
+	t.Helper()
+	pcfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	claims := &claimCounter{}
+	pcfg.ConnConfig.Tracer = claims
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Second,
+		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 4, BatchSize: 10}}})
+	require.NoError(t, err)
+	return c, claims
+}
+
 // claimCounter counts a pool's limited claims: every one takes the limits'
 // locks first (limit_locks), in a pipeline.
 type claimCounter struct{ n atomic.Int64 }
@@ -334,16 +352,7 @@ func TestRateLimitWakesWhenTheWindowFrees(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	pcfg, err := pgxpool.ParseConfig(db.URL)
-	require.NoError(t, err)
-	claims := &claimCounter{}
-	pcfg.ConnConfig.Tracer = claims
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	c, err := skiplock.NewClient(pool, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Second,
-		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 4, BatchSize: 10}}})
-	require.NoError(t, err)
+	c, claims := rateLimitedClient(t, db.URL)
 	const per, rate, jobs = 2 * time.Second, 3, 9
 	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: rate, Per: per}))
 	var done atomic.Int64
@@ -355,7 +364,7 @@ func TestRateLimitWakesWhenTheWindowFrees(t *testing.T) {
 	for i := 0; i < jobs; i++ {
 		ps = append(ps, skiplock.EnqueueParams{Kind: "call"})
 	}
-	_, err = c.EnqueueMany(ctx, ps)
+	_, err := c.EnqueueMany(ctx, ps)
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	require.Eventually(t, func() bool { return done.Load() == jobs }, 15*time.Second, 10*time.Millisecond)
