@@ -127,6 +127,32 @@ func TestCappedClaimLooksPastAnUnclaimableFirstJob(t *testing.T) {
 	}
 }
 
+// A visit that stops at its first tenant because that tenant's weight
+// fills the batch gives the tenant its whole round, though it is the only
+// tenant visited: a tenant with weight 2 gets both jobs of a batch of 2,
+// even with another tenant's jobs ahead of its second in claim order (the
+// tenant visited alone because it is the only one with ready jobs leaves
+// the rest to spare capacity instead).
+func TestCappedClaimGivesAWeightedTenantItsRoundInASmallBatch(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	seed(t, db, `INSERT INTO skiplock.tenant_weights (queue, tenant, weight) VALUES ('q', 'a', 2)`)
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority) VALUES
+		('q', 'k', 'a', 9), ('q', 'k', 'a', 0), ('q', 'k', 'b', 5), ('q', 'k', 'b', 5)`)
+	st := store.New("skiplock")
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	jobs, err := st.Claim(ctx, tx, store.ClaimParams{Queues: []string{"q"}, Batch: 2, WorkerID: benchWorker,
+		Lease: time.Minute, TenantCap: 1, TenantCursor: map[string]string{}})
+	require.NoError(t, err)
+	require.Len(t, jobs, 2)
+	for _, j := range jobs {
+		require.Equal(t, "a", j.Tenant, "the weight-2 tenant visited first has both jobs of its round")
+	}
+}
+
 // The capped claim's cost does not grow with the number of ready tenants:
 // it visits one batch of them per claim. Measured against the plain claim
 // on the same table (logged; timings are not asserted, the plan shape is).

@@ -432,10 +432,10 @@ shares AS (
     -- the tenant's turn (n: its place in the visit; jobs without a tenant go
     -- first) and the round each job falls in (ord: a tenant of weight w
     -- has w jobs in each round). A tenant whose first job the visit found
-    -- claimable has that job as its first share; its jobs are read again
-    -- only when it is to have more than one (weights, or fewer than $3
-    -- tenants visited, and then only when there is more than one). A job
-    -- listed twice is one candidate (best).
+    -- claimable has that job as its first share, and its jobs are read
+    -- again only when it is to have more than one: a weight above 1, or
+    -- fewer weights visited than the batch holds, unless it was the only
+    -- tenant to visit (below). A job listed twice is one candidate (best).
     SELECT 0 AS rank, 1 AS ord, t.n, t.id, t.priority, t.run_at, t.entity
     FROM tenants AS t
     WHERE t.ok
@@ -452,11 +452,13 @@ shares AS (
         -- Weights of $3 visited or more: their first rounds fill the batch.
         LIMIT CASE WHEN (SELECT sum(v.w) FROM tenants AS v) >= $3 THEN t.w ELSE $6 * t.w END
     ) AS c
-    -- A lone visited tenant's jobs after its first are left to spare
-    -- capacity, which reads them in the same order: a second read of the
-    -- same jobs made a tenant draining alone cost two claims.
+    -- The only tenant with ready jobs (one visited, and the visit ran out
+    -- of tenants before the batch's weights) leaves its jobs after the
+    -- first to spare capacity, which reads them in the same order: a second
+    -- read of the same jobs made a tenant draining alone cost two claims.
     WHERE NOT t.ok
-       OR ((t.w > 1 OR (SELECT sum(v.w) FROM tenants AS v) < $3) AND (SELECT count(*) FROM tenants AS v) > 1)
+       OR ((t.w > 1 OR (SELECT sum(v.w) FROM tenants AS v) < $3)
+           AND NOT ((SELECT count(*) FROM tenants AS v) = 1 AND (SELECT sum(v.w) FROM tenants AS v) < $3))
   UNION ALL
     SELECT 0, c.ord, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
