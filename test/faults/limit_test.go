@@ -90,13 +90,7 @@ func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 		}
 	}()
 
-	a, b, c := e.worker("a", workerArgs...), e.worker("b", workerArgs...), e.worker("c", workerArgs...)
-	waitFor(t, 15*time.Second, "a to run a job", func() bool { return e.inFlight(a.app) > 0 })
-	a.kill9(t) // its running jobs keep their slots until the reaper takes their leases
-	waitFor(t, 15*time.Second, "b to run a job", func() bool { return e.inFlight(b.app) > 0 })
-	b.signal(syscall.SIGSTOP)
-	time.Sleep(lease + 2*heartbeat) // frozen past its lease: reaped, re-run by c
-	b.signal(syscall.SIGCONT)
+	b, c := e.killOneFreezeOne(t, workerArgs...)
 	e.waitDrained(90 * time.Second)
 	stop()
 	<-sampled
@@ -152,4 +146,22 @@ func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 		require.Equal(t, claimedWeight, startWeight, "the recorded starts weigh what the claimed jobs weigh")
 	}
 	checkInvariants(t, e, checkOpts{committed: ids})
+}
+
+// killOneFreezeOne starts three workers a, b and c with args, kills a with
+// SIGKILL once it runs a job (its running jobs keep their slots until the
+// reaper takes their leases), then freezes b with SIGSTOP while it runs one,
+// past its lease (reaped, re-run by c), and thaws it. It returns b and c,
+// still running.
+func (e *env) killOneFreezeOne(t *testing.T, args ...string) (b, c *proc) {
+	t.Helper()
+	a := e.worker("a", args...)
+	b, c = e.worker("b", args...), e.worker("c", args...)
+	waitFor(t, 15*time.Second, "a to run a job", func() bool { return e.inFlight(a.app) > 0 })
+	a.kill9(t)
+	waitFor(t, 15*time.Second, "b to run a job", func() bool { return e.inFlight(b.app) > 0 })
+	b.signal(syscall.SIGSTOP)
+	time.Sleep(lease + 2*heartbeat)
+	b.signal(syscall.SIGCONT)
+	return b, c
 }

@@ -29,14 +29,7 @@ func TestTenantCapHoldsThroughKill9AndSIGSTOP(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, r.ID)
 	}
-	args := []string{"-tenant-cap", "2", "-batch", "4"}
-	a, b, c := e.worker("a", args...), e.worker("b", args...), e.worker("c", args...)
-	waitFor(t, 15*time.Second, "a to run a job", func() bool { return e.inFlight(a.app) > 0 })
-	a.kill9(t)
-	waitFor(t, 15*time.Second, "b to run a job", func() bool { return e.inFlight(b.app) > 0 })
-	b.signal(syscall.SIGSTOP)
-	time.Sleep(lease + 2*heartbeat)
-	b.signal(syscall.SIGCONT)
+	b, c := e.killOneFreezeOne(t, "-tenant-cap", "2", "-batch", "4")
 	e.waitDrained(90 * time.Second)
 	for _, p := range []*proc{b, c} {
 		p.signal(syscall.SIGTERM)
