@@ -427,6 +427,10 @@ visited AS (
     -- Per queue, the last tenant visited: the next claim's cursor.
     SELECT DISTINCT ON (t.queue) t.queue, t.tenant FROM tenants AS t ORDER BY t.queue, t.n DESC
 ),
+visit AS (
+    -- How many tenants the visit reached, and their weights.
+    SELECT count(*) AS tenants, coalesce(sum(t.w), 0) AS weights FROM tenants AS t
+),
 shares AS (
     -- Shares: each visited tenant's first $6 × w jobs in claim order, with
     -- the tenant's turn (n: its place in the visit; jobs without a tenant go
@@ -442,6 +446,7 @@ shares AS (
   UNION ALL
     SELECT 0, (c.ord + t.w - 1) / t.w, t.n, c.id, c.priority, c.run_at, c.entity
     FROM tenants AS t
+    CROSS JOIN visit AS v
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity,
                row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
@@ -450,15 +455,14 @@ shares AS (
           AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         -- Weights of $3 visited or more: their first rounds fill the batch.
-        LIMIT CASE WHEN (SELECT sum(v.w) FROM tenants AS v) >= $3 THEN t.w ELSE $6 * t.w END
+        LIMIT CASE WHEN v.weights >= $3 THEN t.w ELSE $6 * t.w END
     ) AS c
     -- The only tenant with ready jobs (one visited, and the visit ran out
     -- of tenants before the batch's weights) leaves its jobs after the
     -- first to spare capacity, which reads them in the same order: a second
     -- read of the same jobs made a tenant draining alone cost two claims.
     WHERE NOT t.ok
-       OR ((t.w > 1 OR (SELECT sum(v.w) FROM tenants AS v) < $3)
-           AND NOT ((SELECT count(*) FROM tenants AS v) = 1 AND (SELECT sum(v.w) FROM tenants AS v) < $3))
+       OR ((t.w > 1 OR v.weights < $3) AND NOT (v.tenants = 1 AND v.weights < $3))
   UNION ALL
     SELECT 0, c.ord, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
