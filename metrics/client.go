@@ -16,6 +16,7 @@ import (
 //	skiplock_process_jobs_lease_lost_total    results discarded because the lease was gone
 //	skiplock_process_jobs_running             jobs running in it now
 //	skiplock_process_listener_up              1 while its LISTEN connection works
+//	skiplock_process_reaps_total              reaper turns it took (the fleet takes about one per interval)
 //	skiplock_claim_duration_seconds           histogram of its claim statements' latency
 //
 // Unlike the counters of NewCollector (summed over every process from the
@@ -33,18 +34,19 @@ func NewClientCollector(c *skiplock.Client) prometheus.Collector {
 		running:   d("process_jobs_running", "Jobs running in this process now."),
 		listener:  d("process_listener_up", "1 while this process's LISTEN connection works (0 in poll-only mode)."),
 		claimDur:  d("claim_duration_seconds", "Latency of this process's claim statements."),
+		reaps:     d("process_reaps_total", "Reaper turns this process took (each reads the running set for expired leases)."),
 	}
 }
 
 type clientCollector struct {
 	c                                                    *skiplock.Client
 	claimed, completed, failed, dead, leaseLost, running *prometheus.Desc
-	listener, claimDur                                   *prometheus.Desc
+	listener, claimDur, reaps                            *prometheus.Desc
 }
 
 func (cc *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{cc.claimed, cc.completed, cc.failed, cc.dead, cc.leaseLost,
-		cc.running, cc.listener, cc.claimDur} {
+		cc.running, cc.listener, cc.claimDur, cc.reaps} {
 		ch <- d
 	}
 }
@@ -59,6 +61,7 @@ func (cc *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(cc.failed, s.Failed)
 	counter(cc.dead, s.DeadLettered)
 	counter(cc.leaseLost, s.LeaseLost)
+	counter(cc.reaps, s.Reaps)
 	ch <- prometheus.MustNewConstMetric(cc.running, prometheus.GaugeValue, float64(s.Running))
 	ch <- prometheus.MustNewConstMetric(cc.listener, prometheus.GaugeValue, boolFloat(s.ListenerUp))
 	buckets := make(map[float64]uint64, len(skiplock.ClaimBuckets))

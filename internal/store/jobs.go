@@ -395,6 +395,26 @@ func (s *Store) Reap(ctx context.Context, db DBTX, batch int) (back, dead int, e
 	return back, dead, err
 }
 
+// ReapTurn takes the reaper's turn for worker when it is due, making the
+// next one due gap from now, and reports whether this process should reap.
+func (s *Store) ReapTurn(ctx context.Context, db DBTX, gap time.Duration, worker string) (bool, error) {
+	rows, err := db.Query(ctx, s.SQL("reap_turn"), gap.Microseconds(), worker)
+	if err != nil {
+		return false, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	return n > 0, rows.Err()
+}
+
+// ReapDefer makes the next reaper's turn due no sooner than d from now.
+func (s *Store) ReapDefer(ctx context.Context, db DBTX, d time.Duration) error {
+	_, err := db.Exec(ctx, s.SQL("reap_defer"), d.Microseconds())
+	return err
+}
+
 // Cancel cancels a job by id and returns the state it was in ("ready",
 // "running", or "" when no such job is in flight).
 func (s *Store) Cancel(ctx context.Context, db DBTX, id int64) (string, error) {

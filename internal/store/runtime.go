@@ -50,6 +50,16 @@ func (r Runtime) Reap(ctx context.Context, batch int) (back, dead int, err error
 	return r.Store.Reap(ctx, r.Pool, batch)
 }
 
+// ReapTurn takes the reaper's turn when it is due (Store.ReapTurn).
+func (r Runtime) ReapTurn(ctx context.Context, gap time.Duration, worker string) (bool, error) {
+	return r.Store.ReapTurn(ctx, r.Pool, gap, worker)
+}
+
+// ReapDefer puts the next reaper's turn off (Store.ReapDefer).
+func (r Runtime) ReapDefer(ctx context.Context, d time.Duration) error {
+	return r.Store.ReapDefer(ctx, r.Pool, d)
+}
+
 // BeatWorker records the worker's heartbeat row (Store.BeatWorker).
 func (r Runtime) BeatWorker(ctx context.Context, w WorkerBeat) error {
 	return r.Store.BeatWorker(ctx, r.Pool, w)

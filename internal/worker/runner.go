@@ -115,6 +115,11 @@ type Data interface {
 	Heartbeat(ctx context.Context, ls []store.Lease, lease time.Duration, worker string) (map[int64]bool, error)
 	WriteOutcomes(ctx context.Context, o store.Outcomes, worker string, archive bool) (map[int64]bool, error)
 	Reap(ctx context.Context, batch int) (back, dead int, err error)
+	// ReapTurn takes the fleet's reaper turn for worker when the last
+	// reap was at least gap ago and no slow reap put it off.
+	ReapTurn(ctx context.Context, gap time.Duration, worker string) (bool, error)
+	// ReapDefer puts the fleet's next reaper turn off by d.
+	ReapDefer(ctx context.Context, d time.Duration) error
 	BeatWorker(ctx context.Context, w store.WorkerBeat) error
 	NotifyQueues(ctx context.Context, queues []string) error
 }
@@ -181,6 +186,10 @@ type Stats struct {
 	Claims      uint64
 	ClaimCounts []uint64
 	ClaimSum    time.Duration
+	// Reaps counts the reaper turns this process took: each read the
+	// running set for expired leases. The fleet takes about one turn per
+	// reaper interval, whichever process takes it.
+	Reaps int64
 }
 
 // Runner runs the pools of one process.
@@ -211,6 +220,7 @@ type Runner struct {
 	stopped             chan struct{}
 
 	claimed, completed, failed, dead, leaseLost atomic.Int64
+	reaps                                       atomic.Int64 // reaper turns taken
 	listenerUp                                  atomic.Bool
 	pollOnly                                    atomic.Bool
 	warnedPolling                               atomic.Bool
@@ -379,7 +389,7 @@ func (r *Runner) Stats() Stats {
 		Claimed: r.claimed.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
 		DeadLettered: r.dead.Load(), LeaseLost: r.leaseLost.Load(), Running: running,
 		ClaimP50: p50, ClaimP99: p99, ListenerUp: r.listenerUp.Load(),
-		Claims: claims, ClaimCounts: counts, ClaimSum: sum,
+		Claims: claims, ClaimCounts: counts, ClaimSum: sum, Reaps: r.reaps.Load(),
 	}
 }
 
@@ -590,7 +600,19 @@ func (r *Runner) beat(ctx context.Context, stopped bool) {
 	}
 }
 
+// reapLoop reaps every ReaperInterval (jittered), when this process takes
+// the fleet's turn: a reap reads the whole running set, and while a long
+// transaction pins the horizon that set is full of the dead entries of
+// every job finished since the pin, so N processes reaping on their own
+// timers paid for them N times per interval. The turn makes it about once
+// per interval for the fleet (ReaperInterval/2 since the last reap, by any
+// process), and a reap slower than reapSlow puts the next turn off by
+// reapBackoff times its duration, at most max(Lease/2, ReaperInterval):
+// the reaper's share of the database stays bounded however long the pin,
+// and an expired lease still goes back within that bound.
 func (r *Runner) reapLoop(ctx context.Context) {
+	gap := r.cfg.ReaperInterval / 2
+	limit := max(r.cfg.Lease/2, r.cfg.ReaperInterval)
 	for {
 		// Jitter keeps many processes from reaping in lockstep.
 		d := r.cfg.ReaperInterval/2 + time.Duration(rand.Int64N(int64(r.cfg.ReaperInterval)))
@@ -599,9 +621,31 @@ func (r *Runner) reapLoop(ctx context.Context) {
 			return
 		case <-time.After(d):
 		}
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		mine, err := r.data.ReapTurn(qctx, gap, r.cfg.WorkerID)
+		cancel()
+		if err == nil && !mine {
+			continue // another process reaped less than gap ago
+		}
+		// On an error, reap anyway: reaping twice is harmless, not reaping
+		// strands jobs.
+		r.reaps.Add(1)
+		start := time.Now()
 		r.Reap(ctx)
+		if off := min(reapBackoff*time.Since(start), limit); off > gap && ctx.Err() == nil {
+			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := r.data.ReapDefer(qctx, off); err != nil && ctx.Err() == nil {
+				r.log.Debug("skiplock: reaper turn not deferred", slog.String("error", err.Error()))
+			}
+			cancel()
+		}
 	}
 }
+
+// reapBackoff bounds the reaper's share of the database: after a reap that
+// took t, the fleet's next one waits at least reapBackoff × t (a 5 % duty
+// cycle), within the bound reapLoop sets.
+const reapBackoff = 20
 
 // Reap runs the reaper once, in bounded batches.
 func (r *Runner) Reap(ctx context.Context) {

@@ -23,8 +23,10 @@ type claimCall struct {
 // every Claim waits for the test's answer, every outcome write is handed
 // to the test. Leases are always held.
 type fakeData struct {
-	claims chan claimCall
-	writes chan store.Outcomes
+	claims   chan claimCall
+	writes   chan store.Outcomes
+	reapSlow time.Duration      // each Reap takes this long
+	defers   chan time.Duration // ReapDefer's delays, when not nil
 }
 
 func newFakeData() *fakeData {
@@ -77,7 +79,23 @@ func (f *fakeData) WriteOutcomes(_ context.Context, o store.Outcomes, _ string, 
 	return held, nil
 }
 
-func (f *fakeData) Reap(context.Context, int) (int, int, error)        { return 0, 0, nil }
+func (f *fakeData) Reap(ctx context.Context, _ int) (int, int, error) {
+	select { // reapSlow: a reap through a running set a pin filled
+	case <-time.After(f.reapSlow):
+	case <-ctx.Done():
+	}
+	return 0, 0, nil
+}
+func (f *fakeData) ReapTurn(context.Context, time.Duration, string) (bool, error) {
+	return true, nil
+}
+func (f *fakeData) ReapDefer(_ context.Context, d time.Duration) error {
+	select {
+	case f.defers <- d:
+	default: // nil or full: the test has what it needs
+	}
+	return nil
+}
 func (f *fakeData) BeatWorker(context.Context, store.WorkerBeat) error { return nil }
 func (f *fakeData) NotifyQueues(context.Context, []string) error       { return nil }
 
@@ -246,4 +264,47 @@ func TestStopHandsBackJobsClaimedAhead(t *testing.T) {
 	require.Equal(t, []store.Lease{{ID: first, Token: first}}, o.Done)
 	require.NoError(t, <-stopped)
 	f.noClaim(t)
+}
+
+// A slow reap (a pinned horizon fills the running set with dead entries)
+// puts the fleet's next turn off by reapBackoff times its duration, at most
+// half a lease; a fast one does not.
+func TestSlowReapPutsTheNextTurnOff(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		slow time.Duration
+		want time.Duration // 0: no deferral
+	}{
+		{"slow", 30 * time.Millisecond, 500 * time.Millisecond}, // 20 × 30 ms, capped at Lease/2
+		{"fast", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeData()
+			f.reapSlow, f.defers = tc.slow, make(chan time.Duration, 64)
+			r := New(Config{Data: f, WorkerID: "w", Handler: newGate().handle, Lease: time.Second, HeartbeatInterval: time.Hour,
+				PollInterval: time.Hour, PollOnly: true, ReaperInterval: 20 * time.Millisecond,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Pools:  []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 1, BatchSize: 1}}})
+			served := make(chan struct{}) // answer every claim: nothing to run
+			go func() {
+				for {
+					select {
+					case c := <-f.claims:
+						c.reply <- nil
+					case <-served:
+						return
+					}
+				}
+			}()
+			defer close(served)
+			require.NoError(t, r.Start(context.Background()))
+			defer func() { require.NoError(t, r.Stop(context.Background())) }()
+			if tc.want > 0 {
+				require.Equal(t, tc.want, recv(t, f.defers, "a slow reap deferred nothing"))
+				return
+			}
+			require.Eventually(t, func() bool { return r.Stats().Reaps >= 5 }, 5*time.Second, 5*time.Millisecond)
+			require.Empty(t, f.defers, "fast reaps put nothing off")
+		})
+	}
 }

@@ -85,6 +85,26 @@ SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.q
 FROM d
 RETURNING id;
 
+-- name: reap_turn
+-- Takes the reaper's turn (migration 015) when it is due: one row back to
+-- the process that will reap now, none when another process reaped less
+-- than $1 ago or a slow reap put the next one off. Recreates the row if it
+-- is missing.
+--   $1 gap (microseconds)  $2 worker id
+INSERT INTO {{schema}}.reaper_turn AS t (id, reaped_at, not_before, holder)
+VALUES (1, now(), '-infinity', $2)
+ON CONFLICT (id) DO UPDATE SET reaped_at = excluded.reaped_at, holder = excluded.holder
+WHERE t.reaped_at <= now() - $1::bigint * interval '1 microsecond' AND t.not_before <= now()
+RETURNING t.holder;
+
+-- name: reap_defer
+-- After a slow reap (a pinned horizon leaves the running set full of dead
+-- entries): no process reaps again before $1 from now.
+--   $1 delay (microseconds)
+UPDATE {{schema}}.reaper_turn AS t
+SET not_before = greatest(t.not_before, now() + $1::bigint * interval '1 microsecond')
+WHERE t.id = 1;
+
 -- name: reap
 -- Returns jobs whose lease expired (by the database clock) to ready, or to
 -- the dead-letter table once their attempts are spent. A heartbeat that

@@ -1,0 +1,60 @@
+package skiplock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/dbtest"
+)
+
+// A fleet reaps about once per reaper interval, not once per process: a
+// reap reads the whole running set, which a pinned horizon fills with dead
+// entries, so four processes must not pay for it four times. An expired
+// lease still goes back to ready.
+func TestFleetTakesOneReaperTurnPerInterval(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	const interval = 400 * time.Millisecond // a turn is due ReaperInterval/2 after the last
+	var fleet []*skiplock.Client
+	for i := range 4 {
+		c := schedClient(t, db.URL, skiplock.Config{WorkerID: fmt.Sprintf("w%d", i), ReaperInterval: interval,
+			Logger: quietLogger(), Pools: []skiplock.WorkerPool{{Queues: []string{"elsewhere"}, Concurrency: 1}}})
+		require.NoError(t, skiplock.Handle(c, "noop", func(context.Context, *skiplock.Job[struct{}]) error { return nil }))
+		fleet = append(fleet, c)
+	}
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
+		VALUES ('q', 'noop', 'running', 1, 'gone', 7, now() - interval '1 second') RETURNING id`).Scan(&id))
+
+	start := time.Now()
+	for _, c := range fleet {
+		require.NoError(t, c.Start(ctx))
+	}
+	time.Sleep(3 * time.Second)
+	for _, c := range fleet {
+		require.NoError(t, c.Stop(ctx))
+	}
+	ran := time.Since(start)
+
+	var reaps int64
+	for _, c := range fleet {
+		reaps += c.Stats().Reaps
+	}
+	// At most one turn per interval/2 for the fleet (plus the first); each
+	// process on its own timer would have reaped about 4 × ran/interval
+	// times (30 here).
+	most := int64(ran/(interval/2)) + 1
+	t.Logf("%d reaps by 4 processes in %s (at most %d; without the turn about %d)", reaps, ran.Round(time.Millisecond), most, 4*int64(ran/interval))
+	require.LessOrEqual(t, reaps, most)
+	require.GreaterOrEqual(t, reaps, int64(2), "the fleet still reaps")
+
+	var state string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT state FROM skiplock.jobs WHERE id = $1`, id).Scan(&state))
+	require.Equal(t, "ready", state, "the expired lease went back to ready")
+}
