@@ -180,6 +180,7 @@ type Dashboard struct {
 	flash   []byte // HMAC key: only flash messages this process set are shown
 	sampler *sampler
 	replays *replays
+	panels  panelCache // the overview panels' last read per database
 
 	closeOnce sync.Once
 }
@@ -344,7 +345,10 @@ func (d *Dashboard) routes() {
 // action wraps a state-changing (or audited) handler: refused cross-origin. (ServeHTTP
 // already refused it in read-only mode and bounded and parsed its form.)
 func (d *Dashboard) action(h http.HandlerFunc) http.Handler {
-	return d.csrf.Handler(h)
+	return d.csrf.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer d.panels.invalidate() // the panels show what the action changed
+		h(w, r)
+	}))
 }
 
 // ServeHTTP strips the prefix, authenticates, sets the security headers and

@@ -190,7 +190,7 @@ func (d *Dashboard) loadAll(ctx context.Context) overviewData {
 	parts := make([]overviewData, len(d.shards))
 	var wg sync.WaitGroup
 	for i, sh := range d.shards {
-		wg.Go(func() { parts[i] = d.loadOverview(ctx, sh) })
+		wg.Go(func() { parts[i] = d.overviewFor(ctx, sh) })
 	}
 	wg.Wait()
 

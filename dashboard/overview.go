@@ -416,7 +416,7 @@ func (d *Dashboard) overviewPanels(w http.ResponseWriter, r *http.Request) {
 // database added up when it has none.
 func (d *Dashboard) loadScoped(r *http.Request) overviewData {
 	if sh := d.scoped(r); sh != nil {
-		return d.loadOverview(r.Context(), sh)
+		return d.overviewFor(r.Context(), sh)
 	}
 	return d.loadAll(r.Context())
 }
