@@ -113,7 +113,7 @@ func (b Bound) Before(o Bound) bool {
 
 // Claim claims up to p.Batch ready jobs in one round trip: the claim
 // statement (claim, claim_capped or claim_limited, with the limits' locks
-// first) in one pipeline, one implicit transaction, after claim_no_jit. A
+// first) in one pipeline, one implicit transaction, after claim_settings. A
 // limited claimer whose limits turn out to have no room for a whole batch
 // (ClaimParams.LimitRoom) takes a second round trip, with claim_limited.
 func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob, error) {
@@ -123,7 +123,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 	}
 	args := []any{p.Queues, kinds, p.Batch, p.WorkerID, Micros(p.Lease)}
 	batch := &pgx.Batch{}
-	batch.Queue(s.SQL("claim_no_jit"))
+	batch.Queue(s.SQL("claim_settings"))
 	var out []ClaimedJob
 	scan := func(extra any, each func(ClaimedJob)) func(pgx.Rows) error {
 		return func(rows pgx.Rows) error {
@@ -181,7 +181,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 // claimers at once.
 func (s *Store) claimLimited(ctx context.Context, db DBTX, p ClaimParams, args []any) ([]ClaimedJob, error) {
 	batch := &pgx.Batch{}
-	batch.Queue(s.SQL("claim_no_jit"))
+	batch.Queue(s.SQL("claim_settings"))
 	batch.Queue(s.SQL("limit_locks"), p.Limits)
 	var out []ClaimedJob
 	batch.Queue(s.SQL("claim_limited"), append(args, p.Limits)...).Query(func(rows pgx.Rows) error {
@@ -283,21 +283,24 @@ func collectIDs(ctx context.Context, db DBTX, sql string, args ...any) (map[int6
 // whether someone asked to cancel it. Jobs absent from it lost their lease.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, ls []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
 	ids, tokens := split(ls)
-	rows, err := db.Query(ctx, s.SQL("heartbeat"), ids, tokens, Micros(lease), worker)
-	if err != nil {
+	out := make(map[int64]bool, len(ls))
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("write_settings")) // one implicit transaction with the heartbeat: see lease.sql
+	b.Queue(s.SQL("heartbeat"), ids, tokens, Micros(lease), worker).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id int64
+			var cancel bool
+			if err := rows.Scan(&id, &cancel); err != nil {
+				return err
+			}
+			out[id] = cancel
+		}
+		return rows.Err()
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	out := make(map[int64]bool, len(ls))
-	for rows.Next() {
-		var id int64
-		var cancel bool
-		if err := rows.Scan(&id, &cancel); err != nil {
-			return nil, err
-		}
-		out[id] = cancel
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // CollectIDs runs q, a statement returning the ids it matched, alone.
@@ -327,8 +330,24 @@ func (s *Store) CompleteQuery(ls []Lease, worker string, archive bool) Query {
 // one pipeline and therefore one implicit transaction: all of them commit
 // or none does, and no transaction stays open waiting on this process.
 func WriteBatch(ctx context.Context, pool *pgxpool.Pool, qs []Query) (map[int64]bool, error) {
+	return writeBatch(ctx, pool, "", qs)
+}
+
+// WriteFenced is WriteBatch for the runtime's outcome writes: the same
+// round trip, after write_settings (no sequential scan of jobs, whatever
+// plan the connection cached: see lease.sql).
+func (s *Store) WriteFenced(ctx context.Context, db DBTX, qs []Query) (map[int64]bool, error) {
+	return writeBatch(ctx, db, s.SQL("write_settings"), qs)
+}
+
+// writeBatch sends pre (when not empty; its result is discarded), then qs,
+// each returning ids, as one pipeline.
+func writeBatch(ctx context.Context, db DBTX, pre string, qs []Query) (map[int64]bool, error) {
 	out := map[int64]bool{}
 	b := &pgx.Batch{}
+	if pre != "" {
+		b.Queue(pre)
+	}
 	for _, q := range qs {
 		b.Queue(q.SQL, q.Args...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -341,7 +360,7 @@ func WriteBatch(ctx context.Context, pool *pgxpool.Pool, qs []Query) (map[int64]
 			return rows.Err()
 		})
 	}
-	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	return out, nil

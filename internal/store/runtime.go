@@ -87,12 +87,8 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 	if len(o.Deads) > 0 {
 		qs = append(qs, r.Store.DeadLetterQuery(o.Deads, worker))
 	}
-	switch len(qs) {
-	case 0:
+	if len(qs) == 0 {
 		return map[int64]bool{}, nil
-	case 1:
-		// A single statement: no pipeline needed.
-		return CollectIDs(ctx, r.Pool, qs[0])
 	}
-	return WriteBatch(ctx, r.Pool, qs)
+	return r.Store.WriteFenced(ctx, r.Pool, qs)
 }

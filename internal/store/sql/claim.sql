@@ -44,8 +44,7 @@ SET state            = 'running',
     lease_token      = nextval('{{schema}}.lease_tokens'::regclass),
     lease_expires_at = now() + $5::bigint * interval '1 microsecond',
     attempted_at     = now()
-FROM one_per_entity AS o
-WHERE j.id = o.id
+WHERE j.id = ANY (ARRAY(SELECT o.id FROM one_per_entity AS o))
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata,
           j.task_id IS NOT NULL AS durable
@@ -273,17 +272,27 @@ started AS (
 )
 SELECT * FROM claimed;
 
--- name: claim_no_jit
--- First in every claim's pipeline (one implicit transaction): no JIT for the
--- claim that follows. A claim's generic plan is estimated at tens to
--- hundreds of thousands (a LIMIT of a parameter counts as a tenth of the
--- backlog), past jit_above_cost, and compiling it took 0.1–1.3 s here, for
--- a claim that runs in 1–3 ms: a capped drain fell to 549 jobs/s (claim p50
--- 68 ms) once the plan cache switched to the generic plan.
+-- name: claim_settings
+-- First in every claim's pipeline (one implicit transaction): the planner
+-- settings of the claim that follows.
+-- No JIT: a claim's generic plan is estimated at tens to hundreds of
+-- thousands (a LIMIT of a parameter counts as a tenth of the backlog), past
+-- jit_above_cost, and compiling it took 0.1–1.3 s here, for a claim that
+-- runs in 1–3 ms: a capped drain fell to 549 jobs/s (claim p50 68 ms) once
+-- the plan cache switched to the generic plan.
+-- No sequential scan: a claim's plan is cached per connection and made
+-- again only when the table's statistics change, so a plan made while the
+-- jobs table was small (a fresh queue, a quiet hour) is still run when it
+-- holds a million rows, or a million dead versions under a pinned horizon.
+-- On 20 rows the planner read the jobs to update, and the running job of an
+-- entity, by scanning the table: under a pin, 150 ms a claim and a 2,000
+-- jobs/s load down to 200/s until the next ANALYZE replanned
+-- (TestHotPathPlansReachRowsByKey). Every table a claim reads has the
+-- index it needs.
 -- set_config(..., true), not SET LOCAL: the pipeline's implicit transaction
 -- is not a transaction block, and SET LOCAL there, though it holds until
 -- the Sync, logged a WARNING in the server's log for every claim.
-SELECT set_config('jit', 'off', true);
+SELECT set_config('jit', 'off', true), set_config('enable_seqscan', 'off', true);
 
 -- name: claim_generic_plan
 -- Second in the tenant-capped claim's pipeline: its generic plan, built once
@@ -293,7 +302,7 @@ SELECT set_config('jit', 'off', true);
 -- ends for the cursor's selectivity, through every dead entry there), for a
 -- claim that runs in about 3 ms; the generic plan's shape is the custom
 -- one's (index probes under LIMITs), checked by TestClaimPlansUsePartialIndex.
--- set_config as in claim_no_jit.
+-- set_config as in claim_settings.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: limit_locks
