@@ -88,7 +88,14 @@ func (s *Store) StepGet(ctx context.Context, db DBTX, jobID int64, name string) 
 // is false when the lease is gone. A second checkpoint of the same step
 // fails with a unique violation (23505).
 func (s *Store) StepPut(ctx context.Context, db DBTX, l Lease, worker, name string, output []byte) (now time.Time, held bool, err error) {
-	err = db.QueryRow(ctx, s.SQL("step_put"), l.ID, l.Token, worker, name, string(output)).Scan(&now)
+	// After write_settings, in db's transaction (StepTx's, which ends with
+	// this write) or in the pipeline's implicit one: see lease.sql.
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("write_settings"))
+	b.Queue(s.SQL("step_put"), l.ID, l.Token, worker, name, string(output)).QueryRow(func(r pgx.Row) error {
+		return r.Scan(&now)
+	})
+	err = db.SendBatch(ctx, b).Close()
 	if isNoRows(err) {
 		return now, false, nil
 	}
@@ -112,22 +119,24 @@ func (s *Store) StepPutMany(ctx context.Context, db DBTX, worker string, cps []S
 	for i, c := range cps {
 		ids[i], tokens[i], names[i], outputs[i] = c.Lease.ID, c.Lease.Token, c.Name, string(c.Output)
 	}
-	rows, err := db.Query(ctx, s.SQL("step_put_many"), ids, tokens, names, outputs, worker)
-	if err != nil {
-		return nil, nil, err
-	}
 	type key struct {
 		id   int64
 		name string
 	}
 	inserted := map[key]bool{}
-	var id int64
-	var name string
-	var ins bool
-	if _, err := pgx.ForEachRow(rows, []any{&id, &name, &ins}, func() error {
-		inserted[key{id, name}] = ins
-		return nil
-	}); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("write_settings")) // one implicit transaction with the write: see lease.sql
+	b.Queue(s.SQL("step_put_many"), ids, tokens, names, outputs, worker).Query(func(rows pgx.Rows) error {
+		var id int64
+		var name string
+		var ins bool
+		_, err := pgx.ForEachRow(rows, []any{&id, &name, &ins}, func() error {
+			inserted[key{id, name}] = ins
+			return nil
+		})
+		return err
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, err
 	}
 	held, recorded = make([]bool, len(cps)), make([]bool, len(cps))

@@ -29,6 +29,17 @@
 -- statistics said (see above). set_config(..., true) as in claim_settings.
 SELECT set_config('enable_seqscan', 'off', true);
 
+-- name: write_settings_save
+-- write_settings inside the caller's own transaction (CompleteTx): the
+-- caller's value is kept in skiplock.enable_seqscan for
+-- write_settings_restore, which puts it back after the write, so the
+-- statements the caller runs next in its transaction plan as before.
+SELECT set_config('skiplock.enable_seqscan', current_setting('enable_seqscan'), true),
+       set_config('enable_seqscan', 'off', true);
+
+-- name: write_settings_restore
+SELECT set_config('enable_seqscan', current_setting('skiplock.enable_seqscan'), true);
+
 -- name: heartbeat
 -- Extends the leases of all of one worker's running jobs in one statement.
 -- lease_expires_at is in no index, so this is a HOT update.
