@@ -106,10 +106,10 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 		{"write_settings_save", "complete_one_delete", `1, 1, 'w'`},
 		{"write_settings_save", "complete_one_archive", `1, 1, 'w'`},
 		{"write_settings", "step_put", `1, 1, 'w', 'explain', '{}'`},
-		// Not yet: timer_put, task_set_output, wait_lock and wait_sleep (a
-		// timer, a task's output, a signal wait: once per step at most) cache
-		// a sequential scan when first planned on a near-empty table
-		// (docs/performance.md, "Plans cached on a small table").
+		{"write_settings", "timer_put", `1, 1, 'w', 'sleep:explain', 60000000, NULL`},
+		{"write_settings", "task_set_output", `1, 1, 'w', '{}'`},
+		{"write_settings", "wait_lock", `1, 1, 'w'`},
+		{"write_settings", "wait_sleep", `1, 1, 'w', '1970-01-01'`},
 	}
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)

@@ -57,7 +57,7 @@ func (s *Store) AddTasks(ctx context.Context, db DBTX, l Lease, worker string, t
 // when the lease is gone or the job is no task.
 func (s *Store) SetTaskOutput(ctx context.Context, db DBTX, l Lease, worker string, output []byte) (held bool, err error) {
 	var id int64
-	err = db.QueryRow(ctx, s.SQL("task_set_output"), l.ID, l.Token, worker, string(output)).Scan(&id)
+	err = s.fencedRow(ctx, db, "task_set_output", []any{l.ID, l.Token, worker, string(output)}, &id)
 	if isNoRows(err) {
 		return false, nil
 	}
@@ -88,14 +88,7 @@ func (s *Store) StepGet(ctx context.Context, db DBTX, jobID int64, name string) 
 // is false when the lease is gone. A second checkpoint of the same step
 // fails with a unique violation (23505).
 func (s *Store) StepPut(ctx context.Context, db DBTX, l Lease, worker, name string, output []byte) (now time.Time, held bool, err error) {
-	// After write_settings, in db's transaction (StepTx's, which ends with
-	// this write) or in the pipeline's implicit one: see lease.sql.
-	b := &pgx.Batch{}
-	b.Queue(s.SQL("write_settings"))
-	b.Queue(s.SQL("step_put"), l.ID, l.Token, worker, name, string(output)).QueryRow(func(r pgx.Row) error {
-		return r.Scan(&now)
-	})
-	err = db.SendBatch(ctx, b).Close()
+	err = s.fencedRow(ctx, db, "step_put", []any{l.ID, l.Token, worker, name, string(output)}, &now)
 	if isNoRows(err) {
 		return now, false, nil
 	}
@@ -152,7 +145,7 @@ func (s *Store) StepPutMany(ctx context.Context, db DBTX, worker string, cps []S
 // held is false when the lease is gone.
 func (s *Store) WaitLock(ctx context.Context, db DBTX, l Lease, worker string) (workflowID int64, cancel bool, now time.Time, held bool, err error) {
 	var wf *int64
-	err = db.QueryRow(ctx, s.SQL("wait_lock"), l.ID, l.Token, worker).Scan(&wf, &cancel, &now)
+	err = s.fencedRow(ctx, db, "wait_lock", []any{l.ID, l.Token, worker}, &wf, &cancel, &now)
 	if isNoRows(err) {
 		return 0, false, now, false, nil
 	}
@@ -181,7 +174,7 @@ func (s *Store) ConsumeSignal(ctx context.Context, db DBTX, jobID int64, name st
 // attempt; held is false when the lease is gone or the job was cancelled.
 func (s *Store) WaitSleep(ctx context.Context, db DBTX, l Lease, worker string, wakeAt time.Time) (held bool, err error) {
 	var id int64
-	err = db.QueryRow(ctx, s.SQL("wait_sleep"), l.ID, l.Token, worker, wakeAt).Scan(&id)
+	err = s.fencedRow(ctx, db, "wait_sleep", []any{l.ID, l.Token, worker, wakeAt}, &id)
 	if isNoRows(err) {
 		return false, nil
 	}
@@ -304,7 +297,7 @@ func (s *Store) WorkflowRetry(ctx context.Context, db DBTX, id int64) (int, erro
 // non-nil), by the database clock, and returns its checkpoint and the
 // database clock; held is false when the lease is gone.
 func (s *Store) TimerPut(ctx context.Context, db DBTX, l Lease, worker, name string, delay time.Duration, wakeAt *time.Time) (output []byte, now time.Time, held bool, err error) {
-	err = db.QueryRow(ctx, s.SQL("timer_put"), l.ID, l.Token, worker, name, Micros(delay), wakeAt).Scan(&output, &now)
+	err = s.fencedRow(ctx, db, "timer_put", []any{l.ID, l.Token, worker, name, Micros(delay), wakeAt}, &output, &now)
 	if isNoRows(err) {
 		return nil, now, false, nil
 	}
@@ -383,4 +376,16 @@ func (s *Store) TaskOutputByID(ctx context.Context, db DBTX, workflowID, taskID 
 		return nil, false, nil
 	}
 	return output, err == nil, err
+}
+
+// fencedRow runs the single-row fenced write name after write_settings, in
+// one pipeline: in db's transaction (StepTx's, a signal wait's, which this
+// process ends soon after) or in the pipeline's implicit one. Planned on a
+// near-empty jobs table, a write by id is a one-page sequential scan, and
+// the plan is kept while the table grows (see lease.sql).
+func (s *Store) fencedRow(ctx context.Context, db DBTX, name string, args []any, dest ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("write_settings"))
+	b.Queue(s.SQL(name), args...).QueryRow(func(r pgx.Row) error { return r.Scan(dest...) })
+	return db.SendBatch(ctx, b).Close()
 }
