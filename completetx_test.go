@@ -446,42 +446,69 @@ func TestFencingTokenStrictlyIncreases(t *testing.T) {
 
 // CompleteTx turns sequential scans off for its own write (a plan cached on
 // a near-empty jobs table must not scan it once it has grown) and puts the
-// caller's setting back: what the handler runs after it in its transaction
-// plans as before.
+// caller's setting back, through pgx (one pipeline) and database/sql (three
+// statements): what the handler runs after it in its transaction plans as
+// before.
 func TestCompleteTxKeepsTheCallersPlannerSetting(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	ctx := context.Background()
-	c := schedClient(t, db.URL, skiplock.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
-	after := make(chan string, 1)
-	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
-		tx, err := c.Pool().Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-		if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = on"); err != nil {
-			return err
-		}
-		if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
-			return err
-		}
-		var v string
-		if err := tx.QueryRow(ctx, "SELECT current_setting('enable_seqscan')").Scan(&v); err != nil {
-			return err
-		}
-		after <- v
-		return tx.Commit(ctx)
-	}))
-	_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
-	require.NoError(t, err)
-	require.NoError(t, c.Start(ctx))
-	defer func() { require.NoError(t, c.Stop(ctx)) }()
-	select {
-	case v := <-after:
-		require.Equal(t, "on", v)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the handler did not run")
+	for _, driver := range []string{"pgx", "database/sql"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			ctx := context.Background()
+			sqlDB, err := sql.Open("pgx", db.URL)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sqlDB.Close() })
+			c := schedClient(t, db.URL, skiplock.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+			after := make(chan string, 1)
+			require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+				var v string
+				if driver == "pgx" {
+					tx, err := c.Pool().Begin(ctx)
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+					if _, err := tx.Exec(ctx, "SET LOCAL enable_seqscan = on"); err != nil {
+						return err
+					}
+					if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
+						return err
+					}
+					if err := tx.QueryRow(ctx, "SELECT current_setting('enable_seqscan')").Scan(&v); err != nil {
+						return err
+					}
+					after <- v
+					return tx.Commit(ctx)
+				}
+				tx, err := sqlDB.BeginTx(ctx, nil)
+				if err != nil {
+					return err
+				}
+				defer tx.Rollback() //nolint:errcheck // no-op after commit
+				if _, err := tx.ExecContext(ctx, "SET LOCAL enable_seqscan = on"); err != nil {
+					return err
+				}
+				if err := skiplock.CompleteTx(ctx, c, skiplock.SQLTx(tx), j); err != nil {
+					return err
+				}
+				if err := tx.QueryRowContext(ctx, "SELECT current_setting('enable_seqscan')").Scan(&v); err != nil {
+					return err
+				}
+				after <- v
+				return tx.Commit()
+			}))
+			_, err = c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+			require.NoError(t, err)
+			require.NoError(t, c.Start(ctx))
+			defer func() { require.NoError(t, c.Stop(ctx)) }()
+			select {
+			case v := <-after:
+				require.Equal(t, "on", v)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the handler did not run")
+			}
+			waitNoJobs(t, db.Pool)
+		})
 	}
-	waitNoJobs(t, db.Pool)
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ClaimedRow is a claimed job's row as its handler sees it, whatever the
@@ -262,50 +261,24 @@ func split(ls []Lease) (ids, tokens []int64) {
 	return ids, tokens
 }
 
-func collectIDs(ctx context.Context, db DBTX, sql string, args ...any) (map[int64]bool, error) {
-	rows, err := db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[int64]bool{}
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out[id] = true
-	}
-	return out, rows.Err()
-}
-
 // Heartbeat extends the leases; the result maps each job still held to
 // whether someone asked to cancel it. Jobs absent from it lost their lease.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, ls []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
 	ids, tokens := split(ls)
 	out := make(map[int64]bool, len(ls))
-	b := &pgx.Batch{}
-	b.Queue(s.SQL("write_settings")) // one implicit transaction with the heartbeat: see lease.sql
-	b.Queue(s.SQL("heartbeat"), ids, tokens, Micros(lease), worker).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var id int64
-			var cancel bool
-			if err := rows.Scan(&id, &cancel); err != nil {
-				return err
-			}
+	var id int64
+	var cancel bool
+	err := s.fencedQuery(ctx, db, "heartbeat", []any{ids, tokens, Micros(lease), worker}, func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&id, &cancel}, func() error {
 			out[id] = cancel
-		}
-		return rows.Err()
+			return nil
+		})
+		return err
 	})
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-// CollectIDs runs q, a statement returning the ids it matched, alone.
-func CollectIDs(ctx context.Context, db DBTX, q Query) (map[int64]bool, error) {
-	return collectIDs(ctx, db, q.SQL, q.Args...)
 }
 
 // Query is one statement with its arguments, for WriteBatch.
@@ -329,25 +302,12 @@ func (s *Store) CompleteQuery(ls []Lease, worker string, archive bool) Query {
 // (CompleteQuery, RescheduleQuery, DeadLetterQuery) in one round trip, as
 // one pipeline and therefore one implicit transaction: all of them commit
 // or none does, and no transaction stays open waiting on this process.
-func WriteBatch(ctx context.Context, pool *pgxpool.Pool, qs []Query) (map[int64]bool, error) {
-	return writeBatch(ctx, pool, "", qs)
-}
-
-// WriteFenced is WriteBatch for the runtime's outcome writes: the same
-// round trip, after write_settings (no sequential scan of jobs, whatever
-// plan the connection cached: see lease.sql).
-func (s *Store) WriteFenced(ctx context.Context, db DBTX, qs []Query) (map[int64]bool, error) {
-	return writeBatch(ctx, db, s.SQL("write_settings"), qs)
-}
-
-// writeBatch sends pre (when not empty; its result is discarded), then qs,
-// each returning ids, as one pipeline.
-func writeBatch(ctx context.Context, db DBTX, pre string, qs []Query) (map[int64]bool, error) {
+// write_settings goes first in the same pipeline (no sequential scan of
+// jobs, whatever plan the connection cached: see lease.sql).
+func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query) (map[int64]bool, error) {
 	out := map[int64]bool{}
 	b := &pgx.Batch{}
-	if pre != "" {
-		b.Queue(pre)
-	}
+	b.Queue(s.SQL("write_settings"))
 	for _, q := range qs {
 		b.Queue(q.SQL, q.Args...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
@@ -417,15 +377,12 @@ func (s *Store) Reap(ctx context.Context, db DBTX, batch int) (back, dead int, e
 // ReapTurn takes the reaper's turn for worker when it is due, making the
 // next one due gap from now, and reports whether this process should reap.
 func (s *Store) ReapTurn(ctx context.Context, db DBTX, gap time.Duration, worker string) (bool, error) {
-	rows, err := db.Query(ctx, s.SQL("reap_turn"), gap.Microseconds(), worker)
-	if err != nil {
-		return false, err
+	var holder string
+	err := db.QueryRow(ctx, s.SQL("reap_turn"), gap.Microseconds(), worker).Scan(&holder)
+	if isNoRows(err) {
+		return false, nil
 	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	return n > 0, rows.Err()
+	return err == nil, err
 }
 
 // ReapDefer makes the next reaper's turn due no sooner than d from now.

@@ -90,5 +90,5 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 	if len(qs) == 0 {
 		return map[int64]bool{}, nil
 	}
-	return r.Store.WriteFenced(ctx, r.Pool, qs)
+	return r.Store.WriteBatch(ctx, r.Pool, qs)
 }

@@ -71,19 +71,19 @@ func BenchmarkClaim50(b *testing.B) {
 }
 
 // BenchmarkComplete50 completes (deletes, fenced by lease) a batch of 50
-// running jobs per op: the completer's one statement.
+// running jobs per op: the completer's write (WriteBatch, one round trip).
 func BenchmarkComplete50(b *testing.B) {
 	db := dbtest.New(b)
 	st := store.New("skiplock")
 	seedReady(b, db.Pool, "bench", 50*b.N+50)
 	leases := claimAll(b, st, db.Pool, "bench", 50*b.N+50, 500)
 	ctx := context.Background()
-	_, err := store.CollectIDs(ctx, db.Pool, st.CompleteQuery(leases[:50], benchWorker, false)) // warm
+	_, err := st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(leases[:50], benchWorker, false)}) // warm
 	require.NoError(b, err)
 	leases = leases[50:]
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		held, err := store.CollectIDs(ctx, db.Pool, st.CompleteQuery(leases[i*50:(i+1)*50], benchWorker, false))
+		held, err := st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(leases[i*50:(i+1)*50], benchWorker, false)})
 		if err != nil {
 			b.Fatal(err)
 		}

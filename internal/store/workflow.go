@@ -117,19 +117,17 @@ func (s *Store) StepPutMany(ctx context.Context, db DBTX, worker string, cps []S
 		name string
 	}
 	inserted := map[key]bool{}
-	b := &pgx.Batch{}
-	b.Queue(s.SQL("write_settings")) // one implicit transaction with the write: see lease.sql
-	b.Queue(s.SQL("step_put_many"), ids, tokens, names, outputs, worker).Query(func(rows pgx.Rows) error {
-		var id int64
-		var name string
-		var ins bool
+	var id int64
+	var name string
+	var ins bool
+	err = s.fencedQuery(ctx, db, "step_put_many", []any{ids, tokens, names, outputs, worker}, func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&id, &name, &ins}, func() error {
 			inserted[key{id, name}] = ins
 			return nil
 		})
 		return err
 	})
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
+	if err != nil {
 		return nil, nil, err
 	}
 	held, recorded = make([]bool, len(cps)), make([]bool, len(cps))
@@ -378,11 +376,21 @@ func (s *Store) TaskOutputByID(ctx context.Context, db DBTX, workflowID, taskID 
 	return output, err == nil, err
 }
 
-// fencedRow runs the single-row fenced write name after write_settings, in
-// one pipeline: in db's transaction (StepTx's, a signal wait's, which this
-// process ends soon after) or in the pipeline's implicit one. Planned on a
-// near-empty jobs table, a write by id is a one-page sequential scan, and
-// the plan is kept while the table grows (see lease.sql).
+// fencedQuery runs the fenced write name after write_settings, in one
+// pipeline: in db's transaction (StepTx's, a signal wait's, which this
+// process ends soon after) or in the pipeline's implicit one; each reads
+// its rows. Planned on a near-empty jobs table, a write by id is a one-page
+// sequential scan, and the plan is kept while the table grows (see
+// lease.sql).
+func (s *Store) fencedQuery(ctx context.Context, db DBTX, name string, args []any, each func(pgx.Rows) error) error {
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("write_settings"))
+	b.Queue(s.SQL(name), args...).Query(each)
+	return db.SendBatch(ctx, b).Close()
+}
+
+// fencedRow is fencedQuery for a write that returns one row, scanned into
+// dest (pgx.ErrNoRows when it returns none: the lease is gone).
 func (s *Store) fencedRow(ctx context.Context, db DBTX, name string, args []any, dest ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(s.SQL("write_settings"))

@@ -28,7 +28,7 @@ func TestWriteBatchIsOneTransaction(t *testing.T) {
 		st.RescheduleQuery([]store.Reschedule{{Lease: ls[1]}}, benchWorker),
 		st.DeadLetterQuery([]store.Dead{{Lease: ls[2], Reason: "no-such-reason"}}, benchWorker),
 	}
-	_, err := store.WriteBatch(ctx, db.Pool, bad)
+	_, err := st.WriteBatch(ctx, db.Pool, bad)
 	require.Error(t, err)
 	var running int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'").Scan(&running))
@@ -41,7 +41,7 @@ func TestWriteBatchIsOneTransaction(t *testing.T) {
 		// A stale lease matches nothing and is simply not reported held.
 		st.CompleteQuery([]store.Lease{{ID: ls[0].ID, Token: ls[0].Token + 1}}, benchWorker, false),
 	}
-	held, err := store.WriteBatch(ctx, db.Pool, good)
+	held, err := st.WriteBatch(ctx, db.Pool, good)
 	require.NoError(t, err)
 	require.Equal(t, map[int64]bool{ls[0].ID: true, ls[1].ID: true, ls[2].ID: true}, held)
 	var ready, dead int

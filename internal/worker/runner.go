@@ -606,8 +606,9 @@ func (r *Runner) beat(ctx context.Context, stopped bool) {
 // every job finished since the pin, so N processes reaping on their own
 // timers paid for them N times per interval. The turn makes it about once
 // per interval for the fleet (ReaperInterval/2 since the last reap, by any
-// process), and a reap slower than reapSlow puts the next turn off by
-// reapBackoff times its duration, at most max(Lease/2, ReaperInterval):
+// process), and a reap that took t puts the next turn off by
+// reapBackoff × t when that is longer than the gap, at most
+// max(Lease/2, ReaperInterval):
 // the reaper's share of the database stays bounded however long the pin,
 // and an expired lease still goes back within that bound.
 func (r *Runner) reapLoop(ctx context.Context) {
