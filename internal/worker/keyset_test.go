@@ -43,6 +43,14 @@ func TestKeysetClaimsFromTheFrontWhileCheap(t *testing.T) {
 	require.LessOrEqual(t, k.gap(), keysetMaxGap)
 	require.Nil(t, k.bounds(now.Add(k.gap())), "the periodic claim from the front")
 
+	// Deep into a pin a claim from the front costs a second: one every 2 s
+	// would read dead entries a third of the time; the gap keeps them to a
+	// tenth of it.
+	deep := keyset{cheap: keysetCheap, fullCost: time.Second}
+	require.Equal(t, 9*time.Second, deep.gap())
+	deep.fullCost = 50 * time.Millisecond
+	require.Equal(t, time.Second, deep.gap(), "20× a cheap claim's cost")
+
 	// Claims after the bound advance it.
 	k.observe(true, time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0.Add(time.Second), 30), job("q", 0, t0, 25)}, now)
 	require.Equal(t, int64(30), k.bounds(now)["q"].ID)

@@ -30,6 +30,12 @@ type pool struct {
 
 	keys keyset // where claims start reading; the producer's alone
 
+	// The claim from the front running beside the producer's claims after
+	// the bounds (keyset.frontDue): its result arrives on front; frontN > 0
+	// while it runs, the slots it holds in hand for its batch.
+	front  chan frontResult
+	frontN int
+
 	// tenantCursor is, per queue, the last tenant the capped claim visited
 	// (round-robin fair share); the producer's alone.
 	tenantCursor map[string]string
@@ -59,6 +65,7 @@ func newPool(r *Runner, cfg PoolConfig) *pool {
 		wakeCh: make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		keys:   keyset{cheap: keysetCheap},
+		front:  make(chan frontResult, 1),
 
 		tenantCursor: map[string]string{},
 	}
@@ -124,11 +131,20 @@ func (p *pool) produce() {
 			select {
 			case <-p.done:
 				inflight--
+			case r := <-p.front:
+				inflight -= p.frontEnded(r)
+				more = true
 			default:
 				counting = false
 			}
 		}
 		free := limit - inflight
+		if more && free >= threshold && !p.stopping() && p.frontDue() {
+			n := min(free, p.cfg.BatchSize)
+			p.startFront(n)
+			inflight += n // held for its batch until it ends
+			free -= n
+		}
 		if more && free >= threshold && !p.stopping() {
 			n := min(free, p.cfg.BatchSize)
 			got, err := p.claim(n)
@@ -167,6 +183,9 @@ func (p *pool) produce() {
 		}
 		select {
 		case <-p.stopCh:
+			if p.frontN > 0 { // its jobs are handed back below
+				inflight -= p.frontEnded(<-p.front)
+			}
 			// Hand back at once what was claimed ahead but not started: the
 			// executors are busy, and would only reach it once their running
 			// jobs finish, holding it from every other process meanwhile.
@@ -187,6 +206,9 @@ func (p *pool) produce() {
 			return
 		case <-p.done:
 			inflight--
+		case r := <-p.front:
+			inflight -= p.frontEnded(r)
+			more = true
 		case <-p.wakeCh:
 			more = true
 		case <-poll.C:
@@ -251,6 +273,70 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	p.r.claimLat.add(took)
 	p.r.claimed.Add(int64(len(jobs)))
 	return p.r.track(jobs), nil
+}
+
+// frontResult is what a claim from the front running beside the producer
+// brought back.
+type frontResult struct {
+	claimed []store.ClaimedJob
+	jobs    []*Job // claimed, tracked
+	start   time.Time
+	took    time.Duration
+	err     error
+}
+
+// frontDue reports whether to start the periodic claim from the front
+// beside the producer's claims after the bounds. Pools with a tenant cap or
+// covered by limits claim from the front in line, as before.
+func (p *pool) frontDue() bool {
+	return p.frontN == 0 && p.cfg.TenantCap == 0 && len(p.limits) == 0 && p.keys.frontDue(time.Now())
+}
+
+// startFront starts a claim of n jobs from the front on its own connection;
+// the producer goes on claiming after the bounds meanwhile and takes the
+// result from p.front (frontEnded). Two claims of one pool at once are as
+// safe as two processes' claims: each job is claimed by one of them.
+func (p *pool) startFront(n int) {
+	start := time.Now()
+	p.keys.startAside(start)
+	p.frontN = n
+	go func() {
+		ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
+		defer cancel()
+		var claimed []store.ClaimedJob
+		var err error
+		for races := 0; ; races++ {
+			claimed, err = p.r.data.Claim(ctx, store.ClaimParams{
+				Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID, Lease: p.r.cfg.Lease,
+			})
+			if !isEntityRace(err) || races == 2 {
+				break
+			}
+		}
+		r := frontResult{claimed: claimed, start: start, took: time.Since(start), err: err}
+		if err == nil {
+			p.r.claimLat.add(r.took)
+			p.r.claimed.Add(int64(len(claimed)))
+			r.jobs = p.r.track(claimed)
+		}
+		p.front <- r // buffered: the producer takes it when it can
+	}()
+}
+
+// frontEnded hands a claim from the front's jobs to the executors and
+// returns how many of the slots it held in hand are free again.
+func (p *pool) frontEnded(r frontResult) (freed int) {
+	n := p.frontN
+	p.frontN = 0
+	if r.err != nil && p.r.bgCtx.Err() == nil {
+		p.r.log.Warn("skiplock: claim from the front failed; claims after the bounds go on", slog.String("pool", p.cfg.Name),
+			slog.String("error", r.err.Error()))
+	}
+	p.keys.observe(false, r.took, len(r.claimed) == n, r.claimed, r.start.Add(r.took))
+	for _, j := range r.jobs {
+		p.jobs <- j // never blocks: its slots were held
+	}
+	return n - len(r.jobs)
 }
 
 // coveringLimits returns the limits that cover this pool's work, re-read

@@ -308,3 +308,99 @@ func TestSlowReapPutsTheNextTurnOff(t *testing.T) {
 		})
 	}
 }
+
+// serveClaims answers the pool's claims after the bounds from replies (nil
+// once they run out) and hands its claims from the front to the test.
+func serveClaims(f *fakeData, replies ...[]store.ClaimedJob) (front <-chan claimCall, stop func()) {
+	fronts := make(chan claimCall, 4)
+	quit := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case c := <-f.claims:
+				if c.p.After == nil {
+					fronts <- c
+					continue
+				}
+				var reply []store.ClaimedJob
+				if len(replies) > 0 {
+					reply, replies = replies[0], replies[1:]
+				}
+				c.reply <- reply
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return fronts, func() { close(quit) }
+}
+
+// startPinned starts a pool whose claims from the front are expensive (a
+// pinned horizon) and due: it claims after its bound, and from the front
+// beside those claims.
+func startPinned(t *testing.T, f *fakeData, g *gate) *Runner {
+	t.Helper()
+	r := New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 2, BatchSize: 2}}})
+	k := &r.pools[0].keys
+	k.after = map[string]store.Bound{"q": {ID: 10}}
+	k.fullCost = time.Second // a claim from the front took a second: one is due now, and then every 9 s
+	require.NoError(t, r.Start(context.Background()))
+	return r
+}
+
+// While the periodic claim from the front runs (slow: a pinned horizon),
+// the pool goes on claiming after its bound and running what that brings;
+// the front claim's jobs run when it ends. Before, the producer waited for
+// it, and every job enqueued meanwhile waited as long.
+func TestFrontClaimRunsBesideClaimsAfterTheBound(t *testing.T) {
+	f := newFakeData()
+	g := newGate(1, 2)
+	fronts, stop := serveClaims(f, jobs(1))
+	defer stop()
+	r := startPinned(t, f, g)
+
+	front := recv(t, fronts, "no claim from the front")
+	require.Equal(t, 2, front.p.Batch)
+	require.Equal(t, int64(1), g.waitStarted(t), "a job claimed after the bound ran while the front claim was in flight")
+
+	front.reply <- jobs(2)
+	require.Equal(t, int64(2), g.waitStarted(t), "the front claim's job runs once it ends")
+	close(g.release[1])
+	close(g.release[2])
+	var done []int64
+	for len(done) < 2 {
+		for _, l := range f.nextWrite(t).Done {
+			done = append(done, l.ID)
+		}
+	}
+	slices.Sort(done)
+	require.Equal(t, []int64{1, 2}, done)
+	require.NoError(t, r.Stop(context.Background()))
+	require.EqualValues(t, 2, r.Stats().Claimed)
+}
+
+// Stopping while a claim from the front is in flight waits for it and hands
+// its jobs back (released, attempt refunded): nothing claimed is left
+// behind by a stopped pool.
+func TestStopWaitsForTheFrontClaimAndHandsItsJobsBack(t *testing.T) {
+	f := newFakeData()
+	g := newGate()
+	fronts, stop := serveClaims(f)
+	defer stop()
+	r := startPinned(t, f, g)
+	front := recv(t, fronts, "no claim from the front")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) with a claim in flight", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	front.reply <- jobs(7)
+	o := f.nextWrite(t)
+	require.Equal(t, []store.Reschedule{{Lease: store.Lease{ID: 7, Token: 7}, Refund: true}}, o.Resched)
+	require.NoError(t, recv(t, stopped, "Stop did not return"))
+}
