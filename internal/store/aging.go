@@ -19,6 +19,6 @@ func (s *Store) SetQueueAging(ctx context.Context, db DBTX, queue string, after 
 // and returns how many it promoted.
 func (s *Store) AgeReady(ctx context.Context, db DBTX, perQueue int) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, s.SQL("age_ready"), perQueue).Scan(&n)
+	err := s.keyedRow(ctx, db, "age_ready", []any{perQueue}, &n)
 	return n, err
 }

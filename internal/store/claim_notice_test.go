@@ -27,21 +27,10 @@ func TestClaimsSendNoNotices(t *testing.T) {
 	seed(t, db, `INSERT INTO skiplock.limits (name, queue, concurrency) VALUES ('l', 'lq', 1000), ('tight', 'tq', 15)`)
 	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind) SELECT q, 'k' FROM unnest(ARRAY['lq', 'tq']) AS q, generate_series(1, 20)`)
 
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var notices []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		defer mu.Unlock()
-		notices = append(notices, n.Severity+": "+n.Message)
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
+	conn, notices := noticeConn(t, db)
 	// Warnings reach the client at client_min_messages = notice, the default;
 	// set it in case the server's default differs.
-	_, err = conn.Exec(ctx, "SET client_min_messages = notice")
+	_, err := conn.Exec(ctx, "SET client_min_messages = notice")
 	require.NoError(t, err)
 
 	st := store.New("skiplock")
@@ -68,7 +57,29 @@ func TestClaimsSendNoNotices(t *testing.T) {
 			require.NotEmpty(t, jobs, name)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, notices, "the claims made the server warn")
+	require.Empty(t, notices(), "the claims made the server warn")
+}
+
+// noticeConn opens a connection that keeps every notice the server sends
+// it ("SEVERITY: message"); notices returns them so far. Closed with the test.
+func noticeConn(t *testing.T, db *dbtest.DB) (conn *pgx.Conn, notices func() []string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var got []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, n.Severity+": "+n.Message)
+	}
+	conn, err = pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	return conn, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
+	}
 }

@@ -370,7 +370,7 @@ func (s *Store) DeadLetterQuery(ds []Dead, worker string) Query {
 // Reap returns expired leases to ready (or to the dead-letter table) and
 // reports how many went each way.
 func (s *Store) Reap(ctx context.Context, db DBTX, batch int) (back, dead int, err error) {
-	err = db.QueryRow(ctx, s.SQL("reap"), batch).Scan(&back, &dead)
+	err = s.keyedRow(ctx, db, "reap", []any{batch}, &back, &dead)
 	return back, dead, err
 }
 

@@ -389,6 +389,22 @@ func (s *Store) fencedQuery(ctx context.Context, db DBTX, name string, args []an
 	return db.SendBatch(ctx, b).Close()
 }
 
+// keyedRow runs statement name after claim_settings, in one pipeline (one
+// implicit transaction), and scans its one row into dest: no JIT and no
+// sequential scan of jobs, whatever the statistics say. For the statements
+// that read the hot table on their own, in every process or on the fleet's
+// turn (the reaper, the aging pass): under a pinned horizon those
+// statistics count millions of dead versions, a plan's estimate passes
+// jit_above_cost, and compiling it (inlining, optimization) took 0.2–0.9 s
+// of a core per aging pass ten minutes into a pin, for a pass that found no
+// queue with aging (auto_explain, docs/performance.md).
+func (s *Store) keyedRow(ctx context.Context, db DBTX, name string, args []any, dest ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("claim_settings"))
+	b.Queue(s.SQL(name), args...).QueryRow(func(r pgx.Row) error { return r.Scan(dest...) })
+	return db.SendBatch(ctx, b).Close()
+}
+
 // fencedRow is fencedQuery for a write that returns one row, scanned into
 // dest (pgx.ErrNoRows when it returns none: the lease is gone).
 func (s *Store) fencedRow(ctx context.Context, db DBTX, name string, args []any, dest ...any) error {

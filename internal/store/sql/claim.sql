@@ -274,7 +274,9 @@ SELECT * FROM claimed;
 
 -- name: claim_settings
 -- First in every claim's pipeline (one implicit transaction): the planner
--- settings of the claim that follows.
+-- settings of the claim that follows. Also first before the reaper's and
+-- the aging pass's statements (Store.keyedRow), which read the hot table
+-- on their own.
 -- No JIT: a claim's generic plan is estimated at tens to hundreds of
 -- thousands (a LIMIT of a parameter counts as a tenth of the backlog), past
 -- jit_above_cost, and compiling it took 0.1–1.3 s here, for a claim that
