@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/devdb"
@@ -240,4 +241,74 @@ func create(t testing.TB, tmpl string) *DB {
 		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
 	return &DB{URL: u, Pool: pool, Schema: "skiplock"}
+}
+
+// NoticeConn opens a connection to the test database that keeps every
+// notice the server sends it ("SEVERITY: message", client_min_messages at
+// notice); notices returns them so far. It is closed with the test.
+func (d *DB) NoticeConn(t testing.TB) (conn *pgx.Conn, notices func() []string) {
+	t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []string
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, n.Severity+": "+n.Message)
+	}
+	if conn, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	// Notices reach the client at client_min_messages = notice, the
+	// default; set it in case the server's default differs.
+	if _, err := conn.Exec(ctx, "SET client_min_messages = notice"); err != nil {
+		t.Fatal(err)
+	}
+	return conn, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
+	}
+}
+
+// JITConn opens a connection on which the server would JIT-compile every
+// statement it runs (the JIT costs at zero) and sends each statement's plan
+// back as a notice (auto_explain at log_level notice). compiled reports
+// whether the last statement whose plan contains marker was compiled; it
+// fails the test when no such plan came back. The test is skipped on a
+// server without a JIT provider.
+func (d *DB) JITConn(t testing.TB) (conn *pgx.Conn, compiled func(marker string) bool) {
+	t.Helper()
+	ctx := context.Background()
+	var available bool
+	if err := d.Pool.QueryRow(ctx, "SELECT pg_jit_available()").Scan(&available); err != nil {
+		t.Fatal(err)
+	}
+	if !available {
+		t.Skip("this server has no JIT provider (postgresql's llvm JIT package): nothing is ever compiled")
+	}
+	conn, notices := d.NoticeConn(t)
+	for _, set := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+		"SET auto_explain.log_level = 'notice'", "SET jit = on",
+		"SET jit_above_cost = 0", "SET jit_inline_above_cost = 0", "SET jit_optimize_above_cost = 0"} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			t.Fatalf("%s: %v", set, err)
+		}
+	}
+	return conn, func(marker string) bool {
+		t.Helper()
+		plans := notices()
+		for i := len(plans) - 1; i >= 0; i-- {
+			if strings.Contains(plans[i], marker) {
+				return strings.Contains(plans[i], "\nJIT:")
+			}
+		}
+		t.Fatalf("no plan of a statement marked %q among %d notices", marker, len(plans))
+		return false
+	}
 }

@@ -34,11 +34,7 @@ func DeadLetterGroups(ctx context.Context, db DBTX, schema, kind string, limit i
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := db.Query(ctx, q, nullable(kind), limit)
-	if err != nil {
-		return nil, wrap("dead-letter groups", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadGroup, error) {
+	out, err := collect(ctx, db, schema, q, []any{nullable(kind), limit}, func(r pgx.CollectableRow) (DeadGroup, error) {
 		var g DeadGroup
 		err := r.Scan(&g.Kind, &g.Signature, &g.Count, &g.First, &g.Last, &g.SampleError, &g.SampleID)
 		return g, err
@@ -81,11 +77,7 @@ func DeadLetterDaily(ctx context.Context, db DBTX, schema string, days int) ([]D
 	if days <= 0 {
 		days = 7
 	}
-	rows, err := db.Query(ctx, q, days)
-	if err != nil {
-		return nil, wrap("dead letters per day", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadDay, error) {
+	out, err := collect(ctx, db, schema, q, []any{days}, func(r pgx.CollectableRow) (DeadDay, error) {
 		var d DeadDay
 		err := r.Scan(&d.Day, &d.Kind, &d.Count)
 		d.Day = time.Date(d.Day.Year(), d.Day.Month(), d.Day.Day(), 0, 0, 0, 0, time.UTC)

@@ -730,7 +730,7 @@ func (d *doctor) checkStuck(ctx context.Context) Check {
 	defer cancel()
 	var stuck, expired int64
 	var oldest float64
-	if err := d.read.QueryRow(qctx, q, d.o.StuckAfter.Microseconds()).Scan(&stuck, &expired, &oldest); err != nil {
+	if err := readRow(qctx, d.read, d.schema, q, []any{d.o.StuckAfter.Microseconds()}, &stuck, &expired, &oldest); err != nil {
 		return broken(name, wrap("stuck jobs", err))
 	}
 	c := Check{Name: name, Status: StatusOK}

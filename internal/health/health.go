@@ -46,11 +46,7 @@ func QueueStats(ctx context.Context, db DBTX, schema string) ([]QueueStat, error
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, q)
-	if err != nil {
-		return nil, wrap("queue stats", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueStat, error) {
+	out, err := collect(ctx, db, schema, q, nil, func(r pgx.CollectableRow) (QueueStat, error) {
 		var s QueueStat
 		err := r.Scan(&s.Queue, &s.Ready, &s.Scheduled, &s.Running, &s.Dead, &s.OldestReadyAgeSeconds, &s.Paused)
 		return s, err
@@ -68,7 +64,7 @@ func QueueSeen(ctx context.Context, db DBTX, schema, queue string) (bool, error)
 		return false, err
 	}
 	var seen bool
-	err = db.QueryRow(ctx, q, queue).Scan(&seen)
+	err = readRow(ctx, db, schema, q, []any{queue}, &seen)
 	return seen, wrap("queue seen", err)
 }
 
@@ -118,7 +114,7 @@ func Vacuum(ctx context.Context, db DBTX, schema string) (VacuumState, error) {
 	var age *float64
 	var pid *int32
 	var app *string
-	err = db.QueryRow(ctx, q).Scan(&v.LiveTuples, &v.DeadTuples, &v.DeadRatio, &v.LastAutovacuum, &v.LastVacuum,
+	err = readRow(ctx, db, schema, q, nil, &v.LiveTuples, &v.DeadTuples, &v.DeadRatio, &v.LastAutovacuum, &v.LastVacuum,
 		&v.AutovacuumCount, &v.VacuumCount, &v.AutovacuumThreshold, &v.Updates, &v.HOTUpdates,
 		&v.Reloptions, &v.HeapBytes, &age, &pid, &app)
 	if err != nil {
@@ -172,11 +168,7 @@ func XminHolders(ctx context.Context, db DBTX, schema string, limit int) ([]Xmin
 	if limit <= 0 {
 		limit = 10
 	}
-	rows, err := db.Query(ctx, q, limit)
-	if err != nil {
-		return nil, wrap("xmin holders", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (XminHolder, error) {
+	out, err := collect(ctx, db, schema, q, []any{limit}, func(r pgx.CollectableRow) (XminHolder, error) {
 		var h XminHolder
 		var pid *int32
 		var xmin *string
@@ -226,11 +218,7 @@ func LongRunners(ctx context.Context, db DBTX, schema string, limit int) ([]Long
 	if limit <= 0 {
 		limit = 20
 	}
-	rows, err := db.Query(ctx, q, limit)
-	if err != nil {
-		return nil, wrap("long runners", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LongRunner, error) {
+	out, err := collect(ctx, db, schema, q, []any{limit}, func(r pgx.CollectableRow) (LongRunner, error) {
 		var l LongRunner
 		err := r.Scan(&l.ID, &l.Queue, &l.Kind, &l.Attempt, &l.MaxAttempts, &l.LockedBy, &l.AttemptedAt,
 			&l.RuntimeSeconds, &l.LeaseExpiresAt, &l.LeaseExpired)
@@ -256,11 +244,7 @@ func WaitP99(ctx context.Context, db DBTX, schema string) ([]QueueWait, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, q)
-	if err != nil {
-		return nil, wrap("wait percentiles", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueWait, error) {
+	out, err := collect(ctx, db, schema, q, nil, func(r pgx.CollectableRow) (QueueWait, error) {
 		var w QueueWait
 		err := r.Scan(&w.Queue, &w.Sampled, &w.WaitP50Seconds, &w.WaitP99Seconds)
 		return w, err
@@ -305,11 +289,7 @@ func Workers(ctx context.Context, db DBTX, schema string) ([]Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, q, LiveWindow.Microseconds())
-	if err != nil {
-		return nil, wrap("workers", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Worker, error) {
+	out, err := collect(ctx, db, schema, q, []any{LiveWindow.Microseconds()}, func(r pgx.CollectableRow) (Worker, error) {
 		var w Worker
 		err := r.Scan(&w.ID, &w.Hostname, &w.PID, &w.Queues, &w.Concurrency, &w.Running,
 			&w.Claimed, &w.Completed, &w.Failed, &w.ClaimP99MS, &w.StartedAt, &w.HeartbeatAt, &w.StoppedAt, &w.Live)
@@ -343,7 +323,7 @@ func WorkerTotalsOf(ctx context.Context, db DBTX, schema string) (WorkerTotals, 
 	if err != nil {
 		return t, err
 	}
-	err = db.QueryRow(ctx, q, LiveWindow.Microseconds()).Scan(&t.Live, &t.Stale, &t.Stopped, &t.Claimed, &t.Completed, &t.Failed)
+	err = readRow(ctx, db, schema, q, []any{LiveWindow.Microseconds()}, &t.Live, &t.Stale, &t.Stopped, &t.Claimed, &t.Completed, &t.Failed)
 	if err != nil {
 		return WorkerTotals{}, wrap("worker totals", err)
 	}
@@ -364,11 +344,7 @@ func DonePartitions(ctx context.Context, db DBTX, schema string) ([]Partition, e
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, q)
-	if err != nil {
-		return nil, wrap("jobs_done partitions", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Partition, error) {
+	out, err := collect(ctx, db, schema, q, nil, func(r pgx.CollectableRow) (Partition, error) {
 		var p Partition
 		err := r.Scan(&p.Name, &p.Bound)
 		return p, err

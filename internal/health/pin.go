@@ -87,11 +87,7 @@ func HorizonHolders(ctx context.Context, db DBTX, schema string, limit int) ([]H
 	if limit <= 0 {
 		limit = 10
 	}
-	rows, err := db.Query(ctx, q, limit)
-	if err != nil {
-		return nil, wrap("horizon holders", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (HorizonHolder, error) {
+	out, err := collect(ctx, db, schema, q, []any{limit}, func(r pgx.CollectableRow) (HorizonHolder, error) {
 		var h HorizonHolder
 		var pid *int32
 		var xidAge *int64
@@ -138,7 +134,7 @@ func ClaimCostNow(ctx context.Context, db DBTX, schema string) (ClaimCost, error
 		return c, err
 	}
 	var dead *int64
-	if err := db.QueryRow(ctx, q, LiveWindow.Microseconds()).Scan(&c.ClaimP99MS, &c.BaselineMS, &c.LiveWorkers, &dead); err != nil {
+	if err := readRow(ctx, db, schema, q, []any{LiveWindow.Microseconds()}, &c.ClaimP99MS, &c.BaselineMS, &c.LiveWorkers, &dead); err != nil {
 		return c, wrap("claim cost", err)
 	}
 	if dead != nil {

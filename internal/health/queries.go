@@ -82,5 +82,36 @@ func scanOne(ctx context.Context, db DBTX, schema, name, what string, args []any
 	if err != nil {
 		return err
 	}
-	return wrap(what, db.QueryRow(ctx, q, args...).Scan(dest...))
+	return wrap(what, readRow(ctx, db, schema, q, args, dest...))
+}
+
+// readRow runs the one-row statement q after reader_settings, in one
+// pipeline, and scans its row into dest (pgx.ErrNoRows when there is none).
+func readRow(ctx context.Context, db DBTX, schema, q string, args []any, dest ...any) error {
+	settings, err := query(schema, "reader_settings")
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue(settings)
+	b.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(dest...) })
+	return db.SendBatch(ctx, b).Close()
+}
+
+// collect runs statement q after reader_settings, in one pipeline, and
+// collects its rows with scan.
+func collect[T any](ctx context.Context, db DBTX, schema, q string, args []any, scan pgx.RowToFunc[T]) ([]T, error) {
+	settings, err := query(schema, "reader_settings")
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	b := &pgx.Batch{}
+	b.Queue(settings)
+	b.Queue(q, args...).Query(func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, scan)
+		return err
+	})
+	return out, db.SendBatch(ctx, b).Close()
 }

@@ -36,7 +36,7 @@ func Replica(ctx context.Context, db DBTX, schema string) (ReplicaStatus, error)
 		return ReplicaStatus{}, err
 	}
 	var s ReplicaStatus
-	err = db.QueryRow(ctx, q).Scan(&s.InRecovery, &s.Streaming, &s.LagSeconds, &s.LastReplayAt)
+	err = readRow(ctx, db, schema, q, nil, &s.InRecovery, &s.Streaming, &s.LagSeconds, &s.LastReplayAt)
 	return s, wrap("replica status", err)
 }
 

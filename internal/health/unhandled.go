@@ -31,11 +31,7 @@ func UnhandledKinds(ctx context.Context, db DBTX, schema string) ([]UnhandledKin
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, q, LiveWindow.Microseconds())
-	if err != nil {
-		return nil, wrap("unhandled kinds", err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnhandledKind, error) {
+	out, err := collect(ctx, db, schema, q, []any{LiveWindow.Microseconds()}, func(r pgx.CollectableRow) (UnhandledKind, error) {
 		var u UnhandledKind
 		err := r.Scan(&u.Queue, &u.Kind, &u.Ready, &u.OldestReadyAgeSeconds)
 		return u, err

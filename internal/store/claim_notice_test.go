@@ -2,12 +2,9 @@ package store_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/dbtest"
@@ -27,11 +24,7 @@ func TestClaimsSendNoNotices(t *testing.T) {
 	seed(t, db, `INSERT INTO skiplock.limits (name, queue, concurrency) VALUES ('l', 'lq', 1000), ('tight', 'tq', 15)`)
 	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind) SELECT q, 'k' FROM unnest(ARRAY['lq', 'tq']) AS q, generate_series(1, 20)`)
 
-	conn, notices := noticeConn(t, db)
-	// Warnings reach the client at client_min_messages = notice, the default;
-	// set it in case the server's default differs.
-	_, err := conn.Exec(ctx, "SET client_min_messages = notice")
-	require.NoError(t, err)
+	conn, notices := db.NoticeConn(t)
 
 	st := store.New("skiplock")
 	base := store.ClaimParams{Batch: 10, WorkerID: benchWorker, Lease: time.Minute}
@@ -58,28 +51,4 @@ func TestClaimsSendNoNotices(t *testing.T) {
 		}
 	}
 	require.Empty(t, notices(), "the claims made the server warn")
-}
-
-// noticeConn opens a connection that keeps every notice the server sends
-// it ("SEVERITY: message"); notices returns them so far. Closed with the test.
-func noticeConn(t *testing.T, db *dbtest.DB) (conn *pgx.Conn, notices func() []string) {
-	t.Helper()
-	ctx := context.Background()
-	cfg, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	var mu sync.Mutex
-	var got []string
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		mu.Lock()
-		defer mu.Unlock()
-		got = append(got, n.Severity+": "+n.Message)
-	}
-	conn, err = pgx.ConnectConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close(ctx) })
-	return conn, func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), got...)
-	}
 }

@@ -1,6 +1,16 @@
 -- Queries over the health pack of migration 002 (views and functions in the
 -- schema). Each statement is named ("-- name: x") and rendered per schema.
 
+-- name: reader_settings
+-- First in every health read's pipeline (one implicit transaction; collect,
+-- scanOne): no JIT. While a long transaction pins the vacuum horizon the
+-- jobs table's statistics count millions of dead versions, and the
+-- estimates of these readers pass jit_above_cost: each read would compile
+-- itself for a fraction of a second of a core (the aging pass did, 0.2–0.9
+-- s, ten minutes into a pin), at every dashboard refresh and metrics
+-- scrape. set_config(..., true): as the data layer's claim_settings.
+SELECT set_config('jit', 'off', true);
+
 -- name: queue_stats
 SELECT s.queue, s.ready, s.scheduled, s.running, s.dead, s.oldest_ready_age_seconds, s.paused
 FROM {{schema}}.queue_stats AS s
