@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"embed"
 	"encoding/hex"
 	"fmt"
 	"net/url"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/skiplock/skiplock/devdb"
 	"github.com/skiplock/skiplock/internal/migrations"
+	"github.com/skiplock/skiplock/internal/sqlfile"
 )
 
 // DB is one test's database.
@@ -243,6 +245,12 @@ func create(t testing.TB, tmpl string) *DB {
 	return &DB{URL: u, Pool: pool, Schema: "skiplock"}
 }
 
+//go:embed sql/*.sql
+var probeFiles embed.FS
+
+// probeSQL holds the statements of NoticeConn and JITConn (sql/probe.sql).
+var probeSQL = sqlfile.MustParse(probeFiles, "sql")
+
 // NoticeConn opens a connection to the test database that keeps every
 // notice the server sends it ("SEVERITY: message", client_min_messages at
 // notice); notices returns them so far. It is closed with the test.
@@ -264,9 +272,7 @@ func (d *DB) NoticeConn(t testing.TB) (conn *pgx.Conn, notices func() []string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close(ctx) })
-	// Notices reach the client at client_min_messages = notice, the
-	// default; set it in case the server's default differs.
-	if _, err := conn.Exec(ctx, "SET client_min_messages = notice"); err != nil {
+	if _, err := conn.Exec(ctx, probeSQL["notices_to_client"]); err != nil {
 		t.Fatal(err)
 	}
 	return conn, func() []string {
@@ -286,18 +292,16 @@ func (d *DB) JITConn(t testing.TB) (conn *pgx.Conn, compiled func(marker string)
 	t.Helper()
 	ctx := context.Background()
 	var available bool
-	if err := d.Pool.QueryRow(ctx, "SELECT pg_jit_available()").Scan(&available); err != nil {
+	if err := d.Pool.QueryRow(ctx, probeSQL["jit_available"]).Scan(&available); err != nil {
 		t.Fatal(err)
 	}
 	if !available {
 		t.Skip("this server has no JIT provider (postgresql's llvm JIT package): nothing is ever compiled")
 	}
 	conn, notices := d.NoticeConn(t)
-	for _, set := range []string{"LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
-		"SET auto_explain.log_level = 'notice'", "SET jit = on",
-		"SET jit_above_cost = 0", "SET jit_inline_above_cost = 0", "SET jit_optimize_above_cost = 0"} {
-		if _, err := conn.Exec(ctx, set); err != nil {
-			t.Fatalf("%s: %v", set, err)
+	for _, name := range []string{"load_auto_explain", "compile_and_explain_everything"} {
+		if _, err := conn.Exec(ctx, probeSQL[name]); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
 	}
 	return conn, func(marker string) bool {

@@ -38,7 +38,6 @@ type keyset struct {
 	after    map[string]store.Bound
 	lastFull time.Time
 	fullCost time.Duration          // moving average of claims from the front
-	aside    bool                   // a claim from the front is running beside the producer
 	last     map[string]store.Bound // observe's scratch: this claim's last job per queue
 }
 
@@ -56,29 +55,22 @@ const (
 )
 
 // bounds returns the bounds for the next claim, or nil for a claim from the
-// front.
-func (k *keyset) bounds(now time.Time) map[string]store.Bound {
+// front; aside: a claim from the front is running beside this one.
+func (k *keyset) bounds(now time.Time, aside bool) map[string]store.Bound {
 	if len(k.after) == 0 || k.fullCost < k.cheap {
 		return nil
 	}
-	if !k.aside && now.Sub(k.lastFull) >= k.gap() {
+	if !aside && now.Sub(k.lastFull) >= k.gap() {
 		return nil
 	}
 	return k.after
 }
 
 // frontDue reports whether the periodic claim from the front is due while
-// bounds are in use, to run beside the claims after them; the caller starts
-// it and calls startAside, and observe(false, …) records its end.
+// bounds are in use, to run beside the claims after them (when none runs
+// already); observe(false, …) records its end.
 func (k *keyset) frontDue(now time.Time) bool {
-	return !k.aside && len(k.after) > 0 && k.fullCost >= k.cheap && now.Sub(k.lastFull) >= k.gap()
-}
-
-// startAside records that a claim from the front started beside the
-// producer at now: claims go on after the bounds until it ends.
-func (k *keyset) startAside(now time.Time) {
-	k.aside = true
-	k.lastFull = now
+	return len(k.after) > 0 && k.fullCost >= k.cheap && now.Sub(k.lastFull) >= k.gap()
 }
 
 // gap is the time between claims from the front while bounds are in use.
@@ -90,7 +82,6 @@ func (k *keyset) gap() time.Duration {
 // what it cost, whether it filled its batch, and what it took.
 func (k *keyset) observe(bounded bool, took time.Duration, filled bool, jobs []store.ClaimedJob, now time.Time) {
 	if !bounded {
-		k.aside = false
 		k.lastFull = now
 		if k.fullCost == 0 {
 			k.fullCost = took

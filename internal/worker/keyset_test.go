@@ -26,10 +26,10 @@ func job(queue string, prio int, runAt time.Time, id int64) store.ClaimedJob {
 func TestKeysetClaimsFromTheFrontWhileCheap(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	k := keyset{cheap: keysetCheap}
-	require.Nil(t, k.bounds(t0), "no claim yet: from the front")
+	require.Nil(t, k.bounds(t0, false), "no claim yet: from the front")
 
 	k.observe(false, time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0, 1), job("q", 0, t0, 2)}, t0)
-	require.Nil(t, k.bounds(t0), "a cheap claim from the front: stay at the front")
+	require.Nil(t, k.bounds(t0, false), "a cheap claim from the front: stay at the front")
 
 	// The horizon is pinned: claims from the front get expensive.
 	now := t0
@@ -37,11 +37,12 @@ func TestKeysetClaimsFromTheFrontWhileCheap(t *testing.T) {
 		now = now.Add(time.Millisecond)
 		k.observe(false, 40*time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0, int64(10+i))}, now)
 	}
-	b := k.bounds(now.Add(time.Millisecond))
+	b := k.bounds(now.Add(time.Millisecond), false)
 	require.Equal(t, map[string]store.Bound{"q": {Priority: 0, RunAt: t0, ID: 19}}, b)
 	require.Greater(t, k.gap(), 500*time.Millisecond)
 	require.LessOrEqual(t, k.gap(), keysetMaxGap)
-	require.Nil(t, k.bounds(now.Add(k.gap())), "the periodic claim from the front")
+	require.Nil(t, k.bounds(now.Add(k.gap()), false), "the periodic claim from the front")
+	require.Equal(t, b, k.bounds(now.Add(k.gap()), true), "after the bounds while that claim runs beside")
 
 	// Deep into a pin a claim from the front costs a second: one every 2 s
 	// would read dead entries a third of the time; the gap keeps them to a
@@ -53,7 +54,7 @@ func TestKeysetClaimsFromTheFrontWhileCheap(t *testing.T) {
 
 	// Claims after the bound advance it.
 	k.observe(true, time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0.Add(time.Second), 30), job("q", 0, t0, 25)}, now)
-	require.Equal(t, int64(30), k.bounds(now)["q"].ID)
+	require.Equal(t, int64(30), k.bounds(now, false)["q"].ID)
 }
 
 func TestKeysetBoundsAfterAClaimFromTheFront(t *testing.T) {

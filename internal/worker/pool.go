@@ -232,13 +232,12 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	}
 	var after map[string]store.Bound
 	if p.cfg.TenantCap == 0 && (len(limits) == 0 || room != nil && !room.Tight) { // the others read from the front
-		after = p.keys.bounds(start)
+		after = p.keys.bounds(start, p.frontN > 0)
 	}
-	jobs, err := p.r.data.Claim(ctx, store.ClaimParams{
-		Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID,
-		Lease: p.r.cfg.Lease, TenantCap: p.cfg.TenantCap, After: after, Limits: limits,
-		LimitRoom: room, TenantCursor: p.tenantCursor,
-	})
+	params := p.claimParams(n)
+	params.TenantCap, params.After, params.Limits, params.LimitRoom, params.TenantCursor =
+		p.cfg.TenantCap, after, limits, room, p.tenantCursor
+	jobs, err := p.r.data.Claim(ctx, params)
 	if err != nil {
 		return nil, err
 	}
@@ -270,9 +269,21 @@ func (p *pool) claim(n int) ([]*Job, error) {
 		}
 	}
 	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
+	return p.took(jobs, took), nil
+}
+
+// claimParams is a claim of n jobs of this pool's queues and kinds from the
+// front, without limits or a tenant cap.
+func (p *pool) claimParams(n int) store.ClaimParams {
+	return store.ClaimParams{Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID, Lease: p.r.cfg.Lease}
+}
+
+// took counts a claim that brought jobs in took and tracks its jobs (their
+// leases are heartbeated from now on).
+func (p *pool) took(jobs []store.ClaimedJob, took time.Duration) []*Job {
 	p.r.claimLat.add(took)
 	p.r.claimed.Add(int64(len(jobs)))
-	return p.r.track(jobs), nil
+	return p.r.track(jobs)
 }
 
 // frontResult is what a claim from the front running beside the producer
@@ -298,7 +309,6 @@ func (p *pool) frontDue() bool {
 // safe as two processes' claims: each job is claimed by one of them.
 func (p *pool) startFront(n int) {
 	start := time.Now()
-	p.keys.startAside(start)
 	p.frontN = n
 	go func() {
 		ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
@@ -306,18 +316,14 @@ func (p *pool) startFront(n int) {
 		var claimed []store.ClaimedJob
 		var err error
 		for races := 0; ; races++ {
-			claimed, err = p.r.data.Claim(ctx, store.ClaimParams{
-				Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID, Lease: p.r.cfg.Lease,
-			})
+			claimed, err = p.r.data.Claim(ctx, p.claimParams(n))
 			if !isEntityRace(err) || races == 2 {
 				break
 			}
 		}
 		r := frontResult{claimed: claimed, start: start, took: time.Since(start), err: err}
 		if err == nil {
-			p.r.claimLat.add(r.took)
-			p.r.claimed.Add(int64(len(claimed)))
-			r.jobs = p.r.track(claimed)
+			r.jobs = p.took(claimed, r.took)
 		}
 		p.front <- r // buffered: the producer takes it when it can
 	}()

@@ -175,11 +175,17 @@ func (g *gate) waitStarted(t *testing.T) int64 {
 
 func startFake(t *testing.T, f *fakeData, g *gate, concurrency, batch int) *Runner {
 	t.Helper()
-	r := New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
-		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: concurrency, BatchSize: batch}}})
+	r := newFake(f, g, concurrency, batch)
 	require.NoError(t, r.Start(context.Background()))
 	return r
+}
+
+// newFake is a runner on f with one pool of queue "q" running g, not
+// started; only the test drives its claims (PollInterval an hour).
+func newFake(f *fakeData, g *gate, concurrency, batch int) *Runner {
+	return New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: concurrency, BatchSize: batch}}})
 }
 
 // The producer claims full batches while they come back full, stops at a
@@ -340,9 +346,7 @@ func serveClaims(f *fakeData, replies ...[]store.ClaimedJob) (front <-chan claim
 // beside those claims.
 func startPinned(t *testing.T, f *fakeData, g *gate) *Runner {
 	t.Helper()
-	r := New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
-		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 2, BatchSize: 2}}})
+	r := newFake(f, g, 2, 2)
 	k := &r.pools[0].keys
 	k.after = map[string]store.Bound{"q": {ID: 10}}
 	k.fullCost = time.Second // a claim from the front took a second: one is due now, and then every 9 s
