@@ -112,6 +112,10 @@ type PressureOptions struct {
 	DrainCap time.Duration
 	// DeleteCompleted runs the client with Config.DeleteCompleted.
 	DeleteCompleted bool
+	// Tenants spreads the offered jobs round-robin over this many tenants
+	// (0: no tenant); TenantCap runs the pool with that cap (round-robin
+	// fair share; 0: none): the pressure on a tenant-capped pool.
+	Tenants, TenantCap int
 	// Schema holds skiplock's tables (already migrated). Default "skiplock".
 	Schema string
 	// Progress receives a progress line every second; nil discards them.
@@ -209,6 +213,10 @@ func (o PressureOptions) Validate() error {
 		return optErr("reader-interval", "must not be negative, got %s", o.ReaderInterval)
 	case o.DrainCap < 0:
 		return optErr("drain-cap", "must not be negative, got %s", o.DrainCap)
+	case o.Tenants < 0 || o.Tenants > 10_000_000:
+		return optErr("tenants", "must be between 0 and 10000000, got %d", o.Tenants)
+	case o.TenantCap < 0 || o.TenantCap > 1000:
+		return optErr("tenant-cap", "must be between 0 and 1000, got %d", o.TenantCap)
 	}
 	return validateSchema(o.Schema)
 }
@@ -241,6 +249,8 @@ type PressureReport struct {
 	RecoverySeconds float64 `json:"recovery_seconds"`
 	PinSeconds      float64 `json:"pin_seconds"`
 	DeleteCompleted bool    `json:"delete_completed"`
+	Tenants         int     `json:"tenants,omitempty"`
+	TenantCap       int     `json:"tenant_cap,omitempty"`
 
 	Scenarios []ScenarioResult `json:"scenarios"`
 }
@@ -390,7 +400,8 @@ func RunPressure(ctx context.Context, pool *pgxpool.Pool, o PressureOptions) (Pr
 	rep := PressureReport{Rate: o.Rate, PayloadBytes: o.PayloadBytes, Workers: o.Workers, Batch: o.Batch,
 		HandlerMS: float64(o.HandlerTime) / 1e6, OverloadFactor: o.OverloadFactor, Readers: o.Readers,
 		WarmupSeconds: o.Warmup.Seconds(), CleanSeconds: max(0, o.Clean.Seconds()), StressSeconds: o.Stress.Seconds(),
-		RecoverySeconds: max(0, o.Recovery.Seconds()), PinSeconds: o.PinDuration.Seconds(), DeleteCompleted: o.DeleteCompleted}
+		RecoverySeconds: max(0, o.Recovery.Seconds()), PinSeconds: o.PinDuration.Seconds(), DeleteCompleted: o.DeleteCompleted,
+		Tenants: o.Tenants, TenantCap: o.TenantCap}
 	var tl *timeline
 	if o.Timeline != nil {
 		tl = &timeline{w: &syncWriter{w: o.Timeline}}
@@ -460,6 +471,7 @@ type scenarioRun struct {
 	drainedAt atomic.Int64 // Unix ns when the backlog first fell back to the clean level in recovery
 	cur       atomic.Pointer[phase]
 	second    atomic.Pointer[measure.Hist] // pickups of the current second (timeline)
+	tenantSeq int64                        // the producer's: the next job's tenant (Tenants)
 }
 
 func (r *scenarioRun) finished() int64 {
@@ -479,7 +491,8 @@ func runScenario(ctx context.Context, pool *pgxpool.Pool, st *store.Store, o Pre
 	c, err := skiplock.NewClient(bp, skiplock.Config{
 		Schema: o.Schema, Logger: orQuiet(o.Logger, o.Progress), WorkerID: workerID, ShutdownTimeout: 30 * time.Second,
 		DeleteCompleted: o.DeleteCompleted, ListenURL: o.ListenURL,
-		Pools: []skiplock.WorkerPool{{Name: "pressure", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch}},
+		Pools: []skiplock.WorkerPool{{Name: "pressure", Queues: []string{queue}, Concurrency: o.Workers, BatchSize: o.Batch,
+			TenantCap: o.TenantCap}},
 	})
 	if err != nil {
 		return res, err
@@ -681,7 +694,12 @@ func (r *scenarioRun) produce(ctx context.Context, stop <-chan struct{}, queue s
 			payload := json.RawMessage(`{"t":` + strconv.FormatInt(time.Now().UnixNano(), 10) + `,"p":"` + pad + `"}`)
 			ps = ps[:0]
 			for range n {
-				ps = append(ps, skiplock.EnqueueParams{Queue: queue, Kind: pressureKind, Payload: payload})
+				p := skiplock.EnqueueParams{Queue: queue, Kind: pressureKind, Payload: payload}
+				if r.o.Tenants > 0 {
+					p.Tenant = "t" + strconv.FormatInt(r.tenantSeq%int64(r.o.Tenants), 10)
+					r.tenantSeq++
+				}
+				ps = append(ps, p)
 			}
 			// Counted before they are sent: once committed they may finish
 			// before EnqueueMany returns, and completed must never read

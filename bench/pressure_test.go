@@ -39,6 +39,8 @@ func TestPressureOptionsValidate(t *testing.T) {
 		{PressureOptions{PinDuration: -time.Second}, "pin-duration"},
 		{PressureOptions{OverloadFactor: -2}, "overload-factor"},
 		{PressureOptions{Readers: 100}, "readers"},
+		{PressureOptions{Tenants: -1}, "tenants"},
+		{PressureOptions{TenantCap: 1001}, "tenant-cap"},
 		{PressureOptions{Schema: "no such"}, "schema"},
 	}
 	for _, b := range bad {
@@ -125,4 +127,23 @@ func TestPressureEndToEnd(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 		WHERE application_name LIKE 'skiplock-pressure-%'`).Scan(&stressors))
 	require.Zero(t, stressors, "the stressors' connections are closed")
+}
+
+// TestPressureOnTenantCappedPool runs the idle-tx scenario with the offered
+// jobs on tenants and a tenant-capped pool: nothing offered is lost, and the
+// report says how it ran. It asserts no speed.
+func TestPressureOnTenantCappedPool(t *testing.T) {
+	db := dbtest.New(t)
+	var progress bytes.Buffer
+	rep, err := RunPressure(context.Background(), db.Pool, PressureOptions{Scenario: ScenarioIdleTx, Rate: 300,
+		Workers: 8, Batch: 10, Tenants: 7, TenantCap: 2, Warmup: time.Second, Clean: -1, Stress: 2 * time.Second,
+		Recovery: time.Second, Progress: &progress})
+	require.NoError(t, err, progress.String())
+	require.Equal(t, 7, rep.Tenants)
+	require.Equal(t, 2, rep.TenantCap)
+	require.Len(t, rep.Scenarios, 1)
+	s := rep.Scenarios[0]
+	require.Positive(t, s.Offered)
+	require.Zero(t, s.Lost, "every job offered finished")
+	require.Equal(t, s.Offered, s.Completed+s.DeadLettered)
 }

@@ -72,7 +72,9 @@ transactions that scan the jobs table every 100 ms, overload offers --overload-f
 rate. Per phase it reports completions against offers, pickup p50/p99 (enqueue → handler
 start), backlog max, the jobs table's dead tuples and size, then the backlog's drain time
 after the stress and whether every offered job finished. --pressure-timeline FILE writes one
-JSON line per second. --clean 0 or --recovery 0 skips that phase.`,
+JSON line per second. --clean 0 or --recovery 0 skips that phase. --tenants N and --tenant-cap C
+put the offered jobs on N tenants and run the pool with that cap (the pressure on a tenant-capped
+pool).`,
 		Example: `  skiplock bench
   skiplock bench --handler noop --workers 64 --batch 200 --json
   skiplock bench --latency --samples 2000
@@ -89,9 +91,9 @@ JSON line per second. --clean 0 or --recovery 0 skips that phase.`,
 	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), steps:N (N checkpointed steps), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
 	fl.BoolVar(&f.latency, "latency", false, "measure enqueue → handler start on an idle queue instead")
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")
-	fl.IntVar(&f.tenants, "tenants", 0, "spread the seeded jobs round-robin over N tenants, and report when every tenant had a job started")
+	fl.IntVar(&f.tenants, "tenants", 0, "spread the seeded jobs (--pressure: the offered jobs) round-robin over N tenants, and report when every tenant had a job started")
 	fl.IntVar(&f.burst, "burst", 0, "with --tenants: seed N jobs of one more tenant first, ahead in claim order (the carrier replay)")
-	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "run the pool with this tenant cap (round-robin fair share; 0: none)")
+	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "run the pool with this tenant cap (round-robin fair share; 0: none); with --pressure too")
 	fl.IntVar(&f.limit, "limit", 0, "put a concurrency limit of N running jobs on the bench queue (above --workers + --batch it never binds: the limit's overhead; 0: none)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
@@ -120,7 +122,7 @@ var pressureFlags = []string{"rate", "payload-bytes", "handler-time", "warmup", 
 
 func runPressure(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit"} {
+	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit", "burst"} {
 		if fl.Changed(name) {
 			return usageError("--%s: not used with --pressure", name)
 		}
@@ -128,7 +130,8 @@ func runPressure(cmd *cobra.Command, f benchFlags) error {
 	o := bench.PressureOptions{Scenario: f.pressure, Rate: f.rate, PayloadBytes: f.payloadBytes, Workers: f.workers,
 		Batch: f.batch, HandlerTime: f.handlerTime, Warmup: f.warmup, Clean: f.clean, Stress: f.stress,
 		Recovery: f.recovery, PinDuration: f.pinDuration, OverloadFactor: f.overloadFactor, Readers: f.readers,
-		DrainCap: f.drainCap, DeleteCompleted: f.deleteCompleted, Schema: g.schema, Progress: cmd.ErrOrStderr(),
+		DrainCap: f.drainCap, DeleteCompleted: f.deleteCompleted, Tenants: f.tenants, TenantCap: f.tenantCap,
+		Schema: g.schema, Progress: cmd.ErrOrStderr(),
 		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL)}
 	// Zero means "the default" in the options; on the command line it is
 	// what the user typed, so it is refused (or, for --clean and
