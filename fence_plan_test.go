@@ -96,6 +96,7 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 		{"claim_settings", "claim", base + `, NULL, NULL, NULL`},
 		{"claim_settings", "claim", base + `, '{0}'::int[], ARRAY[now()], '{1}'::bigint[]`},
 		{"claim_settings", "claim_capped", base + `, 5, '{NULL}'::text[]`},
+		{"claim_settings", "claim_capped_after", base + `, 5, '{NULL}'::text[], '{q,q}'::text[], '{t1,""}'::text[], '{0,0}'::int[], ARRAY[now(), now()], '{1,2}'::bigint[]`},
 		{"claim_settings", "claim_limited", base + `, '{none}'::text[]`},
 		{"write_settings", "heartbeat", leases + `, 30000000, 'w'`},
 		{"write_settings", "complete_delete", leases + `, 'w'`},

@@ -652,10 +652,11 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 	conn, err := db.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	for _, stmt := range []string{"claim", "claim after bounds", "claim_capped", "claim_capped after a cursor", "claim_limited"} {
+	for _, stmt := range []string{"claim", "claim after bounds", "claim_capped", "claim_capped after a cursor",
+		"claim_capped_after tenant bounds", "claim_limited"} {
 		want := []string{"jobs_ready"}
 		switch stmt {
-		case "claim_capped", "claim_capped after a cursor":
+		case "claim_capped", "claim_capped after a cursor", "claim_capped_after tenant bounds":
 			want = []string{"jobs_ready_tenant", "jobs_ready_no_tenant"}
 		case "claim_limited":
 			want = []string{"jobs_ready", "jobs_running"} // the running set through its index
@@ -671,6 +672,14 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 				args = append(args, 5, nil) // round robin from the first tenant
 			case "claim_capped after a cursor":
 				args = append(args, 5, rawSQL("array_fill('t17'::text, ARRAY["+fmt.Sprint(len(p.queues))+"])"))
+			case "claim_capped_after tenant bounds":
+				// A bound for two tenants and the untenanted jobs of the
+				// first queue (the capped claim while a pinned horizon
+				// makes the front expensive).
+				q := p.queues[0]
+				args = append(args, 5, rawSQL("array_fill('t17'::text, ARRAY["+fmt.Sprint(len(p.queues))+"])"),
+					[]string{q, q, q}, []string{"t17", "t21", ""}, rawSQL("'{0,0,0}'::int[]"),
+					rawSQL("array_fill(now() - interval '1 minute', ARRAY[3])"), rawSQL("'{1,2,3}'::bigint[]"))
 			case "claim_limited":
 				args = append(args, []string{"per-tenant"})
 			case "claim":

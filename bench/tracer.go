@@ -8,7 +8,7 @@ import (
 )
 
 // tracedStatements are the store statements worth naming in a report.
-var tracedStatements = []string{"claim", "claim_capped", "claim_limited", "complete_delete", "complete_archive", "heartbeat",
+var tracedStatements = []string{"claim", "claim_capped", "claim_capped_after", "claim_limited", "complete_delete", "complete_archive", "heartbeat",
 	"reschedule", "dead_letter", "reap", "worker_beat", "enqueue", "notify_queues", "workflow_create", "step_get", "step_put"}
 
 // Statement is one statement's count in a Result.
@@ -39,5 +39,7 @@ func newTracer(st *store.Store) *measure.Tracer {
 		}
 		return "other"
 	}
-	return measure.NewTracer(name, func(n string) bool { return n == "claim" || n == "claim_capped" || n == "claim_limited" })
+	return measure.NewTracer(name, func(n string) bool {
+		return n == "claim" || n == "claim_capped" || n == "claim_capped_after" || n == "claim_limited"
+	})
 }

@@ -251,6 +251,25 @@ var probeFiles embed.FS
 // probeSQL holds the statements of NoticeConn and JITConn (sql/probe.sql).
 var probeSQL = sqlfile.MustParse(probeFiles, "sql")
 
+// Pin opens a connection to the test database and leaves a transaction
+// open on it that holds an xid, as an idle report or a forgotten session
+// does: the vacuum horizon of the database stays where it is (vacuum
+// removes nothing deleted since) until the connection closes, with the test
+// or when the caller closes it.
+func (d *DB) Pin(t testing.TB) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, probeSQL["pin_horizon"]); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // NoticeConn opens a connection to the test database that keeps every
 // notice the server sends it ("SEVERITY: message", client_min_messages at
 // notice); notices returns them so far. It is closed with the test.

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,9 +17,15 @@ import (
 
 // claimOrder returns queue's ready jobs as bounds, in claim order.
 func claimOrder(t *testing.T, pool *pgxpool.Pool, queue string) []store.Bound {
+	return readyOrder(t, pool, "queue = $1", queue)
+}
+
+// readyOrder returns the ready jobs that where selects as bounds, in claim
+// order.
+func readyOrder(t *testing.T, pool *pgxpool.Pool, where string, args ...any) []store.Bound {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT priority, run_at, id FROM skiplock.jobs
-		WHERE queue = $1 AND state = 'ready' ORDER BY priority DESC, run_at, id`, queue)
+		WHERE state = 'ready' AND `+where+` ORDER BY priority DESC, run_at, id`, args...)
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Bound, error) {
 		var b store.Bound
@@ -115,13 +122,7 @@ func TestClaimAfterBoundSkipsPinnedDeadEntries(t *testing.T) {
 
 	// The pin: a transaction holding an xid, in this database (the horizon
 	// of a table only counts its own database's transactions).
-	pin, err := pgx.Connect(ctx, db.URL)
-	require.NoError(t, err)
-	defer pin.Close(ctx)
-	_, err = pin.Exec(ctx, "BEGIN")
-	require.NoError(t, err)
-	_, err = pin.Exec(ctx, "SELECT txid_current()")
-	require.NoError(t, err)
+	db.Pin(t)
 
 	var last store.ClaimedJob
 	for done := 0; done < 10000; {
@@ -183,13 +184,16 @@ type planNode struct {
 }
 
 // readyScans sums the buffers of the plan's scans of jobs_ready.
-func (n planNode) readyScans() int {
+func (n planNode) readyScans() int { return n.indexScans("jobs_ready") }
+
+// indexScans sums the buffers of the plan's scans of the named indexes.
+func (n planNode) indexScans(indexes ...string) int {
 	sum := 0
-	if n.Index == "jobs_ready" {
+	if slices.Contains(indexes, n.Index) {
 		sum += n.Hit + n.Read
 	}
 	for _, c := range n.Plans {
-		sum += c.readyScans()
+		sum += c.indexScans(indexes...)
 	}
 	return sum
 }

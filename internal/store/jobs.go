@@ -59,8 +59,14 @@ type ClaimParams struct {
 	TenantCap int // 0: no per-tenant cap
 	// After holds, per queue, the claim-order position to start after: the
 	// last job this claimer took from that queue. A queue without one is
-	// read from the front. Ignored by the tenant-capped claim.
+	// read from the front. Ignored by the tenant-capped claim (TenantAfter).
 	After map[string]Bound
+	// TenantAfter holds the tenant-capped claim's bounds: per queue, per
+	// tenant ("" for the jobs without one), the last job this claimer took
+	// of that tenant; the claim (claim_capped_after) reads each tenant after
+	// its bound, and tenants without one from their front. nil: the whole
+	// claim from the front (claim_capped).
+	TenantAfter map[string]map[string]Bound
 	// Limits names the concurrency limits that cover this claimer's work
 	// (LimitsCovering): the claim then runs in a transaction holding their
 	// locks and takes only what they allow. Limits come first: a pool they
@@ -160,7 +166,11 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 		}
 		var cursor *string
 		batch.Queue(s.SQL("claim_generic_plan"))
-		batch.Queue(s.SQL("claim_capped"), append(args, p.TenantCap, cursors)...).Query(scan(&cursor, func(j ClaimedJob) {
+		args, stmt := append(args, p.TenantCap, cursors), "claim_capped"
+		if after := TenantBoundArgs(p.TenantAfter); after[0] != nil {
+			args, stmt = append(args, after...), "claim_capped_after"
+		}
+		batch.Queue(s.SQL(stmt), args...).Query(scan(&cursor, func(j ClaimedJob) {
 			if cursor != nil && p.TenantCursor != nil {
 				p.TenantCursor[j.Queue] = *cursor
 			}
@@ -237,6 +247,28 @@ func BoundArgs(queues []string, after map[string]Bound) []any {
 		}
 	}
 	return []any{prio, runAt, ids}
+}
+
+// TenantBoundArgs spreads the capped claim's bounds into claim_capped_after's
+// five arrays (queue, tenant, priority, run_at, id), one element per tenant;
+// nil or empty: five nils (claim_capped, from the front).
+func TenantBoundArgs(after map[string]map[string]Bound) []any {
+	n := 0
+	for _, ts := range after {
+		n += len(ts)
+	}
+	if n == 0 {
+		return []any{nil, nil, nil, nil, nil}
+	}
+	queues, tenants := make([]string, 0, n), make([]string, 0, n)
+	prio, runAt, ids := make([]int32, 0, n), make([]time.Time, 0, n), make([]int64, 0, n)
+	for q, ts := range after {
+		for t, b := range ts {
+			queues, tenants = append(queues, q), append(tenants, t)
+			prio, runAt, ids = append(prio, int32(b.Priority)), append(runAt, b.RunAt), append(ids, b.ID)
+		}
+	}
+	return []any{queues, tenants, prio, runAt, ids}
 }
 
 func deref(s *string) string {

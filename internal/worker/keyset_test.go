@@ -4,12 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/dbtest"
@@ -86,13 +86,7 @@ func TestKeysetUnderAPinnedHorizon(t *testing.T) {
 	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.jobs (queue, kind, run_at)
 		SELECT 'q', 'k', now() - interval '1 hour' + g * interval '1 millisecond' FROM generate_series(1, $1::int) AS g`, n)
 	require.NoError(t, err)
-	pin, err := pgx.Connect(ctx, db.URL)
-	require.NoError(t, err)
-	defer pin.Close(ctx)
-	_, err = pin.Exec(ctx, "BEGIN")
-	require.NoError(t, err)
-	_, err = pin.Exec(ctx, "SELECT txid_current()")
-	require.NoError(t, err)
+	db.Pin(t)
 
 	var (
 		mu       sync.Mutex
@@ -148,4 +142,64 @@ func TestKeysetUnderAPinnedHorizon(t *testing.T) {
 	for id, c := range runs {
 		require.Equal(t, 1, c, "job %d ran %d times", id, c)
 	}
+}
+
+func tenantJob(queue, tenant string, runAt time.Time, id int64) store.ClaimedJob {
+	j := job(queue, 0, runAt, id)
+	j.Tenant = tenant
+	return j
+}
+
+// A tenant-capped pool keeps a bound per tenant: claims after the bounds
+// move a tenant's bound forward, a claim from the front sets it to where
+// that claim ended in the tenant's jobs (so jobs left between there and
+// the old bound are read next), and tenants the claim took nothing of keep
+// theirs.
+func TestKeysetTenantBounds(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	k := keyset{cheap: keysetCheap, perTenant: true}
+	k.observe(false, time.Millisecond, true, []store.ClaimedJob{
+		tenantJob("q", "a", t0, 5), tenantJob("q", "a", t0, 3), tenantJob("q", "b", t0, 4), tenantJob("q", "", t0, 6),
+	}, t0)
+	require.Equal(t, map[string]store.Bound{"a": {RunAt: t0, ID: 5}, "b": {RunAt: t0, ID: 4}, "": {RunAt: t0, ID: 6}},
+		k.tenants["q"].at)
+	require.Equal(t, []string{"a", "b"}, k.tenants["q"].names)
+
+	k.observe(true, time.Millisecond, true, []store.ClaimedJob{tenantJob("q", "a", t0, 9), tenantJob("q", "b", t0, 2)}, t0)
+	require.Equal(t, int64(9), k.tenants["q"].at["a"].ID, "after the bounds: forward")
+	require.Equal(t, int64(4), k.tenants["q"].at["b"].ID, "after the bounds: never back")
+
+	k.observe(false, time.Millisecond, true, []store.ClaimedJob{tenantJob("q", "a", t0, 7), tenantJob("q", "a", t0, 6)}, t0)
+	require.Equal(t, int64(7), k.tenants["q"].at["a"].ID, "from the front: where that claim ended in a's jobs")
+	require.Equal(t, int64(4), k.tenants["q"].at["b"].ID, "b was not in that claim")
+
+	plain := keyset{cheap: keysetCheap}
+	plain.observe(false, time.Millisecond, true, []store.ClaimedJob{tenantJob("q", "a", t0, 1)}, t0)
+	require.Nil(t, plain.tenants, "a pool without a tenant cap keeps no tenant bounds")
+}
+
+// The capped claim gets the bounds of the next tenants after its cursor
+// (wrapping), at most n of them, and always the untenanted jobs' bound.
+func TestKeysetTenantWindow(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	k := keyset{cheap: keysetCheap, perTenant: true}
+	var jobs []store.ClaimedJob
+	for i, tn := range []string{"e", "a", "c", "", "b", "d"} {
+		jobs = append(jobs, tenantJob("q", tn, t0, int64(i+1)))
+	}
+	k.observe(false, time.Millisecond, true, jobs, t0)
+	names := func(w map[string]map[string]store.Bound) []string {
+		var out []string
+		for tn := range w["q"] {
+			out = append(out, tn)
+		}
+		slices.Sort(out)
+		return out
+	}
+	require.Equal(t, []string{"", "c", "d"}, names(k.tenantWindow(map[string]string{"q": "b"}, 2)))
+	require.Equal(t, []string{"", "a", "e"}, names(k.tenantWindow(map[string]string{"q": "d"}, 2)), "wrapping")
+	require.Equal(t, []string{"", "a", "b"}, names(k.tenantWindow(nil, 2)), "no cursor: from the first")
+	require.Equal(t, []string{"", "d", "e"}, names(k.tenantWindow(map[string]string{"q": "cc"}, 2)), "a cursor without a bound")
+	require.Equal(t, []string{"", "a", "b", "c", "d", "e"}, names(k.tenantWindow(nil, 100)))
+	require.Equal(t, k.tenants["q"].at["c"], k.tenantWindow(map[string]string{"q": "b"}, 1)["q"]["c"])
 }

@@ -64,7 +64,7 @@ func newPool(r *Runner, cfg PoolConfig) *pool {
 		done:   make(chan struct{}, cfg.Concurrency+cfg.BatchSize),
 		wakeCh: make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
-		keys:   keyset{cheap: keysetCheap},
+		keys:   newKeyset(cfg.TenantCap > 0),
 		front:  make(chan frontResult, 1),
 
 		tenantCursor: map[string]string{},
@@ -231,12 +231,18 @@ func (p *pool) claim(n int) ([]*Job, error) {
 		room = &p.limitRoom
 	}
 	var after map[string]store.Bound
-	if p.cfg.TenantCap == 0 && (len(limits) == 0 || room != nil && !room.Tight) { // the others read from the front
+	var tenantAfter map[string]map[string]store.Bound
+	switch {
+	case p.cfg.TenantCap == 0 && (len(limits) == 0 || room != nil && !room.Tight):
 		after = p.keys.bounds(start, p.frontN > 0)
+	case p.cfg.TenantCap > 0 && len(limits) == 0:
+		if p.keys.bounds(start, false) != nil {
+			tenantAfter = p.keys.tenantWindow(p.tenantCursor, max(4*n, keysetTenantWindow))
+		}
 	}
 	params := p.claimParams(n)
-	params.TenantCap, params.After, params.Limits, params.LimitRoom, params.TenantCursor =
-		p.cfg.TenantCap, after, limits, room, p.tenantCursor
+	params.TenantCap, params.After, params.TenantAfter, params.Limits, params.LimitRoom, params.TenantCursor =
+		p.cfg.TenantCap, after, tenantAfter, limits, room, p.tenantCursor
 	jobs, err := p.r.data.Claim(ctx, params)
 	if err != nil {
 		return nil, err
@@ -244,6 +250,7 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	if room != nil && room.Tight {
 		after = nil // claim_limited read from the front
 	}
+	bounded := after != nil || tenantAfter != nil
 	took := time.Since(start)
 	// A limited claim that came back short may have been held back by a
 	// full limit: then a completion of these queues may free the slot the
@@ -268,7 +275,7 @@ func (p *pool) claim(n int) ([]*Job, error) {
 			p.rateWait = wait + time.Millisecond
 		}
 	}
-	p.keys.observe(after != nil, took, len(jobs) == n, jobs, start.Add(took))
+	p.keys.observe(bounded, took, len(jobs) == n, jobs, start.Add(took))
 	return p.took(jobs, took), nil
 }
 

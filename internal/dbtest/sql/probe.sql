@@ -20,3 +20,9 @@ SELECT set_config('auto_explain.log_min_duration', '0', false),
        set_config('jit_above_cost', '0', false),
        set_config('jit_inline_above_cost', '0', false),
        set_config('jit_optimize_above_cost', '0', false);
+
+-- name: pin_horizon
+-- A transaction that holds an xid (Pin): it pins the vacuum horizon of
+-- this database until it ends.
+BEGIN;
+SELECT txid_current();
