@@ -39,8 +39,8 @@ import (
 // (tenantBounds, tenantWindow: the capped claim visits tenants in turn and
 // reads each from the front of its own range of the tenant index, where
 // the pin's dead entries of that tenant are; after the bounds it is
-// claim_capped_after). Its claims from the front run in line, and it goes
-// after its bounds only past keysetCheapCapped.
+// claim_capped_after), and goes after its bounds only past
+// keysetCheapCapped.
 type keyset struct {
 	cheap     time.Duration // claims from the front cheaper than this stay there (keysetCheap, keysetCheapCapped)
 	perTenant bool          // keep tenants' bounds (a tenant-capped pool)

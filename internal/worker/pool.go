@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -236,7 +237,7 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	case p.cfg.TenantCap == 0 && (len(limits) == 0 || room != nil && !room.Tight):
 		after = p.keys.bounds(start, p.frontN > 0)
 	case p.cfg.TenantCap > 0 && len(limits) == 0:
-		if p.keys.bounds(start, false) != nil {
+		if p.keys.bounds(start, p.frontN > 0) != nil {
 			tenantAfter = p.keys.tenantWindow(p.tenantCursor, max(4*n, keysetTenantWindow))
 		}
 	}
@@ -304,10 +305,22 @@ type frontResult struct {
 }
 
 // frontDue reports whether to start the periodic claim from the front
-// beside the producer's claims after the bounds. Pools with a tenant cap or
-// covered by limits claim from the front in line, as before.
+// beside the producer's claims after the bounds. Pools covered by limits
+// claim from the front in line, as before.
 func (p *pool) frontDue() bool {
-	return p.frontN == 0 && p.cfg.TenantCap == 0 && len(p.limits) == 0 && p.keys.frontDue(time.Now())
+	return p.frontN == 0 && len(p.limits) == 0 && p.keys.frontDue(time.Now())
+}
+
+// frontParams is the claim from the front of n jobs that runs beside the
+// producer: a tenant-capped pool's (claim_capped) starts at a copy of the
+// producer's cursors, since the producer goes on moving them; its own
+// cursor is dropped when it ends.
+func (p *pool) frontParams(n int) store.ClaimParams {
+	params := p.claimParams(n)
+	if p.cfg.TenantCap > 0 {
+		params.TenantCap, params.TenantCursor = p.cfg.TenantCap, maps.Clone(p.tenantCursor)
+	}
+	return params
 }
 
 // startFront starts a claim of n jobs from the front on its own connection;
@@ -317,13 +330,14 @@ func (p *pool) frontDue() bool {
 func (p *pool) startFront(n int) {
 	start := time.Now()
 	p.frontN = n
+	params := p.frontParams(n)
 	go func() {
 		ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
 		defer cancel()
 		var claimed []store.ClaimedJob
 		var err error
 		for races := 0; ; races++ {
-			claimed, err = p.r.data.Claim(ctx, p.claimParams(n))
+			claimed, err = p.r.data.Claim(ctx, params)
 			if !isEntityRace(err) || races == 2 {
 				break
 			}

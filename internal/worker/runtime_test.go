@@ -324,7 +324,7 @@ func serveClaims(f *fakeData, replies ...[]store.ClaimedJob) (front <-chan claim
 		for {
 			select {
 			case c := <-f.claims:
-				if c.p.After == nil {
+				if c.p.After == nil && c.p.TenantAfter == nil {
 					fronts <- c
 					continue
 				}
@@ -352,6 +352,38 @@ func startPinned(t *testing.T, f *fakeData, g *gate) *Runner {
 	k.fullCost = time.Second // a claim from the front took a second: one is due now, and then every 9 s
 	require.NoError(t, r.Start(context.Background()))
 	return r
+}
+
+// A tenant-capped pool's claim from the front runs beside its claims after
+// the tenants' bounds too, from a copy of its cursors: the producer's own
+// go on moving meanwhile.
+func TestCappedFrontClaimRunsBesideClaimsAfterTheBounds(t *testing.T) {
+	f := newFakeData()
+	g := newGate(1, 2)
+	fronts, stop := serveClaims(f, jobs(1))
+	defer stop()
+	r := New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 2, BatchSize: 2, TenantCap: 1}}})
+	p := r.pools[0]
+	p.keys.observe(false, time.Second, true, []store.ClaimedJob{tenantJob("q", "t1", time.Unix(0, 0), 10)}, time.Now())
+	p.keys.observe(false, time.Second, true, nil, time.Now()) // a second's claims from the front: a pinned horizon
+	p.keys.lastFull = time.Time{}                             // and one is due
+	p.tenantCursor["q"] = "t1"
+	require.NoError(t, r.Start(context.Background()))
+
+	front := recv(t, fronts, "no claim from the front")
+	require.Equal(t, 1, front.p.TenantCap)
+	require.Equal(t, map[string]string{"q": "t1"}, front.p.TenantCursor, "from the producer's cursor")
+	require.Equal(t, int64(1), g.waitStarted(t), "a job claimed after the tenants' bounds ran while the front claim was in flight")
+	front.p.TenantCursor["q"] = "t9" // the claim moves its own copy
+	front.reply <- jobs(2)
+	require.Equal(t, int64(2), g.waitStarted(t), "the front claim's job runs once it ends")
+	close(g.release[1])
+	close(g.release[2])
+	require.NoError(t, r.Stop(context.Background()))
+	require.EqualValues(t, 2, r.Stats().Claimed)
+	require.NotEqual(t, "t9", p.tenantCursor["q"], "the front claim's cursor is not the producer's")
 }
 
 // While the periodic claim from the front runs (slow: a pinned horizon),
