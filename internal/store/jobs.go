@@ -166,9 +166,10 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 		}
 		var cursor *string
 		batch.Queue(s.SQL("claim_generic_plan"))
-		args, stmt := append(args, p.TenantCap, cursors), "claim_capped"
+		stmt := "claim_capped"
+		args = append(args, p.TenantCap, cursors)
 		if after := TenantBoundArgs(p.TenantAfter); after[0] != nil {
-			args, stmt = append(args, after...), "claim_capped_after"
+			stmt, args = "claim_capped_after", append(args, after...)
 		}
 		batch.Queue(s.SQL(stmt), args...).Query(scan(&cursor, func(j ClaimedJob) {
 			if cursor != nil && p.TenantCursor != nil {

@@ -144,11 +144,10 @@ func (t *tenantBounds) set(tenant string, b store.Bound) {
 
 // tenantWindow returns the tenant bounds for the next capped claim: per
 // queue, the untenanted jobs' bound and those of the next n tenants after
-// the queue's cursor in name order, wrapping (a claim visits at most 4 ×
-// its batch tenants; the rest are read from the front, as those the pool
-// never took a job of). Byte order here, the database's collation there: a
-// tenant outside the window is read from its front, which is slower, not
-// wrong.
+// the queue's cursor in name order, wrapping (the caller passes at least 4
+// × the batch, the most tenants one visit steps through). Byte order here,
+// the database's collation there: where they differ, a tenant the window
+// misses is read from its front, which is slower, not wrong.
 func (k *keyset) tenantWindow(cursors map[string]string, n int) map[string]map[string]store.Bound {
 	out := make(map[string]map[string]store.Bound, len(k.tenants))
 	for q, tb := range k.tenants {
@@ -226,12 +225,12 @@ func (k *keyset) observeTenants(bounded bool, jobs []store.ClaimedJob) {
 	clear(seen)
 	for _, j := range jobs {
 		tb := k.tenants[j.Queue]
-		if _, known := tb.get(j.Tenant); tb == nil || !known && len(tb.names) >= keysetMaxTenants {
+		cur, ok := tb.get(j.Tenant)
+		if tb == nil || !ok && len(tb.names) >= keysetMaxTenants {
 			tb = &tenantBounds{at: map[string]store.Bound{}}
 			k.tenants[j.Queue] = tb
 		}
 		b := store.BoundOf(j)
-		cur, ok := tb.at[j.Tenant]
 		key := [2]string{j.Queue, j.Tenant}
 		switch {
 		case !ok, cur.Before(b):

@@ -456,6 +456,16 @@ SELECT u.*, row_number() OVER (ORDER BY u.priority DESC, u.run_at, u.id) AS ord 
 ) AS u
 ORDER BY u.priority DESC, u.run_at, u.id LIMIT g.lim
 
+-- fragment: step_weight
+-- The weight w of the tenant nx a capped visit's step (from t) reached: its
+-- tenant_weights row in a weighted queue, else 1; 0 for a tenant without a
+-- job (claim_capped_after's empty tenants), which adds nothing to the
+-- visit's weights.
+SELECT CASE WHEN nx.id IS NULL THEN 0
+            WHEN t.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
+                                           WHERE tw.queue = t.queue AND tw.tenant = nx.tenant), 1)
+            ELSE 1 END AS w
+
 -- fragment: capped_queues
 -- The capped claims' first CTE, open_queues: the queues of $1 that are not
 -- paused, with their cursors ($7) and whether they have tenant weights
@@ -601,11 +611,7 @@ tenants (queue, tenant, n, cursor, wrapped, weighted, w, wsum, id, priority, run
              ORDER BY j.tenant, j.priority DESC, j.run_at, j.id LIMIT 1)
         ) AS x LIMIT 1
     ) AS nx
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN t.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
-                                                   WHERE tw.queue = t.queue AND tw.tenant = nx.tenant), 1)
-                    ELSE 1 END AS w
-    ) AS nw
+    CROSS JOIN LATERAL ({{step_weight}}) AS nw
     WHERE t.wsum < $3
 ),
 {{capped_visit}},
@@ -781,12 +787,7 @@ tenants (queue, tenant, n, cursor, wrapped, weighted, w, wsum, id, priority, run
              WHERE p.tenant <= t.cursor)
         ) AS x LIMIT 1
     ) AS nx
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN nx.id IS NULL THEN 0
-                    WHEN t.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
-                                                   WHERE tw.queue = t.queue AND tw.tenant = nx.tenant), 1)
-                    ELSE 1 END AS w
-    ) AS nw
+    CROSS JOIN LATERAL ({{step_weight}}) AS nw
     WHERE t.wsum < $3 AND t.n < 4 * $3
 ),
 {{capped_visit}},
