@@ -277,18 +277,22 @@ func TestStopHandsBackJobsClaimedAhead(t *testing.T) {
 // half a lease; a fast one does not.
 func TestSlowReapPutsTheNextTurnOff(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		slow time.Duration
-		want time.Duration // 0: no deferral
+		name     string
+		slow     time.Duration
+		interval time.Duration // ReaperInterval: a reap over interval/40 defers the next
+		want     time.Duration // 0: no deferral
 	}{
-		{"slow", 30 * time.Millisecond, 500 * time.Millisecond}, // 20 × 30 ms, capped at Lease/2
-		{"fast", 0, 0},
+		{"slow", 30 * time.Millisecond, 20 * time.Millisecond, 500 * time.Millisecond}, // 20 × 30 ms, capped at Lease/2
+		// A reap that returns at once still takes scheduling time: with a 20
+		// ms interval, 0.5 ms of it (a loaded 2-core CI machine under -race)
+		// deferred the next turn. At 200 ms it would take 5 ms.
+		{"fast", 0, 200 * time.Millisecond, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeData()
 			f.reapSlow, f.defers = tc.slow, make(chan time.Duration, 64)
 			r := New(Config{Data: f, WorkerID: "w", Handler: newGate().handle, Lease: time.Second, HeartbeatInterval: time.Hour,
-				PollInterval: time.Hour, PollOnly: true, ReaperInterval: 20 * time.Millisecond,
+				PollInterval: time.Hour, PollOnly: true, ReaperInterval: tc.interval,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Pools:  []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 1, BatchSize: 1}}})
 			served := make(chan struct{}) // answer every claim: nothing to run
