@@ -300,11 +300,11 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 	if err := validateName("queue", queue); err != nil {
 		return err
 	}
-	if _, err := c.pool.Exec(ctx, c.store.SQL("pause_queue"), queue, paused); err != nil {
+	if err := c.store.SetQueuePaused(ctx, c.pool, queue, paused); err != nil {
 		return fmt.Errorf("skiplock: pause: %w", err)
 	}
 	if !paused {
-		_, _ = c.pool.Exec(ctx, c.store.SQL("notify_queues"), []string{queue})
+		_ = c.store.NotifyQueues(ctx, c.pool, []string{queue}) // a wake-up only: pollers find the jobs anyway
 	}
 	return nil
 }

@@ -95,7 +95,8 @@ func (c *Client) Drain(ctx context.Context, opts DrainOptions) (DrainResult, err
 	for opts.Limit == 0 || len(res.Jobs) < opts.Limit {
 		queues := opts.Queues
 		if len(queues) == 0 {
-			if err := c.pool.QueryRow(ctx, c.store.SQL("ready_queues")).Scan(&queues); err != nil {
+			var err error
+			if queues, err = c.store.ReadyQueues(ctx, c.pool); err != nil {
 				return res, fmt.Errorf("skiplock: drain: %w", err)
 			}
 			if len(queues) == 0 {
@@ -103,7 +104,7 @@ func (c *Client) Drain(ctx context.Context, opts DrainOptions) (DrainResult, err
 			}
 		}
 		if opts.IncludeScheduled {
-			if _, err := c.pool.Exec(ctx, c.store.SQL("make_due"), queues, kinds, snoozed); err != nil {
+			if err := c.store.MakeDue(ctx, c.pool, queues, kinds, snoozed); err != nil {
 				return res, fmt.Errorf("skiplock: drain: %w", err)
 			}
 		}

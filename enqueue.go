@@ -395,31 +395,18 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 		inserted += n
 	}
 	if len(uniques) > 0 {
-		b := &pgx.Batch{}
-		for _, a := range uniques {
-			b.Queue(c.store.SQL("enqueue"), a.Args()...)
-		}
-		res := tx.SendBatch(ctx, b)
-		for range uniques {
-			var r EnqueueResult
-			if err := res.QueryRow().Scan(&r.ID, &r.Inserted); err != nil {
-				res.Close()
-				return 0, enqueueError(err)
-			}
-			if r.Inserted {
-				inserted++
-			}
-		}
-		if err := res.Close(); err != nil {
+		n, err := c.store.EnqueueBatch(ctx, tx, uniques)
+		if err != nil {
 			return 0, enqueueError(err)
 		}
+		inserted += n
 	}
 	if len(queues) > 0 {
 		names := make([]string, 0, len(queues))
 		for q := range queues {
 			names = append(names, q)
 		}
-		if _, err := tx.Exec(ctx, c.store.SQL("notify_queues"), names); err != nil {
+		if err := c.store.NotifyQueues(ctx, tx, names); err != nil {
 			return 0, fmt.Errorf("skiplock: enqueue notify: %w", err)
 		}
 	}

@@ -202,8 +202,8 @@ func (c *Client) JobPayload(ctx context.Context, id int64) (json.RawMessage, err
 
 // JobListParams filters JobList. Every field is optional.
 type JobListParams struct {
-	// Queue and Kind match exactly.
-	Queue, Kind string
+	// Queue, Kind and Tenant match exactly.
+	Queue, Kind, Tenant string
 	// State selects one state. Empty lists every job in flight and every
 	// dead letter; completed jobs are listed only with JobStateCompleted,
 	// over the last 24 hours.
@@ -234,6 +234,11 @@ func (c *Client) JobList(ctx context.Context, p JobListParams) ([]JobRecord, err
 			return nil, err
 		}
 	}
+	if p.Tenant != "" {
+		if err := validateKey("tenant", p.Tenant, MaxKeyBytes); err != nil {
+			return nil, err
+		}
+	}
 	if p.State != "" {
 		if _, err := ParseJobState(string(p.State)); err != nil {
 			return nil, err
@@ -249,7 +254,7 @@ func (c *Client) JobList(ctx context.Context, p JobListParams) ([]JobRecord, err
 		return nil, invalidJob("limit", "must be between 1 and %d, got %d", MaxJobListLimit, p.Limit)
 	}
 	rows, err := c.store.JobList(ctx, c.pool, store.JobFilter{Queue: p.Queue, Kind: p.Kind, State: string(p.State),
-		BeforeID: p.BeforeID, Limit: p.Limit})
+		Tenant: p.Tenant, BeforeID: p.BeforeID, Limit: p.Limit})
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: job list: %w", err)
 	}

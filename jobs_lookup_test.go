@@ -321,6 +321,13 @@ func TestRunningJobCancelAndScheduled(t *testing.T) {
 	listed, err := c.JobList(ctx, skiplock.JobListParams{State: skiplock.JobStateScheduled})
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
+	acme, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "long", Delay: time.Hour, Tenant: "acme"})
+	require.NoError(t, err)
+	listed, err = c.JobList(ctx, skiplock.JobListParams{Tenant: "acme"})
+	require.NoError(t, err)
+	require.Len(t, listed, 1, "a tenant's jobs only")
+	require.Equal(t, acme.ID, listed[0].ID)
+	require.Equal(t, "acme", listed[0].Tenant)
 
 	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "long"})
 	require.NoError(t, err)
@@ -377,6 +384,7 @@ func TestJobLookupBadInput(t *testing.T) {
 		{skiplock.JobListParams{Limit: -1}, "limit"},
 		{skiplock.JobListParams{Limit: skiplock.MaxJobListLimit + 1}, "limit"},
 		{skiplock.JobListParams{BeforeID: -1}, "before_id"},
+		{skiplock.JobListParams{Tenant: "bad\x00tenant"}, "tenant"},
 	} {
 		_, err := c.JobList(ctx, tc.p)
 		requireField(t, err, tc.field)

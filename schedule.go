@@ -13,6 +13,7 @@ import (
 	"github.com/skiplock/skiplock/internal/cron"
 	"github.com/skiplock/skiplock/internal/maintenance"
 	"github.com/skiplock/skiplock/internal/service"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // ErrInvalidSchedule is the sentinel behind every validation failure of a
@@ -221,7 +222,6 @@ func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	q := c.store.SQL("schedule_upsert")
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		now, err := c.store.Now(ctx, tx)
 		if err != nil {
@@ -232,8 +232,10 @@ func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
 			if n := r.sched.Next(now); !n.IsZero() {
 				next = &n
 			}
-			if _, err := tx.Exec(ctx, q, r.name, r.cron, r.everySeconds, r.timezone, r.queue, r.kind,
-				r.payload, r.priority, r.maxAttempts, next); err != nil {
+			maxAttempts := r.maxAttempts
+			if err := c.store.UpsertSchedule(ctx, tx, store.ScheduleRow{Name: r.name, Cron: r.cron,
+				EverySeconds: r.everySeconds, Timezone: r.timezone, Queue: r.queue, Kind: r.kind,
+				Payload: []byte(r.payload), Priority: r.priority, MaxAttempts: &maxAttempts, NextFireAt: next}); err != nil {
 				return err
 			}
 		}
@@ -252,11 +254,11 @@ func (c *Client) RemoveSchedule(ctx context.Context, name string) error {
 	if err := validateName("name", name); err != nil {
 		return asScheduleError(err)
 	}
-	tag, err := c.pool.Exec(ctx, c.store.SQL("schedule_remove"), name)
+	removed, err := c.store.RemoveSchedule(ctx, c.pool, name)
 	if err != nil {
 		return fmt.Errorf("skiplock: remove schedule: %w", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if !removed {
 		return ErrScheduleNotFound
 	}
 	return nil
@@ -264,38 +266,31 @@ func (c *Client) RemoveSchedule(ctx context.Context, name string) error {
 
 // ListSchedules returns every stored schedule, by name.
 func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
-	rows, err := c.pool.Query(ctx, c.store.SQL("schedule_list"))
+	rows, err := c.store.ListSchedules(ctx, c.pool)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: list schedules: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ScheduleInfo, error) {
-		var s ScheduleInfo
-		var cronText *string
-		var every *int64
-		var maxAttempts *int
-		var next, last *time.Time
-		err := r.Scan(&s.Name, &cronText, &every, &s.Timezone, &s.Queue, &s.Kind, &s.Payload, &s.Priority,
-			&maxAttempts, &next, &last, &s.CreatedAt, &s.UpdatedAt)
-		if cronText != nil {
-			s.Cron = *cronText
+	out := make([]ScheduleInfo, len(rows))
+	for i, r := range rows {
+		s := ScheduleInfo{Name: r.Name, Timezone: r.Timezone, Queue: r.Queue, Kind: r.Kind,
+			Payload: json.RawMessage(r.Payload), Priority: r.Priority,
+			CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC()}
+		if r.Cron != nil {
+			s.Cron = *r.Cron
 		}
-		if every != nil {
-			s.Every = time.Duration(*every) * time.Second
+		if r.EverySeconds != nil {
+			s.Every = time.Duration(*r.EverySeconds) * time.Second
 		}
-		if maxAttempts != nil {
-			s.MaxAttempts = *maxAttempts
+		if r.MaxAttempts != nil {
+			s.MaxAttempts = *r.MaxAttempts
 		}
-		if next != nil {
-			s.NextFireAt = next.UTC()
+		if r.NextFireAt != nil {
+			s.NextFireAt = r.NextFireAt.UTC()
 		}
-		if last != nil {
-			s.LastFireAt = last.UTC()
+		if r.LastFireAt != nil {
+			s.LastFireAt = r.LastFireAt.UTC()
 		}
-		s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("skiplock: list schedules: %w", err)
+		out[i] = s
 	}
 	return out, nil
 }

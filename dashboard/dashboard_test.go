@@ -885,3 +885,48 @@ func TestOverviewNamesThePin(t *testing.T) {
 	assert.Contains(t, body, "claim p99 20.0 ms against a 2.5 ms baseline (8.0×)")
 	assert.NotContains(t, body, marker)
 }
+
+// The search and the detail page read jobs through the store's job lookup,
+// the statements behind the Client's JobGet and JobList: completed jobs
+// (state "completed"; "done", the name before, still works), the id search
+// keeping the other filters, and the detail of a completed job.
+func TestJobSearchFindsCompletedJobs(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	require.NoError(t, skiplock.Handle(f.client, "done.test", func(context.Context, *skiplock.Job[struct{}]) error { return nil }))
+	res, err := f.client.Enqueue(ctx, skiplock.EnqueueParams{Queue: "q", Kind: "done.test", Tenant: "acme",
+		Metadata: skiplock.Metadata{"tag": "t1"}})
+	require.NoError(t, err)
+	other, err := f.client.Enqueue(ctx, skiplock.EnqueueParams{Queue: "q", Kind: "page.test", Tenant: "globex"})
+	require.NoError(t, err)
+	_, err = f.client.Drain(ctx, skiplock.DrainOptions{Kinds: []string{"done.test"}})
+	require.NoError(t, err)
+	link, otherLink := fmt.Sprintf(`href="/jobs/%d"`, res.ID), fmt.Sprintf(`href="/jobs/%d"`, other.ID)
+
+	for _, path := range []string{"/jobs?state=completed", "/jobs?state=done", "/jobs?state=completed&tenant=acme"} {
+		code, body := f.get(path)
+		require.Equal(t, http.StatusOK, code, path)
+		assert.Contains(t, body, link, path)
+		assert.Contains(t, body, `st-completed`, path)
+		assert.NotContains(t, body, otherLink, path)
+	}
+	_, body := f.get("/jobs?state=completed&tenant=globex")
+	assert.NotContains(t, body, link, "a tenant filter")
+	_, body = f.get("/jobs")
+	assert.NotContains(t, body, link, "without a state: in flight or dead only")
+	assert.Contains(t, body, otherLink)
+
+	_, body = f.get(fmt.Sprintf("/jobs?id=%d&tenant=globex", other.ID))
+	assert.Contains(t, body, otherLink)
+	_, body = f.get(fmt.Sprintf("/jobs?id=%d&tenant=acme", other.ID))
+	assert.NotContains(t, body, otherLink, "an id search keeps the other filters")
+	_, body = f.get(fmt.Sprintf("/jobs?id=%d", res.ID))
+	assert.NotContains(t, body, link, "a completed job by id, without state=completed")
+	_, body = f.get(fmt.Sprintf("/jobs?id=%d&state=completed", res.ID))
+	assert.Contains(t, body, link)
+
+	code, body := f.get(fmt.Sprintf("/jobs/%d", res.ID))
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "finished")
+	assert.Contains(t, body, `&#34;tag&#34;: &#34;t1&#34;`, "metadata, indented")
+}

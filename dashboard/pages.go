@@ -16,8 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/health"
 	"github.com/skiplock/skiplock/internal/store"
@@ -164,7 +162,9 @@ func (s jobSearch) query(before int64) template.URL {
 // defaultPageSize is how many jobs a search page lists.
 const defaultPageSize = 50
 
-var jobStates = []string{"ready", "scheduled", "running", "dead", "done"}
+// jobStates are the states a search filters on, as skiplock.JobStates
+// names them; "done" (the name before) still selects completed jobs.
+var jobStates = []string{"ready", "scheduled", "running", "dead", "completed"}
 
 type jobsData struct {
 	Search jobSearch
@@ -175,13 +175,6 @@ type jobsData struct {
 	Error  string
 }
 
-func nullable(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	sh := d.shardFor(w, r)
 	if sh == nil {
@@ -190,12 +183,15 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	s := jobSearch{ID: strings.TrimSpace(q.Get("id")), Queue: strings.TrimSpace(q.Get("queue")),
 		Kind: strings.TrimSpace(q.Get("kind")), State: q.Get("state"), Tenant: strings.TrimSpace(q.Get("tenant")), Limit: defaultPageSize}
+	if s.State == "done" {
+		s.State = "completed"
+	}
 	data := jobsData{Search: s, States: jobStates}
 	bad := func(msg string) {
 		data.Error = msg
 		d.render(w, r, http.StatusBadRequest, "jobs", "", d.view("jobs", "Jobs", data))
 	}
-	var id any
+	var id int64
 	if s.ID != "" {
 		n, err := strconv.ParseInt(s.ID, 10, 64)
 		if err != nil || n <= 0 {
@@ -208,14 +204,13 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 		bad("state must be one of " + strings.Join(jobStates, ", "))
 		return
 	}
-	var before any
 	if b := q.Get("before"); b != "" {
 		n, err := strconv.ParseInt(b, 10, 64)
 		if err != nil || n <= 0 {
 			bad("before must be a positive job id")
 			return
 		}
-		s.Before, before = n, n
+		s.Before = n
 	}
 	if l := q.Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
@@ -228,18 +223,7 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	data.Search = s
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	rows, err := sh.read.Query(ctx, d.store.SQL("search_jobs"), id, nullable(s.Queue), nullable(s.Kind),
-		nullable(s.State), nullable(s.Tenant), before, s.Limit+1)
-	if err != nil {
-		d.dbFail(w, r, "job search", err)
-		return
-	}
-	found, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (jobRow, error) {
-		var j jobRow
-		err := row.Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority, &j.Attempts, &j.MaxAttempts, &j.RunAt,
-			&j.CreatedAt, &j.Tenant, &j.LockedBy, &j.Error)
-		return j, err
-	})
+	found, err := d.searchJobs(ctx, sh.read, id, s)
 	if err != nil {
 		d.dbFail(w, r, "job search", err)
 		return
@@ -261,6 +245,49 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Rows = found
 	d.render(w, r, http.StatusOK, "jobs", "", d.view("jobs", "Jobs", data))
+}
+
+// searchJobs runs a search through the store's job lookup (the statements
+// the Client's JobGet and JobList run): by id, one job if it matches the
+// other filters; otherwise up to s.Limit+1 jobs newest first, so the caller
+// knows whether there is a next page.
+func (d *Dashboard) searchJobs(ctx context.Context, db store.DBTX, id int64, s jobSearch) ([]jobRow, error) {
+	if id > 0 {
+		j, found, err := d.store.JobGet(ctx, db, id)
+		if err != nil || !found || !s.matches(j) {
+			return nil, err
+		}
+		return []jobRow{rowOf(j)}, nil
+	}
+	rows, err := d.store.JobList(ctx, db, store.JobFilter{Queue: s.Queue, Kind: s.Kind, State: s.State,
+		Tenant: s.Tenant, BeforeID: s.Before, Limit: s.Limit + 1})
+	out := make([]jobRow, len(rows))
+	for i, j := range rows {
+		out[i] = rowOf(j)
+	}
+	return out, err
+}
+
+// matches reports whether j, found by id, passes the search's other filters.
+func (s jobSearch) matches(j store.JobRow) bool {
+	eq := func(want string, got *string) bool { return want == "" || (got != nil && *got == want) }
+	return eq(s.Queue, &j.Queue) && eq(s.Kind, &j.Kind) && eq(s.Tenant, j.Tenant) &&
+		(s.Before == 0 || j.ID < s.Before) &&
+		(s.State == "" && j.State != "completed" || s.State == j.State)
+}
+
+// rowOf is a search row: the error cut to its first line, 200 bytes at most,
+// as job_list cuts it.
+func rowOf(j store.JobRow) jobRow {
+	msg := ""
+	if j.LastError != nil {
+		msg, _, _ = strings.Cut(*j.LastError, "\n")
+		if len(msg) > 200 {
+			msg = strings.ToValidUTF8(msg[:200], "")
+		}
+	}
+	return jobRow{ID: j.ID, State: j.State, Queue: j.Queue, Kind: j.Kind, Priority: j.Priority, Attempts: j.Attempts,
+		MaxAttempts: j.MaxAttempts, RunAt: j.RunAt, CreatedAt: j.CreatedAt, Tenant: j.Tenant, LockedBy: j.LockedBy, Error: msg}
 }
 
 func contains(list []string, s string) bool {
@@ -288,6 +315,28 @@ type jobDetail struct {
 	FinishedAt                          *time.Time
 	Metadata                            *string // indented JSON; shown, unlike the payload, except read-only
 	Hidden                              bool    // error text, unique key, entity and metadata withheld (read-only)
+}
+
+// detailOf is the page's view of a job found by JobGet.
+func detailOf(r store.JobRow) jobDetail {
+	j := jobDetail{ID: r.ID, State: r.State, Queue: r.Queue, Kind: r.Kind, Priority: r.Priority, Attempts: r.Attempts,
+		MaxAttempts: r.MaxAttempts, RunAt: r.RunAt, CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt,
+		LeaseExpiresAt: r.LeaseExpiresAt, LockedBy: r.LockedBy, UniqueKey: r.UniqueKey, Tenant: r.Tenant,
+		Entity: r.Entity, LastError: r.LastError, CancelRequested: r.CancelRequested}
+	switch r.State {
+	case "dead":
+		j.DeadAt, j.Reason = r.FinishedAt, r.Outcome
+	case "completed":
+		j.FinishedAt = r.FinishedAt
+	}
+	if len(r.Metadata) > 0 {
+		var pretty bytes.Buffer
+		if json.Indent(&pretty, r.Metadata, "", "  ") == nil {
+			m := pretty.String()
+			j.Metadata = &m
+		}
+	}
+	return j
 }
 
 // hideForViewers drops what a read-only viewer is not shown: error text
@@ -323,20 +372,17 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	var j jobDetail
-	err := sh.read.QueryRow(ctx, d.store.SQL("job_detail"), id).Scan(&j.ID, &j.State, &j.Queue, &j.Kind, &j.Priority,
-		&j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseExpiresAt, &j.LockedBy,
-		&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.CancelRequested, &j.DeadAt, &j.Reason, &j.FinishedAt,
-		&j.Metadata)
-	if errors.Is(err, pgx.ErrNoRows) {
-		d.fail(w, r, http.StatusNotFound, "no job "+strconv.FormatInt(id, 10)+
-			" in flight, in the dead-letter table or finished in the last 24 hours")
-		return
-	}
+	row, found, err := d.store.JobGet(ctx, sh.read, id)
 	if err != nil {
 		d.dbFail(w, r, "job", err)
 		return
 	}
+	if !found {
+		d.fail(w, r, http.StatusNotFound, "no job "+strconv.FormatInt(id, 10)+
+			" in flight, in the dead-letter table or in the finished-job history")
+		return
+	}
+	j := detailOf(row)
 	if d.opts.ReadOnly {
 		j.hideForViewers()
 	}
@@ -367,14 +413,13 @@ func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	var raw []byte
-	err := sh.pool.QueryRow(ctx, d.store.SQL("job_payload"), id).Scan(&raw)
-	if errors.Is(err, pgx.ErrNoRows) {
-		d.fail(w, r, http.StatusNotFound, "no such job")
-		return
-	}
+	raw, found, err := d.store.JobPayload(ctx, sh.pool, id)
 	if err != nil {
 		d.dbFail(w, r, "payload", err)
+		return
+	}
+	if !found {
+		d.fail(w, r, http.StatusNotFound, "no such job")
 		return
 	}
 	d.logFor(sh).Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", user))

@@ -242,11 +242,11 @@ func statements(ctx context.Context, pool *pgxpool.Pool, st *store.Store, schema
 		hs("unhandled_kinds", live),
 		hs("dead_letter_size"),
 		hs("doctor_stuck", int64(300_000_000)),
-		{name: "dashboard search_jobs (newest 50)", sql: st.SQL("search_jobs"), args: func() []any {
-			return []any{nil, nil, nil, nil, nil, nil, 50}
+		{name: "job list, newest 50 (the dashboard's search)", sql: st.SQL("job_list"), args: func() []any {
+			return []any{nil, nil, nil, nil, 50, nil}
 		}},
 		{name: "job list (queue, running)", sql: st.SQL("job_list"), args: func() []any {
-			return []any{queue, nil, "running", nil, 50}
+			return []any{queue, nil, "running", nil, 50, nil}
 		}},
 	}, nil
 }

@@ -168,7 +168,7 @@ func newJobListCmd() *cobra.Command {
 		before int64
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--queue Q] [--kind K] [--state S] [--limit N] [--before ID]",
+		Use:   "list [--queue Q] [--kind K] [--tenant T] [--state S] [--limit N] [--before ID]",
 		Short: "List jobs by queue, kind and state, newest first",
 		Long: `Lists jobs newest id first, without payloads. Without --state: every job in flight
 (ready, scheduled, running) and every dead letter. --state completed lists the jobs
@@ -209,6 +209,7 @@ completed in the last 24 hours. --before ID continues a listing below that id.`,
 	fl := cmd.Flags()
 	fl.StringVar(&p.Queue, "queue", "", "only this queue")
 	fl.StringVar(&p.Kind, "kind", "", "only this kind")
+	fl.StringVar(&p.Tenant, "tenant", "", "only this tenant's jobs")
 	fl.StringVar(&state, "state", "", "only this state: ready, scheduled, running, dead or completed")
 	fl.IntVar(&p.Limit, "limit", skiplock.DefaultJobListLimit, fmt.Sprintf("most jobs listed (1 to %d)", skiplock.MaxJobListLimit))
 	fl.Int64Var(&before, "before", 0, "only ids below this one (the next page)")

@@ -79,6 +79,9 @@ func TestJobCLI(t *testing.T) {
 	code, out, stderr = cli("job", "list", "--kind", "nothing", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, "[]\n", out)
+	code, out, stderr = cli("job", "list", "--state", "completed", "--tenant", "nobody", "--json")
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "[]\n", out, "the job has no tenant")
 
 	// Retry the completed job: one new ready job.
 	code, out, stderr = cli("job", "retry", id)

@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/skiplock/skiplock/internal/cron"
 	"github.com/skiplock/skiplock/internal/service"
 	"github.com/skiplock/skiplock/internal/store"
@@ -86,7 +84,7 @@ type TickStats struct {
 // enqueued exactly once.
 type Scheduler struct {
 	cfg    SchedulerConfig
-	q      schedulerSQL
+	store  *store.Store
 	ticker *service.Periodic
 
 	mu      sync.Mutex           // guards invalid
@@ -104,7 +102,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 	if cfg.MisfireGrace <= 0 {
 		cfg.MisfireGrace = DefaultMisfireGrace
 	}
-	s := &Scheduler{cfg: cfg, q: renderSchedulerSQL(cfg.Schema), invalid: map[string]time.Time{}}
+	s := &Scheduler{cfg: cfg, store: store.New(cfg.Schema), invalid: map[string]time.Time{}}
 	s.ticker = &service.Periodic{
 		Name:       "scheduler",
 		Interval:   cfg.Interval,
@@ -181,21 +179,17 @@ func (s *Scheduler) due(ctx context.Context) ([]dueSchedule, error) {
 	}
 	qctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	rows, err := s.cfg.DB.Query(qctx, s.q.due, now, schedulerBatch)
+	rows, err := s.store.DueSchedules(qctx, s.cfg.DB, now, schedulerBatch)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: read due schedules: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueSchedule, error) {
-		var d dueSchedule
-		var cronText *string
-		err := r.Scan(&d.name, &cronText, &d.everySeconds, &d.timezone, &d.next, &d.updatedAt, &d.now)
-		if cronText != nil {
-			d.cron = *cronText
+	out := make([]dueSchedule, len(rows))
+	for i, r := range rows {
+		out[i] = dueSchedule{name: r.Name, timezone: r.Timezone, everySeconds: r.EverySeconds, next: r.NextFireAt,
+			updatedAt: r.UpdatedAt, now: r.Now}
+		if r.Cron != nil {
+			out[i].cron = *r.Cron
 		}
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("scheduler: read due schedules: %w", err)
 	}
 	return out, nil
 }
@@ -229,30 +223,13 @@ func (s *Scheduler) fire(ctx context.Context, d dueSchedule, st *TickStats) erro
 	}
 	qctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	rows, err := s.cfg.DB.Query(qctx, s.q.fire, d.name, d.next, nextArg, lastArg, d.updatedAt, fires, keys)
+	advanced, fired, dups, err := s.store.FireSchedule(qctx, s.cfg.DB, store.ScheduleFire{Name: d.name, Was: d.next,
+		Next: nextArg, Last: lastArg, UpdatedAt: d.updatedAt, Fires: fires, Keys: keys})
 	if err != nil {
 		return fmt.Errorf("scheduler: fire schedule %q: %w", d.name, err)
 	}
-	advanced := false
-	for rows.Next() {
-		advanced = true
-		var id *int64
-		var inserted *bool
-		if err := rows.Scan(&id, &inserted); err != nil {
-			rows.Close()
-			return fmt.Errorf("scheduler: fire schedule %q: %w", d.name, err)
-		}
-		switch {
-		case id == nil: // advanced without a fire
-		case inserted != nil && *inserted:
-			st.Fired++
-		default:
-			st.Duplicates++
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("scheduler: fire schedule %q: %w", d.name, err)
-	}
+	st.Fired += fired
+	st.Duplicates += dups
 	if !advanced {
 		st.Lost++
 	}
@@ -332,13 +309,4 @@ func PlanFires(s *cron.Schedule, next, now time.Time, catchUp int, grace time.Du
 // "schedule:<name>:<fire time UTC, RFC 3339>".
 func FireKey(name string, fire time.Time) string {
 	return "schedule:" + name + ":" + fire.UTC().Format(time.RFC3339)
-}
-
-type schedulerSQL struct{ due, fire string }
-
-// renderSchedulerSQL takes the scheduler's statements (schedule.sql in
-// internal/store) rendered for schema.
-func renderSchedulerSQL(schema string) schedulerSQL {
-	st := store.New(schema)
-	return schedulerSQL{due: st.SQL("scheduler_due"), fire: st.SQL("scheduler_fire")}
 }

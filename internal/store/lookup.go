@@ -47,9 +47,9 @@ func (s *Store) JobGet(ctx context.Context, db DBTX, id int64) (row JobRow, foun
 
 // JobFilter selects jobs for JobList; empty strings and zero match all.
 type JobFilter struct {
-	Queue, Kind, State string
-	BeforeID           int64
-	Limit              int
+	Queue, Kind, State, Tenant string
+	BeforeID                   int64
+	Limit                      int
 }
 
 // JobList returns jobs newest id first, the error cut to its first line.
@@ -58,7 +58,8 @@ func (s *Store) JobList(ctx context.Context, db DBTX, f JobFilter) ([]JobRow, er
 	if f.BeforeID > 0 {
 		before = f.BeforeID
 	}
-	rows, err := db.Query(ctx, s.SQL("job_list"), nullable(f.Queue), nullable(f.Kind), nullable(f.State), before, f.Limit)
+	rows, err := db.Query(ctx, s.SQL("job_list"), nullable(f.Queue), nullable(f.Kind), nullable(f.State), before, f.Limit,
+		nullable(f.Tenant))
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,10 @@
 -- Looking jobs up by id or filter, wherever they are: in flight (jobs), dead
 -- (jobs_dead) or finished (jobs_done, kept for Config.CompletedRetention).
 -- Nothing here selects a payload except job_payload_any, which runs only
--- when a caller asks for it explicitly. jobs_done is found by id through its
+-- when a caller asks for it explicitly (JobPayload, `skiplock job get
+-- --payload`, the dashboard's reveal), and enqueued_jobs, which runs only in
+-- users' tests (skiplocktest). The Client, the CLI and the dashboard all
+-- read jobs through these statements. jobs_done is found by id through its
 -- BRIN index (migration 005); a list of finished jobs reads the last 24
 -- hours only, since jobs_done has no index in id order.
 
@@ -35,8 +38,9 @@ LIMIT 1;
 -- Without a state every job in flight and every dead letter is listed;
 -- completed jobs only when asked for (state 'completed'), over the last 24
 -- hours. The error is the first line of last_error, at most 200 characters.
+-- The Client's JobList, `skiplock job list` and the dashboard's search.
 --   $1 queue  $2 kind  $3 state (ready, scheduled, running, dead, completed)
---   $4 ids below this one  $5 limit
+--   $4 ids below this one  $5 limit  $6 tenant
 SELECT r.id, r.state, r.queue, r.kind, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at,
        r.attempted_at, r.finished_at, r.outcome, r.tenant, r.locked_by, r.error
 FROM (
@@ -49,6 +53,7 @@ FROM (
      WHERE ($3::text IS NULL OR $3::text IN ('ready', 'scheduled', 'running'))
        AND ($1::text IS NULL OR j.queue = $1::text)
        AND ($2::text IS NULL OR j.kind = $2::text)
+       AND ($6::text IS NULL OR j.tenant = $6::text)
        AND ($4::bigint IS NULL OR j.id < $4::bigint)
        AND ($3::text IS NULL
             OR ($3::text = 'running' AND j.state = 'running')
@@ -64,6 +69,7 @@ FROM (
      WHERE ($3::text IS NULL OR $3::text = 'dead')
        AND ($1::text IS NULL OR d.queue = $1::text)
        AND ($2::text IS NULL OR d.kind = $2::text)
+       AND ($6::text IS NULL OR d.tenant = $6::text)
        AND ($4::bigint IS NULL OR d.id < $4::bigint)
      ORDER BY d.id DESC
      LIMIT $5)
@@ -76,6 +82,7 @@ FROM (
        AND f.finished_at > now() - interval '24 hours'
        AND ($1::text IS NULL OR f.queue = $1::text)
        AND ($2::text IS NULL OR f.kind = $2::text)
+       AND ($6::text IS NULL OR f.tenant = $6::text)
        AND ($4::bigint IS NULL OR f.id < $4::bigint)
      ORDER BY f.id DESC
      LIMIT $5)
@@ -113,3 +120,15 @@ d AS (
     RETURNING 'dead'::text AS state
 )
 SELECT coalesce((SELECT r.state FROM r), (SELECT d.state FROM d), '');
+
+-- name: enqueued_jobs
+-- skiplocktest's view of in-flight jobs (RequireEnqueued and friends), in id
+-- order, bounded. It selects the payload: it runs only in users' tests.
+--   $1 kind ('' for any)  $2 queue ('' for any)  $3 a JSON object the
+--   payload should contain (NULL: not asked; the last column is then false)
+SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, run_at > now(),
+       tenant, entity, unique_key, payload::text, COALESCE(payload @> $3::jsonb, false)
+FROM {{schema}}.jobs
+WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR queue = $2)
+ORDER BY id
+LIMIT 1000;
