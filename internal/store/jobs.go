@@ -85,6 +85,13 @@ type ClaimParams struct {
 	// claim visited: the next capped claim starts after it (round robin).
 	// Claim updates it in place; nil: from the first tenant, not kept.
 	TenantCursor map[string]string
+	// VisitCut, when not nil, is set by a tenant-capped claim whose visit
+	// of some queue stopped at its step limit (4 × Batch tenants) before
+	// it met Batch tenants with jobs: the tenants after the new cursor were
+	// not visited, and may have jobs even if the claim came back short
+	// (claim_capped_after steps through tenants with nothing after their
+	// bounds).
+	VisitCut *bool
 }
 
 // LimitRoom is a claimer's memory of whether its limits had room for a
@@ -130,7 +137,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 	batch := &pgx.Batch{}
 	batch.Queue(s.SQL("claim_settings"))
 	var out []ClaimedJob
-	scan := func(extra any, each func(ClaimedJob)) func(pgx.Rows) error {
+	scan := func(extra []any, each func(queue string)) func(pgx.Rows) error {
 		return func(rows pgx.Rows) error {
 			var err error
 			out, err = scanClaimed(rows, p.Batch, extra, each)
@@ -165,15 +172,19 @@ func (s *Store) Claim(ctx context.Context, db DBTX, p ClaimParams) ([]ClaimedJob
 			}
 		}
 		var cursor *string
+		var cut bool
 		batch.Queue(s.SQL("claim_generic_plan"))
 		stmt := "claim_capped"
 		args = append(args, p.TenantCap, cursors)
 		if after := TenantBoundArgs(p.TenantAfter); after[0] != nil {
 			stmt, args = "claim_capped_after", append(args, after...)
 		}
-		batch.Queue(s.SQL(stmt), args...).Query(scan(&cursor, func(j ClaimedJob) {
+		batch.Queue(s.SQL(stmt), args...).Query(scan([]any{&cursor, &cut}, func(queue string) {
 			if cursor != nil && p.TenantCursor != nil {
-				p.TenantCursor[j.Queue] = *cursor
+				p.TenantCursor[queue] = *cursor
+			}
+			if cut && p.VisitCut != nil {
+				*p.VisitCut = true
 			}
 		}))
 	default:
@@ -206,26 +217,36 @@ func (s *Store) claimLimited(ctx context.Context, db DBTX, p ClaimParams, args [
 }
 
 // scanClaimed reads a claim's rows (the claim_update fragment's RETURNING
-// order) and closes rows. A statement that returns one more column (the
-// capped claim's cursor) gives its destination in extra and sees each row
-// in each.
-func scanClaimed(rows pgx.Rows, batch int, extra any, each func(ClaimedJob)) ([]ClaimedJob, error) {
+// order) and closes rows. A statement that returns more columns (the
+// capped claim's cursor and whether its visit was cut short) gives their
+// destinations in extra and sees each row's queue in each, after extra is
+// read; its rows without a job (a NULL id: a queue whose visit claimed
+// nothing) carry only the queue and extra.
+func scanClaimed(rows pgx.Rows, batch int, extra []any, each func(queue string)) ([]ClaimedJob, error) {
 	defer rows.Close()
 	out := make([]ClaimedJob, 0, batch)
 	for rows.Next() {
 		var j ClaimedJob
+		if extra != nil && rows.RawValues()[0] == nil {
+			skip := make([]any, len(rows.FieldDescriptions()))
+			skip[1] = &j.Queue
+			copy(skip[len(skip)-len(extra):], extra)
+			if err := rows.Scan(skip...); err != nil {
+				return nil, err
+			}
+			each(j.Queue)
+			continue
+		}
 		var tenant, entity, unique *string
 		dest := []any{&j.ID, &j.Queue, &j.Kind, (*[]byte)(&j.Payload), &j.Priority, &j.Attempt, &j.MaxAttempts,
 			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata, &j.Durable}
-		if extra != nil {
-			dest = append(dest, extra)
-		}
+		dest = append(dest, extra...)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		j.Tenant, j.Entity, j.UniqueKey = deref(tenant), deref(entity), deref(unique)
 		if each != nil {
-			each(j)
+			each(j.Queue)
 		}
 		out = append(out, j)
 	}

@@ -168,6 +168,18 @@ func (k *keyset) tenantWindow(cursors map[string]string, n int) map[string]map[s
 	return out
 }
 
+// ringClaims is how many capped claims of n jobs it takes to visit every
+// tenant this pool keeps a bound for, in the queue that has most: a visit
+// steps through at most 4 × n of them (claim_capped_after), and tenants
+// without a bound it reads from their front, where an empty one is no step.
+func (k *keyset) ringClaims(n int) int {
+	most := 0
+	for _, tb := range k.tenants {
+		most = max(most, len(tb.names))
+	}
+	return (most + 4*n - 1) / (4 * n)
+}
+
 // observe records a claim: whether it was from the front (bounded false),
 // what it cost, whether it filled its batch, and what it took.
 func (k *keyset) observe(bounded bool, took time.Duration, filled bool, jobs []store.ClaimedJob, now time.Time) {

@@ -50,6 +50,7 @@ type pool struct {
 	// window of its limits was full: how long until that window has room.
 	// The producer sleeps that long (at most PollInterval) before claiming.
 	rateWait  time.Duration
+	visitCut  bool            // the producer's last capped claim left tenants unvisited (store.ClaimParams.VisitCut)
 	limitRoom store.LimitRoom // whether they had room for a batch at the last look
 	heldBack  bool            // the last claim was limited and short: completions wake claimers
 	capAside  bool            // logged that limits set the tenant cap aside
@@ -123,6 +124,7 @@ func (p *pool) produce() {
 	defer poll.Stop()
 	backoff := time.Duration(0)
 	entityRaces := 0
+	cutRun := 0 // capped claims in a row that came back short, their visits cut short
 	for {
 		// Count every job finished so far before deciding. Executors report
 		// one token each; deciding after the first would, under load, claim
@@ -170,7 +172,17 @@ func (p *pool) produce() {
 					p.jobs <- j // never blocks: capacity is limit
 				}
 				inflight += len(got)
-				more = len(got) == n
+				// A capped visit cut short at its step limit came back short
+				// with tenants left unvisited, where the jobs may be: claim
+				// on, once round the tenants this pool knows, rather than
+				// wait for a wake-up (a poll interval when none comes).
+				cut := p.visitCut && len(got) < n
+				if cut {
+					cutRun++
+				} else {
+					cutRun = 0
+				}
+				more = len(got) == n || cut && cutRun < p.keys.ringClaims(n)
 				if more {
 					continue
 				}
@@ -211,9 +223,9 @@ func (p *pool) produce() {
 			inflight -= p.frontEnded(r)
 			more = true
 		case <-p.wakeCh:
-			more = true
+			more, cutRun = true, 0
 		case <-poll.C:
-			more = true
+			more, cutRun = true, 0
 			resetTimer(poll, p.r.cfg.PollInterval)
 		}
 	}
@@ -244,6 +256,8 @@ func (p *pool) claim(n int) ([]*Job, error) {
 	params := p.claimParams(n)
 	params.TenantCap, params.After, params.TenantAfter, params.Limits, params.LimitRoom, params.TenantCursor =
 		p.cfg.TenantCap, after, tenantAfter, limits, room, p.tenantCursor
+	p.visitCut = false
+	params.VisitCut = &p.visitCut
 	jobs, err := p.r.data.Claim(ctx, params)
 	if err != nil {
 		return nil, err

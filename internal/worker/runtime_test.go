@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -443,4 +444,63 @@ func TestStopWaitsForTheFrontClaimAndHandsItsJobsBack(t *testing.T) {
 	o := f.nextWrite(t)
 	require.Equal(t, []store.Reschedule{{Lease: store.Lease{ID: 7, Token: 7}, Refund: true}}, o.Resched)
 	require.NoError(t, recv(t, stopped, "Stop did not return"))
+}
+
+// A tenant-capped claim after the bounds whose visit was cut short at its
+// step limit (tenants with nothing after their bounds) and came back short
+// leaves tenants unvisited: the producer claims on, once round the tenants
+// it knows, instead of waiting for a wake-up (a poll interval when none
+// comes: an hour here), and stops there; each wake-up starts a round of
+// its own. A claim not cut short stops it.
+func TestCappedClaimsGoRoundTheTenantsWhenVisitsAreCutShort(t *testing.T) {
+	f := newFakeData()
+	g := newGate(1)
+	r := New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 2, BatchSize: 2, TenantCap: 1}}})
+	p := r.pools[0]
+	var known []store.ClaimedJob
+	for i := range 20 { // 20 tenants with bounds: a visit of 4 × 2 steps, 3 claims round them
+		known = append(known, tenantJob("q", fmt.Sprintf("t%02d", i), time.Unix(0, 0), int64(100+i)))
+	}
+	p.keys.observe(false, time.Second, true, known, time.Now())
+	p.keys.observe(false, time.Second, true, nil, time.Now()) // claims from the front cost a second: a pin
+	require.Equal(t, 3, p.keys.ringClaims(2))
+	require.NoError(t, r.Start(context.Background()))
+	defer func() { require.NoError(t, r.Stop(context.Background())) }()
+
+	cutShort := func(c claimCall) {
+		t.Helper()
+		require.NotNil(t, c.p.TenantAfter, "a claim after the tenants' bounds")
+		require.NotNil(t, c.p.VisitCut)
+		*c.p.VisitCut = true
+		c.reply <- nil
+	}
+	// The claims at start (the first, and the first poll's) find nothing
+	// and are not cut short: the producer waits.
+	for range 2 {
+		c := f.nextClaim(t)
+		require.NotNil(t, c.p.TenantAfter)
+		c.reply <- nil
+	}
+	time.Sleep(50 * time.Millisecond)
+	f.noClaim(t)
+
+	p.wake()
+	cutShort(f.nextClaim(t))
+	cutShort(f.nextClaim(t)) // claimed on without a wake-up
+	cutShort(f.nextClaim(t))
+	time.Sleep(50 * time.Millisecond)
+	f.noClaim(t) // once round the 20 tenants: it waits now
+
+	p.wake() // each wake-up starts a round of its own
+	c := f.nextClaim(t)
+	*c.p.VisitCut = true
+	c.reply <- jobs(1) // short, cut short: claim on
+	cutShort(f.nextClaim(t))
+	cutShort(f.nextClaim(t))
+	time.Sleep(50 * time.Millisecond)
+	f.noClaim(t)
+	require.Equal(t, int64(1), g.waitStarted(t))
+	close(g.release[1])
 }

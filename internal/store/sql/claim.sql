@@ -480,8 +480,12 @@ SELECT CASE WHEN nx.id IS NULL THEN 0
 -- visited per queue (the next claim's cursor), and visit, how many tenants
 -- with jobs the visit reached and their weights.
 visited AS (
-    -- Per queue, the last tenant visited: the next claim's cursor.
-    SELECT DISTINCT ON (t.queue) t.queue, t.tenant FROM tenants AS t ORDER BY t.queue, t.n DESC
+    -- Per queue, the last tenant visited: the next claim's cursor; cut when
+    -- the visit stopped at its step limit before its weights reached $3
+    -- (claim_capped_after's empty tenants weigh nothing), so tenants after
+    -- the cursor were not visited.
+    SELECT DISTINCT ON (t.queue) t.queue, t.tenant, t.n >= 4 * $3 AND t.wsum < $3 AS cut
+    FROM tenants AS t ORDER BY t.queue, t.n DESC
 ),
 visit AS (
     -- How many tenants with jobs the visit reached (claim_capped_after's
@@ -492,7 +496,13 @@ visit AS (
 -- fragment: capped_tail
 -- The capped claims' CTEs after their candidates: the best $3 (shares in
 -- rounds, then spare capacity), locked and claimed, each row with its
--- queue's new cursor.
+-- queue's new cursor and whether its visit was cut short (visited). A
+-- queue whose visit claimed nothing gets a row with its new cursor and no
+-- job (a NULL id): its cursor moves all the same. A visit of
+-- claim_capped_after steps through empty tenants (4 × $3 at most), and a
+-- cursor left where it was made each claim visit the same empty ones again
+-- while the jobs waited further on (a pinned 1,000-tenant queue fed
+-- round-robin: claims that found nothing for 100 ms, then jobs 330 ms old).
 best AS (
     -- Shares in rounds: every visited tenant's first job (in visit order),
     -- then every one's second, and so on, so each visited tenant has a
@@ -528,7 +538,11 @@ picked AS (
 claimed AS (
 {{claim_update}}
 )
-SELECT c.*, v.tenant FROM claimed AS c LEFT JOIN visited AS v ON v.queue = c.queue
+SELECT c.*, v.tenant, v.cut FROM claimed AS c LEFT JOIN visited AS v ON v.queue = c.queue
+UNION ALL
+SELECT NULL, v.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v.tenant, v.cut
+FROM visited AS v
+WHERE NOT EXISTS (SELECT 1 FROM claimed AS c WHERE c.queue = v.queue)
 
 -- name: claim_capped
 -- Tenant-capped claim with round-robin fair share: no tenant takes more than
@@ -548,7 +562,8 @@ SELECT c.*, v.tenant FROM claimed AS c LEFT JOIN visited AS v ON v.queue = c.que
 -- to whoever has work (a lone tenant is not throttled to $6 per claim). The
 -- best $3, shares first, are then locked with SKIP LOCKED (re-checked
 -- against the newest row version) and claimed. Each row returned carries its
--- queue's new cursor (the last tenant visited).
+-- queue's new cursor (the last tenant visited) and whether the visit was cut
+-- short; a queue that claimed nothing returns one row without a job.
 --   $1..$5 as claim, $6 cap per tenant, $7 cursor text[] (one per queue in
 --   $1's order; NULL: from the first tenant)
 WITH RECURSIVE open_queues AS (
