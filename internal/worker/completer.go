@@ -74,10 +74,15 @@ func (c *completer) wait() { <-c.done }
 // job whose outcome the database refuses for its data is written apart from
 // the rest (see writeIsolating), so it never holds the batch back.
 func (c *completer) flush(batch []result) {
+	batch, superseded := supersede(batch)
 	// c.write never fails: it retries transient errors, and a refusal is
 	// isolated to its job.
 	held, unwritten, _ := writeIsolating(batch, c.write, c.r.log)
-	jobs := make([]*Job, 0, len(batch))
+	jobs := make([]*Job, 0, len(batch)+len(superseded))
+	for _, res := range superseded {
+		jobs = append(jobs, res.job)
+		c.r.count(res, LeaseLost)
+	}
 	var entityQueues []string
 	for _, res := range batch {
 		jobs = append(jobs, res.job)
@@ -95,6 +100,36 @@ func (c *completer) flush(batch []result) {
 	}
 	c.wakeEntityQueues(entityQueues)
 	c.r.untrack(jobs)
+}
+
+// supersede splits off the outcomes of attempts whose job this process
+// claimed again before they were written: a batch can hold two outcomes of
+// one job when writing an earlier batch took longer than the lease (a
+// database away, a connection reset), the reaper handed the job back and
+// this process claimed and ran it again meanwhile. Lease tokens only grow,
+// so only the attempt with the highest token can still hold its lease; the
+// older one's fenced write could never match. Written together, the fenced
+// statement received the job twice, and its result, which names jobs by id,
+// settled both attempts as the newer one's.
+func supersede(batch []result) (current, superseded []result) {
+	newest := make(map[int64]int64, len(batch))
+	for _, res := range batch {
+		if tok, ok := newest[res.job.ID]; !ok || res.job.LeaseToken > tok {
+			newest[res.job.ID] = res.job.LeaseToken
+		}
+	}
+	if len(newest) == len(batch) {
+		return batch, nil
+	}
+	current = make([]result, 0, len(newest))
+	for _, res := range batch {
+		if res.job.LeaseToken == newest[res.job.ID] {
+			current = append(current, res)
+		} else {
+			superseded = append(superseded, res)
+		}
+	}
+	return current, superseded
 }
 
 // write writes batch in one round trip, retrying while the database is

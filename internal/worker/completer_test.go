@@ -161,3 +161,44 @@ func TestUntrackKeepsANewerClaim(t *testing.T) {
 	r.untrack([]*Job{again})
 	require.Equal(t, 0, r.Stats().Running)
 }
+
+// A batch that holds two outcomes of one job (the first attempt's write
+// was held up past its lease, the reaper handed the job back, and this
+// process claimed and ran it again) writes only the newest attempt's: the
+// older one is settled as a lost lease, not as the newer one's result, and
+// its token never reaches the fenced statement. Whichever order they came.
+func TestFlushSettlesASupersededAttemptAsLeaseLost(t *testing.T) {
+	t.Parallel()
+	for _, oldLast := range []bool{false, true} {
+		r, jobs, logs, db := claimTest(t, 1)
+		ctx := context.Background()
+		old := jobs[0]
+		// The lease expires; the reaper hands the job back; claimed again.
+		_, err := db.Pool.Exec(ctx, `UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, old.ID)
+		require.NoError(t, err)
+		back, _, err := r.cfg.Store.Reap(ctx, db.Pool, 10)
+		require.NoError(t, err)
+		require.Equal(t, 1, back)
+		again, err := r.cfg.Store.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 1,
+			WorkerID: r.cfg.WorkerID, Lease: time.Minute})
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+		newer := r.track(again)[0]
+		require.Equal(t, old.ID, newer.ID)
+		require.Greater(t, newer.LeaseToken, old.LeaseToken)
+
+		batch := []result{{job: newer, out: Outcome{Kind: Complete}}, {job: old, out: Outcome{Kind: Complete}}}
+		if !oldLast {
+			batch[0], batch[1] = batch[1], batch[0]
+		}
+		r.completer.flush(batch)
+		var left int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs WHERE id = $1`, old.ID).Scan(&left))
+		require.Zero(t, left, "the newer attempt's completion was written")
+		st := r.Stats()
+		require.Equal(t, int64(1), st.Completed, "one attempt completed, not two")
+		require.Equal(t, int64(1), st.LeaseLost, "the older attempt lost its lease")
+		require.Equal(t, 0, st.Running)
+		require.Contains(t, logs.String(), "lease lost before the outcome was written")
+	}
+}
