@@ -276,14 +276,14 @@ func (s jobSearch) matches(j store.JobRow) bool {
 		(s.State == "" && j.State != "completed" || s.State == j.State)
 }
 
-// rowOf is a search row: the error cut to its first line, 200 bytes at most,
-// as job_list cuts it.
+// rowOf is a search row: the error cut to its first line, 200 characters
+// at most, as job_list cuts it (JobGet returns it whole).
 func rowOf(j store.JobRow) jobRow {
 	msg := ""
 	if j.LastError != nil {
 		msg, _, _ = strings.Cut(*j.LastError, "\n")
-		if len(msg) > 200 {
-			msg = strings.ToValidUTF8(msg[:200], "")
+		if r := []rune(msg); len(r) > 200 {
+			msg = string(r[:200])
 		}
 	}
 	return jobRow{ID: j.ID, State: j.State, Queue: j.Queue, Kind: j.Kind, Priority: j.Priority, Attempts: j.Attempts,

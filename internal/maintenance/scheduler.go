@@ -122,20 +122,16 @@ func (s *Scheduler) Start(ctx context.Context) error { return s.ticker.Start(ctx
 // Stop stops the ticker and waits for the current tick.
 func (s *Scheduler) Stop(ctx context.Context) error { return s.ticker.Stop(ctx) }
 
-// dueSchedule is one row the tick found due.
-type dueSchedule struct {
-	name, cron, timezone string
-	everySeconds         *int64
-	next                 *time.Time
-	updatedAt            time.Time
-	now                  time.Time
-}
-
-func (d dueSchedule) spec() string {
-	if d.everySeconds != nil {
-		return fmt.Sprintf("@every %ds", *d.everySeconds)
+// spec is a due schedule's expression for cron.Parse: its cron, or
+// "@every Ns" for an interval.
+func spec(d store.DueSchedule) string {
+	if d.EverySeconds != nil {
+		return fmt.Sprintf("@every %ds", *d.EverySeconds)
 	}
-	return d.cron
+	if d.Cron == nil {
+		return ""
+	}
+	return *d.Cron
 }
 
 // Tick enqueues every due fire once: it reads the schedules whose
@@ -171,7 +167,7 @@ func (s *Scheduler) Tick(ctx context.Context) (TickStats, error) {
 	return st, nil
 }
 
-func (s *Scheduler) due(ctx context.Context) ([]dueSchedule, error) {
+func (s *Scheduler) due(ctx context.Context) ([]store.DueSchedule, error) {
 	var now *time.Time
 	if s.cfg.Now != nil {
 		t := s.cfg.Now()
@@ -179,23 +175,15 @@ func (s *Scheduler) due(ctx context.Context) ([]dueSchedule, error) {
 	}
 	qctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	rows, err := s.store.DueSchedules(qctx, s.cfg.DB, now, schedulerBatch)
+	due, err := s.store.DueSchedules(qctx, s.cfg.DB, now, schedulerBatch)
 	if err != nil {
 		return nil, fmt.Errorf("scheduler: read due schedules: %w", err)
 	}
-	out := make([]dueSchedule, len(rows))
-	for i, r := range rows {
-		out[i] = dueSchedule{name: r.Name, timezone: r.Timezone, everySeconds: r.EverySeconds, next: r.NextFireAt,
-			updatedAt: r.UpdatedAt, now: r.Now}
-		if r.Cron != nil {
-			out[i].cron = *r.Cron
-		}
-	}
-	return out, nil
+	return due, nil
 }
 
-func (s *Scheduler) fire(ctx context.Context, d dueSchedule, st *TickStats) error {
-	sched, err := cron.Parse(d.spec(), d.timezone)
+func (s *Scheduler) fire(ctx context.Context, d store.DueSchedule, st *TickStats) error {
+	sched, err := cron.Parse(spec(d), d.Timezone)
 	if err != nil {
 		st.Invalid++
 		s.reportInvalid(ctx, d, err)
@@ -203,16 +191,16 @@ func (s *Scheduler) fire(ctx context.Context, d dueSchedule, st *TickStats) erro
 	}
 	var fires []time.Time
 	var next time.Time
-	if d.next == nil {
+	if d.NextFireAt == nil {
 		// New row written without a next fire time (plain SQL): start from now.
-		next = sched.Next(d.now)
+		next = sched.Next(d.Now)
 	} else {
-		p := PlanFires(sched, *d.next, d.now, s.cfg.CatchUp, s.cfg.MisfireGrace)
+		p := PlanFires(sched, *d.NextFireAt, d.Now, s.cfg.CatchUp, s.cfg.MisfireGrace)
 		fires, next, st.Skipped = p.Fires, p.Next, st.Skipped+p.Skipped
 	}
 	keys := make([]string, len(fires))
 	for i, f := range fires {
-		keys[i] = FireKey(d.name, f)
+		keys[i] = FireKey(d.Name, f)
 	}
 	var nextArg, lastArg *time.Time
 	if !next.IsZero() {
@@ -223,10 +211,10 @@ func (s *Scheduler) fire(ctx context.Context, d dueSchedule, st *TickStats) erro
 	}
 	qctx, cancel := context.WithTimeout(ctx, statementTimeout)
 	defer cancel()
-	advanced, fired, dups, err := s.store.FireSchedule(qctx, s.cfg.DB, store.ScheduleFire{Name: d.name, Was: d.next,
-		Next: nextArg, Last: lastArg, UpdatedAt: d.updatedAt, Fires: fires, Keys: keys})
+	advanced, fired, dups, err := s.store.FireSchedule(qctx, s.cfg.DB, store.ScheduleFire{Name: d.Name, Was: d.NextFireAt,
+		Next: nextArg, Last: lastArg, UpdatedAt: d.UpdatedAt, Fires: fires, Keys: keys})
 	if err != nil {
-		return fmt.Errorf("scheduler: fire schedule %q: %w", d.name, err)
+		return fmt.Errorf("scheduler: fire schedule %q: %w", d.Name, err)
 	}
 	st.Fired += fired
 	st.Duplicates += dups
@@ -238,14 +226,14 @@ func (s *Scheduler) fire(ctx context.Context, d dueSchedule, st *TickStats) erro
 
 // reportInvalid logs a schedule whose stored spec does not parse, once per
 // version of the row.
-func (s *Scheduler) reportInvalid(ctx context.Context, d dueSchedule, err error) {
+func (s *Scheduler) reportInvalid(ctx context.Context, d store.DueSchedule, err error) {
 	s.mu.Lock()
-	seen, ok := s.invalid[d.name]
-	if !ok || !seen.Equal(d.updatedAt) {
-		s.invalid[d.name] = d.updatedAt
+	seen, ok := s.invalid[d.Name]
+	if !ok || !seen.Equal(d.UpdatedAt) {
+		s.invalid[d.Name] = d.UpdatedAt
 	}
 	s.mu.Unlock()
-	if ok && seen.Equal(d.updatedAt) || s.cfg.Logger == nil {
+	if ok && seen.Equal(d.UpdatedAt) || s.cfg.Logger == nil {
 		return
 	}
 	msg := err.Error()
@@ -253,7 +241,7 @@ func (s *Scheduler) reportInvalid(ctx context.Context, d dueSchedule, err error)
 		msg = strings.TrimPrefix(msg, cron.ErrInvalidCron.Error()+": ")
 	}
 	s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: schedule has an invalid spec; not firing it",
-		slog.String("schedule", d.name), slog.String("error", msg))
+		slog.String("schedule", d.Name), slog.String("error", msg))
 }
 
 // FirePlan is what a due schedule does at one tick.

@@ -74,7 +74,7 @@ func (c *completer) wait() { <-c.done }
 // job whose outcome the database refuses for its data is written apart from
 // the rest (see writeIsolating), so it never holds the batch back.
 func (c *completer) flush(batch []result) {
-	batch, superseded := supersede(batch)
+	batch, superseded := c.supersede(batch)
 	// c.write never fails: it retries transient errors, and a refusal is
 	// isolated to its job.
 	held, unwritten, _ := writeIsolating(batch, c.write, c.r.log)
@@ -103,31 +103,31 @@ func (c *completer) flush(batch []result) {
 }
 
 // supersede splits off the outcomes of attempts whose job this process
-// claimed again before they were written: a batch can hold two outcomes of
-// one job when writing an earlier batch took longer than the lease (a
-// database away, a connection reset), the reaper handed the job back and
-// this process claimed and ran it again meanwhile. Lease tokens only grow,
-// so only the attempt with the highest token can still hold its lease; the
-// older one's fenced write could never match. Written together, the fenced
-// statement received the job twice, and its result, which names jobs by id,
-// settled both attempts as the newer one's.
-func supersede(batch []result) (current, superseded []result) {
-	newest := make(map[int64]int64, len(batch))
-	for _, res := range batch {
-		if tok, ok := newest[res.job.ID]; !ok || res.job.LeaseToken > tok {
-			newest[res.job.ID] = res.job.LeaseToken
-		}
-	}
-	if len(newest) == len(batch) {
-		return batch, nil
-	}
-	current = make([]result, 0, len(newest))
-	for _, res := range batch {
-		if res.job.LeaseToken == newest[res.job.ID] {
-			current = append(current, res)
-		} else {
+// has claimed again since (the tracked claim of the job is another, with a
+// higher lease token): writing an earlier batch took longer than the lease
+// (a database away, a connection reset), the reaper handed the job back and
+// this process claimed it again. Lease tokens only grow, so the older
+// attempt's lease is gone and its fenced write could never match; written
+// in the same batch as the newer attempt's, the fenced statement received
+// the job twice and its result, which names jobs by id, settled both as the
+// newer one's. One look at the tracked jobs per batch; nothing is allocated
+// unless an attempt was superseded.
+func (c *completer) supersede(batch []result) (current, superseded []result) {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	for i, res := range batch {
+		t := c.r.jobs[res.job.ID]
+		if old := t != nil && t.job != res.job && t.job.LeaseToken > res.job.LeaseToken; old {
+			if current == nil {
+				current = append(make([]result, 0, len(batch)), batch[:i]...)
+			}
 			superseded = append(superseded, res)
+		} else if current != nil {
+			current = append(current, res)
 		}
+	}
+	if current == nil {
+		return batch, nil
 	}
 	return current, superseded
 }

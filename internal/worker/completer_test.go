@@ -166,10 +166,12 @@ func TestUntrackKeepsANewerClaim(t *testing.T) {
 // was held up past its lease, the reaper handed the job back, and this
 // process claimed and ran it again) writes only the newest attempt's: the
 // older one is settled as a lost lease, not as the newer one's result, and
-// its token never reaches the fenced statement. Whichever order they came.
+// its token never reaches the fenced statement. Whichever order they came;
+// and an older attempt flushed alone, the newer one still running, is not
+// written either.
 func TestFlushSettlesASupersededAttemptAsLeaseLost(t *testing.T) {
 	t.Parallel()
-	for _, oldLast := range []bool{false, true} {
+	for _, tc := range []string{"old first", "old last", "old alone"} {
 		r, jobs, logs, db := claimTest(t, 1)
 		ctx := context.Background()
 		old := jobs[0]
@@ -187,18 +189,26 @@ func TestFlushSettlesASupersededAttemptAsLeaseLost(t *testing.T) {
 		require.Equal(t, old.ID, newer.ID)
 		require.Greater(t, newer.LeaseToken, old.LeaseToken)
 
-		batch := []result{{job: newer, out: Outcome{Kind: Complete}}, {job: old, out: Outcome{Kind: Complete}}}
-		if !oldLast {
-			batch[0], batch[1] = batch[1], batch[0]
-		}
+		batch := map[string][]result{
+			"old first": {{job: old, out: Outcome{Kind: Complete}}, {job: newer, out: Outcome{Kind: Complete}}},
+			"old last":  {{job: newer, out: Outcome{Kind: Complete}}, {job: old, out: Outcome{Kind: Complete}}},
+			"old alone": {{job: old, out: Outcome{Kind: Complete}}},
+		}[tc]
 		r.completer.flush(batch)
 		var left int
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs WHERE id = $1`, old.ID).Scan(&left))
-		require.Zero(t, left, "the newer attempt's completion was written")
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs WHERE id = $1 AND lease_token = $2`,
+			old.ID, newer.LeaseToken).Scan(&left))
 		st := r.Stats()
-		require.Equal(t, int64(1), st.Completed, "one attempt completed, not two")
-		require.Equal(t, int64(1), st.LeaseLost, "the older attempt lost its lease")
+		require.Equal(t, int64(1), st.LeaseLost, "%s: the older attempt lost its lease", tc)
+		require.Contains(t, logs.String(), "lease lost before the outcome was written", tc)
+		if tc == "old alone" {
+			require.Equal(t, 1, left, "the newer attempt still runs")
+			require.Zero(t, st.Completed)
+			require.Equal(t, 1, st.Running, "the newer attempt stays tracked")
+			continue
+		}
+		require.Zero(t, left, "%s: the newer attempt's completion was written", tc)
+		require.Equal(t, int64(1), st.Completed, "%s: one attempt completed, not two", tc)
 		require.Equal(t, 0, st.Running)
-		require.Contains(t, logs.String(), "lease lost before the outcome was written")
 	}
 }
