@@ -102,27 +102,32 @@ func (c *completer) flush(batch []result) {
 	c.r.untrack(jobs)
 }
 
-// supersede splits off the outcomes of attempts whose job this process
-// has claimed again since (the tracked claim of the job is another, with a
-// higher lease token): writing an earlier batch took longer than the lease
-// (a database away, a connection reset), the reaper handed the job back and
-// this process claimed it again. Lease tokens only grow, so the older
-// attempt's lease is gone and its fenced write could never match; written
-// in the same batch as the newer attempt's, the fenced statement received
-// the job twice and its result, which names jobs by id, settled both as the
-// newer one's. One look at the tracked jobs per batch; nothing is allocated
-// unless an attempt was superseded.
+// supersede splits off the outcomes of attempts whose job's newer attempt
+// (a higher lease token) is in the same batch: writing an earlier batch took
+// longer than the lease (a database away, a connection reset), the reaper
+// handed the job back, and this process claimed and ran it again before
+// the next flush. Lease tokens only grow, so the older attempt's lease is
+// gone; written with the newer one's, the fenced statement received the job
+// twice and its result, which names jobs by id, settled both as the newer
+// one's. An older attempt alone in its batch is written as any other, and
+// the fence refuses it. Only a job this process has claimed again (its
+// tracked claim is another) is looked for in the batch: one look at the
+// tracked jobs per batch, nothing allocated unless an attempt is superseded.
 func (c *completer) supersede(batch []result) (current, superseded []result) {
 	c.r.mu.Lock()
 	defer c.r.mu.Unlock()
 	for i, res := range batch {
 		t := c.r.jobs[res.job.ID]
-		if old := t != nil && t.job != res.job && t.job.LeaseToken > res.job.LeaseToken; old {
-			if current == nil {
-				current = append(make([]result, 0, len(batch)), batch[:i]...)
-			}
+		older := t != nil && t.job != res.job && slices.ContainsFunc(batch, func(o result) bool {
+			return o.job.ID == res.job.ID && o.job.LeaseToken > res.job.LeaseToken
+		})
+		switch {
+		case older && current == nil:
+			current = append(make([]result, 0, len(batch)), batch[:i]...)
 			superseded = append(superseded, res)
-		} else if current != nil {
+		case older:
+			superseded = append(superseded, res)
+		case current != nil:
 			current = append(current, res)
 		}
 	}

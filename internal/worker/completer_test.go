@@ -166,9 +166,10 @@ func TestUntrackKeepsANewerClaim(t *testing.T) {
 // was held up past its lease, the reaper handed the job back, and this
 // process claimed and ran it again) writes only the newest attempt's: the
 // older one is settled as a lost lease, not as the newer one's result, and
-// its token never reaches the fenced statement. Whichever order they came;
-// and an older attempt flushed alone, the newer one still running, is not
-// written either.
+// its token never reaches the fenced statement. Whichever order they came.
+// An older attempt flushed alone, the newer one still running, is written
+// as any other (the fault suite's seeded bug relies on it reaching the
+// statement) and the fence refuses it.
 func TestFlushSettlesASupersededAttemptAsLeaseLost(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []string{"old first", "old last", "old alone"} {
