@@ -57,6 +57,16 @@ func validateUserStep(name string) error {
 // before its result was recorded runs it again. For effects in this
 // database that must happen exactly once, use StepTx. A step that failed
 // (fn returned an error) is not recorded and runs again on the next run.
+//
+// Step does not wait for the checkpoint's commit: the write goes out at
+// once, grouped with the checkpoints of other handlers, while the handler
+// goes on. The run waits for its checkpoints before the job leaves the
+// handler (whatever it returns) and before StepTx, Sleep, SleepUntil,
+// WaitSignal and CompleteTx. A run's checkpoints are written in the order
+// their steps returned, and none after one that was refused; a refused
+// checkpoint (the lease was lost, another run recorded the step, the
+// database's error) fails the run's next Step (or the call that waits),
+// and the run itself if the handler returns nil.
 func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var v T
 	run, err := runFrom(ctx)
@@ -64,6 +74,9 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 		return v, err
 	}
 	if err := validateUserStep(name); err != nil {
+		return v, err
+	}
+	if err := run.pending.check(run); err != nil {
 		return v, err
 	}
 	if ok, err := recordedStep(ctx, run, name, &v); ok || err != nil {
@@ -77,11 +90,9 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if err != nil {
 		return v, err
 	}
-	held, recorded, err := run.client.steps.put(ctx, run.client, store.StepCheckpoint{Lease: run.lease(), Name: name, Output: raw})
-	if err = stepPutError(run, name, held, recorded, err); err == nil {
-		run.steps.put(name, raw)
-	}
-	return v, err
+	run.pending.add(run.client.steps.submit(ctx, run.client, store.StepCheckpoint{Lease: run.lease(), Name: name, Output: raw}, &run.pending))
+	run.steps.put(name, raw) // this run's result from now on: if its write fails, so does the run
+	return v, nil
 }
 
 // StepTx is Step for work in this database that must happen exactly once:
@@ -98,6 +109,9 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 		return v, err
 	}
 	if err := validateUserStep(name); err != nil {
+		return v, err
+	}
+	if err := run.pending.flush(run); err != nil {
 		return v, err
 	}
 	if ok, err := recordedStep(ctx, run, name, &v); ok || err != nil {
@@ -250,6 +264,9 @@ func timer(ctx context.Context, name string, d time.Duration, at *time.Time) err
 // timerStep reads the timer step name, recording it first if needed, and
 // returns its wake time and the database clock.
 func timerStep(ctx context.Context, run *jobRun, name string, d time.Duration, at *time.Time) (wake, now time.Time, err error) {
+	if err := run.pending.flush(run); err != nil {
+		return wake, now, err
+	}
 	out, now, found, err := run.client.store.StepGet(ctx, run.client.pool, run.id, name)
 	if err == nil && !found {
 		var held bool

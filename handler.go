@@ -54,6 +54,7 @@ type jobRun struct {
 
 	taskState taskState // the workflow task the job runs, looked up once (workflow.go)
 	steps     stepCache // the job's checkpoints, read once per run (durable.go)
+	pending   runSteps  // Step's checkpoints on their way (stepwriter.go)
 
 	meta Metadata // the job's metadata, decoded once per run (metadata.go)
 }
@@ -257,6 +258,12 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		panicked, err = c.callHandler(ctx, h, j, run)
 		return err, panicked
 	}()
+	// The job leaves the handler with its checkpoints written: a retry
+	// skips the steps that completed. A refused one fails a run that
+	// returned nil, unless it completed in its own transaction.
+	if ferr := run.pending.flush(run); ferr != nil && err == nil && !run.completedTx.Load() {
+		err = ferr
+	}
 	run.returned.Store(true)
 	res := worker.Result{
 		Err: err, Panicked: panicked, CompletedTx: run.completedTx.Load(), LeaseLostInTx: run.leaseLost.Load(),

@@ -2,38 +2,39 @@ package skiplock
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// stepWriter is Step's group commit. A checkpoint must be durable before
-// Step returns, and one commit per step made a three-step handler cost
-// three transactions besides its job's share of a batched claim and
-// completion. Instead, the checkpoints that handlers ask for while a write
-// is in flight wait, and go together in the next write: one statement
-// (store.StepPutMany), one commit. No goroutine of its own: the first
-// caller that finds no write in flight writes, and when it is done hands
-// the next batch to the first caller still waiting, so a Step never waits
-// for more than the write in flight and its own. Step's semantics are
-// unchanged: it returns once its checkpoint committed, or with the reason it
-// did not (lease lost, recorded already, the database's error).
+// stepWriter is Step's group commit. One commit per step made a three-step
+// handler cost three transactions besides its job's share of a batched
+// claim and completion, and a Step that waited for its own commit made the
+// handler wait for a round trip and a WAL flush per step. Instead, a Step
+// queues its checkpoint and returns; one writer at a time (a goroutine that
+// lives while the queue is not empty) writes what is queued in one
+// statement (store.StepPutMany) and one commit, and every checkpoint queued
+// meanwhile goes in the next. The run waits for its checkpoints where it
+// must (runSteps.flush): before the job leaves the handler, and before any
+// step that writes in a transaction of its own.
 type stepWriter struct {
 	mu     sync.Mutex
-	busy   bool
+	busy   bool // a writer goroutine is running
 	queue  []*stepWrite
 	writes int // batches written (tests)
 }
 
-// stepWrite is one checkpoint waiting to be written.
+// stepWrite is one checkpoint on its way.
 type stepWrite struct {
-	cp   store.StepCheckpoint
-	lead chan struct{} // closed: this caller writes the next batch
-	done chan struct{} // closed: held, recorded and err are set
-	held bool
-	dup  bool
-	err  error
+	cp    store.StepCheckpoint
+	owner *runSteps     // the run that asked for it, nil for put
+	done  chan struct{} // closed: held, dup and err are set
+	held  bool
+	dup   bool
+	err   error
 }
 
 // maxStepBatch bounds the checkpoints of one write.
@@ -43,33 +44,51 @@ const maxStepBatch = 500
 // whose cancellation must not fail the other callers' checkpoints.
 const stepWriteTimeout = 30 * time.Second
 
-// put records cp for c's worker id (the one every run of c holds its leases
-// under) and returns whether the lease was held and whether the step had
-// been recorded already, as Store.StepPut reports them.
-func (w *stepWriter) put(ctx context.Context, c *Client, cp store.StepCheckpoint) (held, recorded bool, err error) {
-	r := &stepWrite{cp: cp, lead: make(chan struct{}), done: make(chan struct{})}
+// errEarlierStepUnwritten fails a checkpoint queued after one of the same
+// run that was not written: a run's checkpoints are written in the order
+// its steps returned, and none after one that failed.
+var errEarlierStepUnwritten = errors.New("an earlier step's checkpoint was not written")
+
+// submit queues cp for c's worker id (the one every run of c holds its
+// leases under) and returns at once; the write's done closes when it has
+// been written, or refused.
+func (w *stepWriter) submit(ctx context.Context, c *Client, cp store.StepCheckpoint, owner *runSteps) *stepWrite {
+	r := &stepWrite{cp: cp, owner: owner, done: make(chan struct{})}
 	w.mu.Lock()
 	w.queue = append(w.queue, r)
-	lead := !w.busy
+	start := !w.busy
 	w.busy = true
 	w.mu.Unlock()
-	if !lead {
-		select {
-		case <-r.done:
-			return r.held, r.dup, r.err
-		case <-r.lead:
-		}
+	if start {
+		go w.drain(context.WithoutCancel(ctx), c)
 	}
-	w.write(context.WithoutCancel(ctx), c)
-	<-r.done // the batch just written held r: it was first in the queue
+	return r
+}
+
+// put records cp and returns whether the lease was held and whether the
+// step had been recorded already, as Store.StepPut reports them.
+func (w *stepWriter) put(ctx context.Context, c *Client, cp store.StepCheckpoint) (held, recorded bool, err error) {
+	r := w.submit(ctx, c, cp, nil)
+	<-r.done
 	return r.held, r.dup, r.err
 }
 
+// drain writes batches until the queue is empty.
+func (w *stepWriter) drain(ctx context.Context, c *Client) {
+	for w.write(ctx, c) {
+	}
+}
+
 // write writes the next batch: at most maxStepBatch of the queue's
-// checkpoints, each (job, step) once (a second one waits for the next); then hands the writing to the
-// first caller still queued, or ends the busy spell.
-func (w *stepWriter) write(ctx context.Context, c *Client) {
+// checkpoints, each (job, step) once (a second one waits for the next). It
+// reports false, and ends the busy spell, when the queue was empty.
+func (w *stepWriter) write(ctx context.Context, c *Client) bool {
 	w.mu.Lock()
+	if len(w.queue) == 0 {
+		w.busy = false
+		w.mu.Unlock()
+		return false
+	}
 	var batch, rest []*stepWrite
 	type key struct {
 		id   int64
@@ -78,10 +97,14 @@ func (w *stepWriter) write(ctx context.Context, c *Client) {
 	seen := map[key]bool{}
 	for _, r := range w.queue {
 		k := key{r.cp.Lease.ID, r.cp.Name}
-		if len(batch) < maxStepBatch && !seen[k] {
+		switch {
+		case r.owner != nil && r.owner.failed.Load():
+			r.err = errEarlierStepUnwritten
+			close(r.done)
+		case len(batch) < maxStepBatch && !seen[k]:
 			seen[k] = true
 			batch = append(batch, r)
-		} else {
+		default:
 			rest = append(rest, r)
 		}
 	}
@@ -89,18 +112,32 @@ func (w *stepWriter) write(ctx context.Context, c *Client) {
 	w.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, stepWriteTimeout)
+	defer cancel()
+	settle := func(r *stepWrite) {
+		if (r.err != nil || !r.held || r.dup) && r.owner != nil {
+			r.owner.failed.Store(true)
+		}
+		close(r.done)
+	}
+	worker := c.cfg.WorkerID
+	if len(batch) == 0 {
+		return true
+	}
 	cps := make([]store.StepCheckpoint, len(batch))
 	for i, r := range batch {
 		cps[i] = r.cp
 	}
-	worker := c.cfg.WorkerID
 	held, dup, err := c.store.StepPutMany(ctx, c.pool, worker, cps)
 	if err != nil && len(batch) > 1 {
-		// The batch failed as a whole: write each on its own, so that one
-		// checkpoint the database refuses fails only its own Step.
+		// The batch failed as a whole: write each on its own, in order, so
+		// that one checkpoint the database refuses fails only its own run.
 		for _, r := range batch {
-			_, r.held, r.err = c.store.StepPut(ctx, c.pool, r.cp.Lease, worker, r.cp.Name, r.cp.Output)
-			close(r.done)
+			if r.owner != nil && r.owner.failed.Load() {
+				r.err = errEarlierStepUnwritten
+			} else {
+				_, r.held, r.err = c.store.StepPut(ctx, c.pool, r.cp.Lease, worker, r.cp.Name, r.cp.Output)
+			}
+			settle(r)
 		}
 	} else {
 		for i, r := range batch {
@@ -109,17 +146,66 @@ func (w *stepWriter) write(ctx context.Context, c *Client) {
 			} else {
 				r.held, r.dup = held[i], dup[i]
 			}
-			close(r.done)
+			settle(r)
 		}
 	}
-	cancel()
-
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.writes++
-	if len(w.queue) == 0 {
-		w.busy = false
-		return
+	w.mu.Unlock()
+	return true
+}
+
+// runSteps is one run's checkpoints on their way (Step's, through the
+// client's stepWriter).
+type runSteps struct {
+	mu      sync.Mutex
+	pending []*stepWrite
+	failed  atomic.Bool // a checkpoint of the run was not written: later ones are refused
+}
+
+// add notes a checkpoint of the run on its way.
+func (s *runSteps) add(r *stepWrite) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending = append(s.pending, r)
+}
+
+// check returns the error of the first of the run's checkpoints that was
+// refused, without waiting for those still on their way.
+func (s *runSteps) check(run *jobRun) error {
+	if !s.failed.Load() {
+		return nil
 	}
-	close(w.queue[0].lead)
+	return s.settle(run, false)
+}
+
+// flush waits until each of the run's checkpoints on their way has been
+// written or refused, and returns the error of the first one refused.
+func (s *runSteps) flush(run *jobRun) error {
+	return s.settle(run, true)
+}
+
+// settle drops the written checkpoints from pending (waiting for each when
+// wait is set) and returns the first one's error that was refused; the
+// refused one stays, so later calls report it again.
+func (s *runSteps) settle(run *jobRun, wait bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.pending) > 0 {
+		r := s.pending[0]
+		if wait {
+			<-r.done
+		} else {
+			select {
+			case <-r.done:
+			default:
+				return nil
+			}
+		}
+		if err := stepPutError(run, r.cp.Name, r.held, r.dup, r.err); err != nil {
+			return err
+		}
+		s.pending = s.pending[1:]
+	}
+	return nil
 }

@@ -70,3 +70,58 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 	require.Less(t, c.steps.writes, n, "checkpoints asked for together were written together")
 	t.Logf("%d checkpoints in %d writes", n+1, c.steps.writes)
 }
+
+// A run's checkpoints are written in the order its steps returned, and none
+// after one that was refused: a checkpoint the database refuses (here
+// output that is not JSON) fails its run's later checkpoints unwritten,
+// while another run's in the same write is recorded; check and flush report
+// the first refusal.
+func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
+	require.NoError(t, err)
+	rows, err := db.Pool.Query(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
+		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, 2) RETURNING id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+
+	run := &jobRun{client: c, id: ids[0], token: 7, worker: "w"}
+	other := &jobRun{client: c, id: ids[1], token: 7, worker: "w"}
+	// Hold the writer busy so that all four go in one batch.
+	c.steps.mu.Lock()
+	c.steps.busy = true
+	c.steps.mu.Unlock()
+	cp := func(r *jobRun, name, out string) store.StepCheckpoint {
+		return store.StepCheckpoint{Lease: r.lease(), Name: name, Output: []byte(out)}
+	}
+	run.pending.add(c.steps.submit(ctx, c, cp(run, "a", `{"ok": 1}`), &run.pending))
+	run.pending.add(c.steps.submit(ctx, c, cp(run, "b", `not json`), &run.pending))
+	run.pending.add(c.steps.submit(ctx, c, cp(run, "c", `{"ok": 3}`), &run.pending))
+	other.pending.add(c.steps.submit(ctx, c, cp(other, "a", `{"ok": 1}`), &other.pending))
+	require.NoError(t, run.pending.check(run), "nothing written yet: nothing to report")
+	c.steps.drain(ctx, c)
+
+	err = run.pending.flush(run)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `step "b"`)
+	require.Equal(t, err, run.pending.check(run), "a refusal stays reported")
+	require.NoError(t, other.pending.flush(other))
+
+	got := map[int64][]string{}
+	rows, err = db.Pool.Query(ctx, `SELECT job_id, name FROM skiplock.job_steps ORDER BY job_id, name`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		var name string
+		require.NoError(t, rows.Scan(&id, &name))
+		got[id] = append(got[id], name)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[int64][]string{ids[0]: {"a"}, ids[1]: {"a"}}, got, "c came after the refused b: not written")
+	c.steps.mu.Lock()
+	defer c.steps.mu.Unlock()
+	require.False(t, c.steps.busy, "the busy spell ended with the queue")
+}
