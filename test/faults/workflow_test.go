@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -90,34 +91,91 @@ func TestPostgresCrashMidWorkflow(t *testing.T) {
 	})
 }
 
-// runWorkflowFaults runs 6 workflows (a root that fans out five leaves at
-// run time, and a join that sums their outputs; every task pauses pause ms
-// twice) on three workers, strikes
-// a worker that has tasks in flight with fault until fault says stop, and
-// checks, once every workflow finished, the checker's invariants for every
-// task's job and the workflow ones:
+// wfEffectsTable is where the fault worker's workflow tasks record their
+// effects (testdata/worker: wfStep).
+const wfEffectsTable = `CREATE TABLE public.wf_effects (
+	job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
+	value int, at timestamptz NOT NULL DEFAULT clock_timestamp())`
+
+// runWorkflowFaults runs 6 workflows (a root that waits for the signal
+// "go", then fans out five leaves at run time, each of which sleeps 300 ms
+// on a timer, and a join that sums their outputs; every task pauses pause
+// ms twice) and 2 batches of 3 members (napping too) with a callback, on
+// three workers. Two signals are sent to each workflow, to half of them
+// before the workers start and to the rest after the first strike, while
+// their roots wait. It strikes a worker that has tasks in flight with fault
+// until fault says stop, and checks, once every workflow finished, the
+// checker's invariants for every task's job and the workflow ones:
 //   - no task started before every parent completed (by the database's
 //     clock: a task's first run starts after its parents' completions);
 //   - the lease holder never ran a step whose checkpoint was recorded (step
 //     "one" records whether its checkpoint existed when it ran);
 //   - the StepTx effect and the final effect exist exactly once per task;
+//   - no timer woke before its time, counted from the task's first run;
+//   - each workflow's wait took exactly one of its two signals, the first,
+//     and every run past the wait received that one;
+//   - each batch's callback completed exactly once, with every member
+//     counted;
 //   - every workflow completed, and the join's output is the leaves' sum.
 func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(e *env, ws map[string]*proc, n string, i int) bool) {
 	ctx := context.Background()
-	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
-		job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
-		at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	_, err := e.pool.Exec(ctx, wfEffectsTable)
 	require.NoError(t, err)
 
-	const workflows, fanout = 6, 5
-	var wfIDs []int64
+	const workflows, fanout, nap = 6, 5, 300
+	const batches, members = 2, 3
+	var wfIDs, batchIDs []int64
 	for range workflows {
 		id, err := e.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "chaos", Tasks: []skiplock.Task{
-			{Name: "split", Kind: "wfstep", Args: map[string]int{"sleep": pause, "fanout": fanout}, MaxAttempts: 20},
+			{Name: "split", Kind: "wfstep", Args: map[string]any{"sleep": pause, "fanout": fanout, "nap": nap, "wait": true}, MaxAttempts: 20},
 		}})
 		require.NoError(t, err)
 		wfIDs = append(wfIDs, id)
 	}
+	for range batches {
+		var ms []skiplock.Task
+		for i := range members {
+			ms = append(ms, skiplock.Task{Name: fmt.Sprintf("m-%d", i), Kind: "wfstep", MaxAttempts: 20,
+				Args: map[string]any{"sleep": pause, "value": i + 1, "nap": nap}})
+		}
+		id, err := e.client.EnqueueBatch(ctx, skiplock.Batch{Name: "chaos-batch", Members: ms,
+			Callback: skiplock.Task{Kind: "wfstep", MaxAttempts: 20, Args: map[string]any{"sleep": pause, "callback": true}}})
+		require.NoError(t, err)
+		batchIDs = append(batchIDs, id)
+	}
+	// Two signals per workflow: the wait takes the first; the second must
+	// stay where it is. Half are sent before anything runs, the other half
+	// once their root is parked in its wait (its job back in the table with
+	// the wait's checkpoint), whatever the faults do meanwhile.
+	send := func(id int64) error {
+		for n := 1; n <= 2; n++ {
+			if _, err := e.client.Signal(ctx, "go", skiplock.SignalTarget{WorkflowID: id}, map[string]int{"n": n}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := 0; i < workflows; i += 2 {
+		require.NoError(t, send(wfIDs[i]))
+	}
+	parked := make(chan int, 1)
+	go func() {
+		sent := 0
+		deadline := time.Now().Add(60 * time.Second)
+		for i := 1; i < workflows && time.Now().Before(deadline); {
+			n, err := e.tryCount(`SELECT count(*) FROM skiplock.workflow_tasks AS t
+				JOIN skiplock.jobs AS j ON j.id = t.job_id AND j.state = 'ready'
+				JOIN skiplock.job_steps AS s ON s.job_id = j.id AND s.name = 'wait:go'
+				WHERE t.workflow_id = $1 AND t.name = 'split'`, wfIDs[i])
+			if err == nil && n == 1 && send(wfIDs[i]) == nil {
+				sent++
+				i += 2
+				continue
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		parked <- sent
+	}()
 	names := []string{"a", "b", "c"}
 	ws := map[string]*proc{}
 	for _, n := range names {
@@ -139,6 +197,7 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 			break
 		}
 	}
+	require.Equal(t, workflows/2, <-parked, "signals sent to roots parked in their wait")
 	require.GreaterOrEqual(t, strikes, 2, "the faults must land on workers with tasks in flight")
 
 	waitFor(t, 90*time.Second, "every workflow to finish", func() bool {
@@ -164,7 +223,7 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 		jobs = append(jobs, id)
 	}
 	require.NoError(t, rows.Err())
-	require.Len(t, jobs, workflows*(fanout+2))
+	require.Len(t, jobs, workflows*(fanout+2)+batches*(members+1))
 	r := checkInvariants(t, e, checkOpts{committed: jobs, archive: true})
 	require.Equal(t, len(jobs), r.Completed)
 
@@ -179,12 +238,23 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 			}
 		}
 	}
+	for _, id := range batchIDs {
+		st, err := e.client.WorkflowGet(ctx, id, false)
+		require.NoError(t, err)
+		require.Equal(t, "completed", st.State, "batch %d", id)
+		require.Equal(t, members+1, st.Completed, "batch %d", id)
+	}
 	require.Empty(t, workflowViolations(t, e), "workflow invariants")
+	require.Zero(t, e.count(`SELECT count(*) FROM skiplock.workflow_tasks AS t WHERE (t.name LIKE 'leaf-%' OR t.name LIKE 'm-%')
+		AND NOT EXISTS (SELECT 1 FROM public.wf_effects AS f WHERE f.task_id = t.id AND f.step = 'woke')`), "a napping task completed without waking")
+	slept := e.count("SELECT count(*) FROM public.runs WHERE outcome = 'sleep'")
+	waited := e.count("SELECT count(*) FROM public.runs WHERE outcome = 'wait'")
+	require.Positive(t, slept, "no timer put its job back to sleep")
 	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL OR outcome LIKE 'ctx:%'")
 	require.Positive(t, cut, "no task execution was cut by a fault")
-	t.Logf("%s mid-workflow: %d strikes cut %d task executions; %d workflows of %d tasks completed; reaped %d; %d step-one runs beyond one per task",
-		what, strikes, cut, workflows, fanout+2, r.Reaped,
-		e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"))
+	t.Logf("%s mid-workflow: %d strikes cut %d task executions; %d workflows of %d tasks and %d batches of %d completed; reaped %d; %d step-one runs beyond one per task; %d runs put to sleep by a timer, %d by a signal wait",
+		what, strikes, cut, workflows, fanout+2, batches, members+1, r.Reaped,
+		e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"), slept, waited)
 }
 
 // workflowViolations checks the workflow invariants on e's database, once
@@ -197,7 +267,16 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 //     exists other than once for a task that has it;
 //   - done-missing: a completed task without its final effect;
 //   - not-completed: a workflow or a task that did not complete;
-//   - checkpoint-left: a checkpoint outlived its job.
+//   - checkpoint-left: a checkpoint outlived its job;
+//   - timer-early: a run went past its timer sooner than the nap after the
+//     task's first run started;
+//   - signal-not-once: a waiting workflow whose signals were taken other
+//     than exactly once;
+//   - signal-payload: a run past the wait received another signal than the
+//     one its workflow's wait took;
+//   - signal-lost: a waiting task completed with no run past its wait;
+//   - callback-not-once: a batch whose callback completed other than once;
+//   - callback-counts: a callback that saw a member unfinished or failed.
 func workflowViolations(t *testing.T, e *env) map[string]int {
 	t.Helper()
 	checks := map[string]string{
@@ -214,6 +293,23 @@ func workflowViolations(t *testing.T, e *env) map[string]int {
 			+ (SELECT count(*) FROM skiplock.workflow_tasks WHERE state <> 'completed')`,
 		"checkpoint-left": `SELECT count(*) FROM skiplock.job_steps AS s
 			WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.id = s.job_id)`,
+		"timer-early": `SELECT count(*) FROM public.wf_effects AS f WHERE f.step = 'woke'
+			AND f.at < (SELECT min(r.started_at) FROM public.runs AS r WHERE r.job_id = f.job_id) + f.value * interval '1 millisecond'`,
+		"signal-not-once": `SELECT count(*) FROM skiplock.workflows AS w WHERE EXISTS (SELECT 1 FROM skiplock.signals AS s WHERE s.workflow_id = w.id)
+			AND (SELECT count(*) FROM skiplock.signals AS s WHERE s.workflow_id = w.id AND s.consumed_at IS NOT NULL) <> 1`,
+		"signal-payload": `SELECT count(*) FROM public.wf_effects AS f
+			JOIN skiplock.workflow_tasks AS t ON t.id = f.task_id
+			WHERE f.step = 'got' AND f.value IS DISTINCT FROM (SELECT (s.payload->>'n')::int FROM skiplock.signals AS s
+				WHERE s.workflow_id = t.workflow_id AND s.consumed_at IS NOT NULL ORDER BY s.id LIMIT 1)`,
+		"signal-lost": `SELECT count(*) FROM skiplock.workflow_tasks AS t WHERE t.state = 'completed'
+			AND EXISTS (SELECT 1 FROM skiplock.signals AS s WHERE s.workflow_id = t.workflow_id) AND t.name = 'split'
+			AND NOT EXISTS (SELECT 1 FROM public.wf_effects AS f WHERE f.task_id = t.id AND f.step = 'got')`,
+		"callback-not-once": `SELECT count(*) FROM skiplock.workflows AS w WHERE w.is_batch
+			AND (SELECT count(*) FROM public.wf_effects AS f JOIN skiplock.workflow_tasks AS t ON t.id = f.task_id
+				WHERE t.workflow_id = w.id AND f.step = 'callback') <> 1`,
+		"callback-counts": `SELECT count(*) FROM public.wf_effects AS f JOIN skiplock.workflow_tasks AS t ON t.id = f.task_id
+			JOIN skiplock.workflows AS w ON w.id = t.workflow_id
+			WHERE f.step = 'callback' AND f.value <> (w.tasks_total - 1) * 1000`,
 	}
 	out := map[string]int{}
 	for name, q := range checks {
@@ -231,9 +327,7 @@ func TestWorkflowChecksCanFire(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	_, err := e.pool.Exec(ctx, `CREATE TABLE public.wf_effects (
-		job_id bigint NOT NULL, task_id bigint NOT NULL, step text NOT NULL, replayed boolean NOT NULL DEFAULT false,
-		at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	_, err := e.pool.Exec(ctx, wfEffectsTable)
 	require.NoError(t, err)
 	require.Empty(t, workflowViolations(t, e), "an empty database violates nothing")
 
@@ -257,9 +351,32 @@ func TestWorkflowChecksCanFire(t *testing.T) {
 		(VALUES ('two', false), ('two', false), ('one', true)) AS x(step, replayed)
 		WHERE t.workflow_id = $1 AND t.name = 'b'`, id)
 	exec(`INSERT INTO skiplock.job_steps (job_id, name, output) VALUES (424243, 'one', '1')`)
+	// b woke 100 ms into a 300 ms nap; its workflow's two signals were both
+	// taken, and b received the second.
+	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, value, at)
+		SELECT 424242, t.id, 'woke', 300, now() - interval '1 minute' + interval '100 milliseconds'
+		FROM skiplock.workflow_tasks AS t WHERE t.workflow_id = $1 AND t.name = 'b'`, id)
+	exec(`INSERT INTO skiplock.signals (name, workflow_id, payload, consumed_by, consumed_at)
+		VALUES ('go', $1, '{"n": 1}', 1, now()), ('go', $1, '{"n": 2}', 2, now())`, id)
+	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, value)
+		SELECT 424242, t.id, 'got', 2 FROM skiplock.workflow_tasks AS t WHERE t.workflow_id = $1 AND t.name = 'b'`, id)
+	// A waiting root completed though no run got past its wait.
+	waiting, err := e.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "seeded", Tasks: []skiplock.Task{{Name: "split", Kind: "wfstep"}}})
+	require.NoError(t, err)
+	exec(`UPDATE skiplock.workflow_tasks SET state = 'completed', finished_at = now() WHERE workflow_id = $1`, waiting)
+	exec(`INSERT INTO skiplock.signals (name, workflow_id) VALUES ('go', $1)`, waiting)
+	// A batch of two whose callback completed twice, having seen one member.
+	batch, err := e.client.EnqueueBatch(ctx, skiplock.Batch{Name: "seeded",
+		Members:  []skiplock.Task{{Name: "m-0", Kind: "wfstep"}, {Name: "m-1", Kind: "wfstep"}},
+		Callback: skiplock.Task{Kind: "wfstep"}})
+	require.NoError(t, err)
+	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, value)
+		SELECT 424244, t.id, 'callback', 1000 FROM skiplock.workflow_tasks AS t, generate_series(1, 2)
+		WHERE t.workflow_id = $1 AND t.name = 'callback'`, batch)
 
 	got := workflowViolations(t, e)
-	for _, name := range []string{"task-before-parent", "step-rerun", "effect-not-once", "done-missing", "not-completed", "checkpoint-left"} {
+	for _, name := range []string{"task-before-parent", "step-rerun", "effect-not-once", "done-missing", "not-completed", "checkpoint-left",
+		"timer-early", "signal-not-once", "signal-payload", "signal-lost", "callback-not-once", "callback-counts"} {
 		require.Contains(t, got, name, "the %s check did not fire: %v", name, got)
 	}
 }

@@ -270,17 +270,23 @@ func child() error {
 // (TestKill9MidWorkflow): how long to pause between its steps, and, for the
 // task that fans out, how many leaves to add (with a join after them).
 type wfSpec struct {
-	Sleep  int `json:"sleep"`
-	Fanout int `json:"fanout"`
-	Value  int `json:"value"`
-	Leaves int `json:"leaves"` // the join: how many leaves' outputs to sum
+	Sleep    int  `json:"sleep"`
+	Fanout   int  `json:"fanout"`
+	Value    int  `json:"value"`
+	Leaves   int  `json:"leaves"`             // the join: how many leaves' outputs to sum
+	Nap      int  `json:"nap,omitempty"`      // ms: Sleep "nap" after step one (the fan-out passes it to its leaves)
+	Wait     bool `json:"wait,omitempty"`     // wait for the signal "go" before the fan-out
+	Callback bool `json:"callback,omitempty"` // a batch's callback: record its counts
 }
 
 // wfStep is one workflow task: a checkpointed step (at least once; it
 // records whether it ran although its checkpoint existed, which must never
-// happen), a StepTx (exactly once), then, in one transaction, the fan-out,
-// the task's output, a final effect and the completion (CompleteTx). Every
-// effect goes to public.wf_effects, so the test can count them per task.
+// happen), a timer (Nap: each run past it records when it woke), a signal
+// wait (Wait: each run past it records the payload it received), a StepTx
+// (exactly once), then, in one transaction, the fan-out, the task's output,
+// a final effect (a batch's callback: with the batch's counts) and the
+// completion (CompleteTx). Every effect goes to public.wf_effects, so the
+// test can count them per task.
 func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skiplock.Job[wfSpec]) error {
 	run, err := startRun(ctx, pool, j.ID, j.Attempt, j.WorkerID, j.LeaseToken)
 	if err != nil {
@@ -318,6 +324,33 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 	if err := pause(); err != nil {
 		return err
 	}
+	if j.Args.Nap > 0 {
+		if err := skiplock.Sleep(ctx, "nap", time.Duration(j.Args.Nap)*time.Millisecond); err != nil {
+			_ = endRun(context.WithoutCancel(ctx), pool, run, "sleep")
+			return err
+		}
+		if _, err := pool.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step, value) VALUES ($1, $2, 'woke', $3)",
+			j.ID, info.TaskID, j.Args.Nap); err != nil {
+			return err
+		}
+	}
+	if j.Args.Wait {
+		payload, err := skiplock.WaitSignal(ctx, "go", 2*time.Minute)
+		if err != nil {
+			_ = endRun(context.WithoutCancel(ctx), pool, run, "wait")
+			return err
+		}
+		var got struct {
+			N int `json:"n"`
+		}
+		if err := json.Unmarshal(payload, &got); err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step, value) VALUES ($1, $2, 'got', $3)",
+			j.ID, info.TaskID, got.N); err != nil {
+			return err
+		}
+	}
 	if _, err := skiplock.StepTx(ctx, "two", func(ctx context.Context, tx pgx.Tx) (int, error) {
 		_, err := tx.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step) VALUES ($1, $2, 'two')", j.ID, info.TaskID)
 		return 2, err
@@ -334,7 +367,7 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 		name := fmt.Sprintf("leaf-%d", i)
 		names = append(names, name)
 		leaves = append(leaves, skiplock.Task{Name: name, Kind: "wfstep", DependsOn: []string{info.Name},
-			Args: wfSpec{Sleep: j.Args.Sleep, Value: i + 1}})
+			Args: wfSpec{Sleep: j.Args.Sleep, Value: i + 1, Nap: j.Args.Nap}})
 	}
 	if len(leaves) > 0 {
 		leaves = append(leaves, skiplock.Task{Name: "join", Kind: "wfstep", DependsOn: names,
@@ -362,6 +395,18 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step) VALUES ($1, $2, 'done')", j.ID, info.TaskID); err != nil {
 		return err
+	}
+	if j.Args.Callback {
+		// Every member finished before the callback was enqueued: the
+		// counts are final. Recorded once per completion of the callback.
+		n, err := skiplock.BatchResult(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step, value) VALUES ($1, $2, 'callback', $3)",
+			j.ID, info.TaskID, n.Completed*1000+n.Dead+n.Cancelled); err != nil {
+			return err
+		}
 	}
 	// The run is recorded as successful in the completing transaction: if
 	// the commit's reply is lost (the database crashed after committing),
