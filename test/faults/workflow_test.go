@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -57,8 +58,44 @@ func TestTerminateMidWorkflow(t *testing.T) {
 		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond)
 		e.terminate(ws[n].app)
 		time.Sleep(300 * time.Millisecond)
-		return i < 2
+		// Three strikes, and more (up to eight) until one cut a task's run:
+		// a strike between two statements costs the pool a reconnect only.
+		return i < 2 || i < 7 && e.count(cutRuns) == 0
 	})
+}
+
+// TestNetworkMidWorkflow puts each worker behind a TCP proxy of its own
+// and, while it runs workflow tasks, resets all its connections or stalls
+// them past the lease (the other workers' reapers hand its tasks back; when
+// the stall ends, what it held is delivered late and refused by the fence).
+// The same checks as TestKill9MidWorkflow.
+func TestNetworkMidWorkflow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u, err := url.Parse(e.url)
+	require.NoError(t, err)
+	if u.Port() == "" {
+		t.Skip("the test database is not on TCP:", e.url)
+	}
+	proxies := map[string]*proxy{}
+	for _, n := range []string{"a", "b", "c"} {
+		proxies[n] = newProxy(t, u.Host)
+	}
+	var resets, stalls int
+	runWorkflowFaults(t, e, "network", 300, func(e *env, ws map[string]*proc, n string, i int) bool {
+		time.Sleep(time.Duration(50+100*(i%3)) * time.Millisecond)
+		if i%2 == 0 {
+			resets += proxies[n].DropAll()
+		} else {
+			stalls++
+			proxies[n].Stall(lease + 2*reaper + time.Second)
+			time.Sleep(lease + 2*reaper + time.Second)
+		}
+		time.Sleep(300 * time.Millisecond)
+		return i < 3
+	}, func(n string) []string { return []string{"-db", proxies[n].url(e.url)} })
+	t.Logf("network mid-workflow: %d connections reset, %d stalls past the lease", resets, stalls)
+	require.Positive(t, resets)
 }
 
 // TestPostgresCrashMidWorkflow crashes the database (immediate shutdown,
@@ -91,6 +128,10 @@ func TestPostgresCrashMidWorkflow(t *testing.T) {
 	})
 }
 
+// cutRuns counts the task executions a fault cut short: no outcome
+// recorded, or the handler's context ended.
+const cutRuns = "SELECT count(*) FROM public.runs WHERE outcome IS NULL OR outcome LIKE 'ctx:%'"
+
 // wfEffectsTable is where the fault worker's workflow tasks record their
 // effects (testdata/worker: wfStep).
 const wfEffectsTable = `CREATE TABLE public.wf_effects (
@@ -117,7 +158,7 @@ const wfEffectsTable = `CREATE TABLE public.wf_effects (
 //   - each batch's callback completed exactly once, with every member
 //     counted;
 //   - every workflow completed, and the join's output is the leaves' sum.
-func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(e *env, ws map[string]*proc, n string, i int) bool) {
+func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(e *env, ws map[string]*proc, n string, i int) bool, workerArgs ...func(name string) []string) {
 	ctx := context.Background()
 	_, err := e.pool.Exec(ctx, wfEffectsTable)
 	require.NoError(t, err)
@@ -179,7 +220,11 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 	names := []string{"a", "b", "c"}
 	ws := map[string]*proc{}
 	for _, n := range names {
-		ws[n] = e.worker(n, "-archive", "-concurrency", "3")
+		args := []string{"-archive", "-concurrency", "3"}
+		for _, f := range workerArgs {
+			args = append(args, f(n)...)
+		}
+		ws[n] = e.worker(n, args...)
 	}
 
 	strikes := 0
@@ -250,7 +295,7 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 	slept := e.count("SELECT count(*) FROM public.runs WHERE outcome = 'sleep'")
 	waited := e.count("SELECT count(*) FROM public.runs WHERE outcome = 'wait'")
 	require.Positive(t, slept, "no timer put its job back to sleep")
-	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL OR outcome LIKE 'ctx:%'")
+	cut := e.count(cutRuns)
 	require.Positive(t, cut, "no task execution was cut by a fault")
 	t.Logf("%s mid-workflow: %d strikes cut %d task executions; %d workflows of %d tasks and %d batches of %d completed; reaped %d; %d step-one runs beyond one per task; %d runs put to sleep by a timer, %d by a signal wait",
 		what, strikes, cut, workflows, fanout+2, batches, members+1, r.Reaped,

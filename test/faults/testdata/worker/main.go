@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -279,6 +280,18 @@ type wfSpec struct {
 	Callback bool `json:"callback,omitempty"` // a batch's callback: record its counts
 }
 
+// parked ends the record of a run that a timer ("sleep") or a signal wait
+// ("wait") put back in the table; a run that failed (its connection killed,
+// say) keeps no outcome, as a run cut by a fault does.
+func parked(ctx context.Context, pool *pgxpool.Pool, run int64, err error) {
+	switch m := err.Error(); {
+	case strings.HasPrefix(m, "snoozed for "):
+		_ = endRun(context.WithoutCancel(ctx), pool, run, "sleep")
+	case strings.HasPrefix(m, "waiting for signal "):
+		_ = endRun(context.WithoutCancel(ctx), pool, run, "wait")
+	}
+}
+
 // wfStep is one workflow task: a checkpointed step (at least once; it
 // records whether it ran although its checkpoint existed, which must never
 // happen), a timer (Nap: each run past it records when it woke), a signal
@@ -326,7 +339,7 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 	}
 	if j.Args.Nap > 0 {
 		if err := skiplock.Sleep(ctx, "nap", time.Duration(j.Args.Nap)*time.Millisecond); err != nil {
-			_ = endRun(context.WithoutCancel(ctx), pool, run, "sleep")
+			parked(ctx, pool, run, err)
 			return err
 		}
 		if _, err := pool.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step, value) VALUES ($1, $2, 'woke', $3)",
@@ -337,7 +350,7 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 	if j.Args.Wait {
 		payload, err := skiplock.WaitSignal(ctx, "go", 2*time.Minute)
 		if err != nil {
-			_ = endRun(context.WithoutCancel(ctx), pool, run, "wait")
+			parked(ctx, pool, run, err)
 			return err
 		}
 		var got struct {
