@@ -252,6 +252,8 @@ func newChaos(t *testing.T, seed int64) *chaos {
 	url, pool := e.url, e.pool
 	_, err := pool.Exec(ctx, chaosSQL)
 	require.NoError(t, err)
+	_, err = pool.Exec(ctx, wfEffectsTable)
+	require.NoError(t, err)
 
 	// The producers' own pool, named so a fault can cut it.
 	pcfg, err := pgxpool.ParseConfig(url)
@@ -308,7 +310,7 @@ func (ch *chaos) launch(c *consumer) {
 		c.lockBy = "%:" + strconv.Itoa(c.p.cmd.Process.Pid) + ":%"
 		return
 	}
-	c.p = ch.e.worker(c.name, "-concurrency", strconv.Itoa(chaosGoConcurrency), "-db", c.px.url(ch.e.url))
+	c.p = ch.e.worker(c.name, "-concurrency", strconv.Itoa(chaosGoConcurrency), "-wf-queue", chaosWorkflowQueue, "-db", c.px.url(ch.e.url))
 	c.lockBy = c.p.app
 }
 
@@ -494,6 +496,7 @@ func (ch *chaos) runProducers(dur time.Duration) {
 		{"api-rollback", ch.apiProducer("api-rollback", true, 100*time.Millisecond)},
 		{"sql", ch.sqlProducer(40 * time.Millisecond)},
 		{"bulk", ch.bulkProducer(time.Second)},
+		{"workflow", ch.workflowProducer(500 * time.Millisecond)},
 	}
 	for i, p := range producers {
 		wg.Add(1)
@@ -562,6 +565,35 @@ func (ch *chaos) apiProducer(who string, rollback bool, every time.Duration) fun
 					return r.ID, r.Inserted, err
 				})
 			}()
+		}
+	}
+}
+
+// chaosWorkflowQueue holds the chaos workflows' tasks, served by a second
+// pool of the Go workers only (the exec worker cannot run them).
+const chaosWorkflowQueue = "chaos_wf"
+
+// workflowProducer enqueues a workflow every interval: a root that fans out
+// three leaves at run time (each naps 100 ms on a timer) and a join, every
+// task a checkpointed step, a StepTx and a CompleteTx (the fault worker's
+// wfStep). Its jobs are the tasks' jobs, found at the end from the
+// workflow tables (a workflow exists only if its enqueue committed).
+func (ch *chaos) workflowProducer(every time.Duration) func(context.Context, *rand.Rand) {
+	const who = "workflow"
+	return func(ctx context.Context, rng *rand.Rand) {
+		for pace(ctx, every) {
+			octx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := ch.prodClient.EnqueueWorkflow(octx, skiplock.Workflow{Name: "chaos", Tasks: []skiplock.Task{{
+				Name: "split", Queue: chaosWorkflowQueue, Kind: "wfstep", MaxAttempts: chaosMaxAttempts,
+				Args: map[string]any{"sleep": rng.IntN(30), "fanout": 3, "nap": 100},
+			}}})
+			cancel()
+			ch.l.mu.Lock()
+			ch.l.txs[who]++
+			ch.l.mu.Unlock()
+			if err != nil {
+				ch.l.fail(who, err)
+			}
 		}
 	}
 }
@@ -845,6 +877,19 @@ func (ch *chaos) check(dur time.Duration) {
 	require.NoError(t, rows.Err())
 	t.Logf("chaos: database restarts at %v", ch.restartTimes)
 
+	// The workflows' task jobs: each was inserted by a committed enqueue or
+	// by the completion that released it.
+	var wfJobs []int64
+	rows, err = e.pool.Query(ctx, "SELECT job_id FROM skiplock.workflow_tasks WHERE job_id IS NOT NULL")
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		wfJobs = append(wfJobs, id)
+	}
+	require.NoError(t, rows.Err())
+	committed = append(committed, wfJobs...)
+
 	checkStart := time.Now()
 	r := checkInvariants(t, e, checkOpts{committed: committed, rolledBack: rolledBack})
 	t.Logf("chaos: the checker took %s", time.Since(checkStart).Round(time.Millisecond))
@@ -893,6 +938,12 @@ func (ch *chaos) check(dur time.Duration) {
 	if path := os.Getenv("SKIPLOCK_CHAOS_REPORT"); path != "" {
 		require.NoError(t, os.WriteFile(path, []byte(summary+"\n"), 0o644))
 	}
+	workflows := e.count("SELECT count(*) FROM skiplock.workflows")
+	wv := workflowViolations(t, e)
+	t.Logf("chaos workflows: %d workflows, %d task jobs, %d runs put to sleep by a timer; workflow violations %v",
+		workflows, len(wfJobs), e.count("SELECT count(*) FROM public.runs WHERE outcome = 'sleep'"), wv)
+	require.Positive(t, workflows, "no workflow was enqueued")
+	require.Empty(t, wv, "workflow invariants")
 	require.Positive(t, r.Jobs, "the producers committed nothing")
 	require.Equal(t, r.Jobs, r.Completed+r.Dead, "every committed job is completed or dead-lettered")
 	require.Positive(t, keyed, "no committed job had a unique key: the unique-key invariant was not exercised")

@@ -127,6 +127,7 @@ func work(args []string) error {
 	drain := fs.Duration("drain", 10*time.Second, "drain timeout at SIGTERM")
 	archive := fs.Bool("archive", false, "archive completed jobs into jobs_done")
 	tenantCap := fs.Int("tenant-cap", 0, "the pool's tenant cap (0: plain claim order)")
+	wfQueue := fs.String("wf-queue", "", "a queue of workflow tasks served by a second pool of 3 (empty: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -139,6 +140,9 @@ func work(args []string) error {
 		return err
 	}
 	cfg.MaxConns = int32(*concurrency + 6)
+	if *wfQueue != "" {
+		cfg.MaxConns += 4
+	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = *id
 	cfg.ConnConfig.ConnectTimeout = 3 * time.Second
 	cfg.ConnConfig.Tracer = tokenTracer{} // the audit learns each lease write's token (trace.go)
@@ -148,11 +152,15 @@ func work(args []string) error {
 	}
 	defer pool.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	pools := []skiplock.WorkerPool{{Queues: []string{*queue}, Concurrency: *concurrency, BatchSize: *batch, TenantCap: *tenantCap}}
+	if *wfQueue != "" {
+		pools = append(pools, skiplock.WorkerPool{Queues: []string{*wfQueue}, Concurrency: 3})
+	}
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Logger: log, WorkerID: *id, LeaseDuration: *lease, HeartbeatInterval: *heartbeat,
 		ReaperInterval: *reaper, PollInterval: *poll, ArchiveCompleted: *archive,
 		Backoff: func(int) time.Duration { return *backoff },
-		Pools:   []skiplock.WorkerPool{{Queues: []string{*queue}, Concurrency: *concurrency, BatchSize: *batch, TenantCap: *tenantCap}},
+		Pools:   pools,
 	})
 	if err != nil {
 		return err
@@ -379,11 +387,11 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 	for i := range j.Args.Fanout {
 		name := fmt.Sprintf("leaf-%d", i)
 		names = append(names, name)
-		leaves = append(leaves, skiplock.Task{Name: name, Kind: "wfstep", DependsOn: []string{info.Name},
+		leaves = append(leaves, skiplock.Task{Name: name, Queue: j.Queue, Kind: "wfstep", DependsOn: []string{info.Name},
 			Args: wfSpec{Sleep: j.Args.Sleep, Value: i + 1, Nap: j.Args.Nap}})
 	}
 	if len(leaves) > 0 {
-		leaves = append(leaves, skiplock.Task{Name: "join", Kind: "wfstep", DependsOn: names,
+		leaves = append(leaves, skiplock.Task{Name: "join", Queue: j.Queue, Kind: "wfstep", DependsOn: names,
 			Args: wfSpec{Sleep: j.Args.Sleep, Leaves: len(names)}})
 	}
 	for i := range j.Args.Leaves {
