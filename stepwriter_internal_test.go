@@ -131,3 +131,37 @@ func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
 	defer c.steps.mu.Unlock()
 	require.False(t, c.steps.busy, "the busy spell ended with the queue")
 }
+
+// Step returns before its checkpoint is written; a refused checkpoint (the
+// lease is not held) fails the run's next Step before its fn runs, and
+// every later call that waits for the run's checkpoints.
+func TestStepReportsARefusedCheckpointAtTheNextCall(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
+	require.NoError(t, err)
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
+		VALUES ('q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour') RETURNING id`).Scan(&id))
+
+	run := &jobRun{client: c, id: id, token: 8, worker: "w"} // a lease this worker no longer holds
+	run.steps.none()
+	rctx := context.WithValue(ctx, runKey{}, run)
+	v, err := Step(rctx, "a", func(context.Context) (int, error) { return 1, nil })
+	require.NoError(t, err, "Step does not wait for its checkpoint")
+	require.Equal(t, 1, v)
+	require.ErrorIs(t, run.pending.flush(run), ErrLeaseLost)
+
+	ran := false
+	_, err = Step(rctx, "b", func(context.Context) (int, error) { ran = true; return 2, nil })
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.False(t, ran, "a step after a refused checkpoint does not run")
+	_, err = StepTx(rctx, "c", func(context.Context, pgx.Tx) (int, error) { ran = true; return 3, nil })
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.False(t, ran)
+	require.ErrorIs(t, Sleep(rctx, "nap", time.Second), ErrLeaseLost)
+	var steps int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.job_steps").Scan(&steps))
+	require.Zero(t, steps)
+}
