@@ -30,7 +30,7 @@ type stepWriter struct {
 // stepWrite is one checkpoint on its way.
 type stepWrite struct {
 	cp    store.StepCheckpoint
-	owner *runSteps     // the run that asked for it, nil for put
+	owner *runSteps     // the run that asked for it (nil: none)
 	done  chan struct{} // closed: held, dup and err are set
 	held  bool
 	dup   bool
@@ -63,14 +63,6 @@ func (w *stepWriter) submit(ctx context.Context, c *Client, cp store.StepCheckpo
 		go w.drain(context.WithoutCancel(ctx), c)
 	}
 	return r
-}
-
-// put records cp and returns whether the lease was held and whether the
-// step had been recorded already, as Store.StepPut reports them.
-func (w *stepWriter) put(ctx context.Context, c *Client, cp store.StepCheckpoint) (held, recorded bool, err error) {
-	r := w.submit(ctx, c, cp, nil)
-	<-r.done
-	return r.held, r.dup, r.err
 }
 
 // drain writes batches until the queue is empty.

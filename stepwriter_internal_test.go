@@ -48,9 +48,10 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 			default:
 				cp.Lease = store.Lease{ID: ids[i], Token: 7}
 			}
-			held, recorded, err := c.steps.put(ctx, c, cp)
-			require.NoError(t, err)
-			got[i] = answer{held, recorded}
+			r := c.steps.submit(ctx, c, cp, nil)
+			<-r.done
+			require.NoError(t, r.err)
+			got[i] = answer{r.held, r.dup}
 		}()
 	}
 	wg.Wait()
