@@ -341,8 +341,8 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error
 	if run.returned.Load() {
 		return fmt.Errorf("skiplock: CompleteTx: job %d: its handler already returned: %w", run.id, ErrLeaseLost)
 	}
-	if err := run.pending.flush(run); err != nil { // the job's checkpoints before its end
-		return fmt.Errorf("skiplock: CompleteTx: %w", err)
+	if err := run.pending.flush(run); err != nil { // the job's checkpoints before its end; err names the step and job
+		return err
 	}
 	err := c.store.CompleteOne(ctx, tx, store.Lease{ID: run.id, Token: run.token}, run.worker, c.cfg.keepCompleted())
 	switch {

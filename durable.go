@@ -90,7 +90,7 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 	if err != nil {
 		return v, err
 	}
-	run.pending.add(run.client.steps.submit(ctx, run.client, store.StepCheckpoint{Lease: run.lease(), Name: name, Output: raw}, &run.pending))
+	run.client.steps.submit(ctx, run.client, store.StepCheckpoint{Lease: run.lease(), Name: name, Output: raw}, &run.pending)
 	run.steps.put(name, raw) // this run's result from now on: if its write fails, so does the run
 	return v, nil
 }
@@ -172,7 +172,8 @@ func (c *stepCache) none() {
 	c.loaded, c.m = true, map[string][]byte{}
 }
 
-// put records that this run's checkpoint of step name committed.
+// put records this run's checkpoint of step name: committed (StepTx,
+// WaitSignal) or on its way (Step: if its write is refused, so is the run).
 func (c *stepCache) put(name string, output []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -30,7 +30,7 @@ type stepWriter struct {
 // stepWrite is one checkpoint on its way.
 type stepWrite struct {
 	cp    store.StepCheckpoint
-	owner *runSteps     // the run that asked for it (nil: none)
+	owner *runSteps     // the run that asked for it
 	done  chan struct{} // closed: held, dup and err are set
 	held  bool
 	dup   bool
@@ -50,10 +50,12 @@ const stepWriteTimeout = 30 * time.Second
 var errEarlierStepUnwritten = errors.New("an earlier step's checkpoint was not written")
 
 // submit queues cp for c's worker id (the one every run of c holds its
-// leases under) and returns at once; the write's done closes when it has
-// been written, or refused.
+// leases under), notes it among owner's checkpoints on their way, and
+// returns at once; the write's done closes when it has been written, or
+// refused.
 func (w *stepWriter) submit(ctx context.Context, c *Client, cp store.StepCheckpoint, owner *runSteps) *stepWrite {
 	r := &stepWrite{cp: cp, owner: owner, done: make(chan struct{})}
+	owner.add(r)
 	w.mu.Lock()
 	w.queue = append(w.queue, r)
 	start := !w.busy
@@ -90,7 +92,7 @@ func (w *stepWriter) write(ctx context.Context, c *Client) bool {
 	for _, r := range w.queue {
 		k := key{r.cp.Lease.ID, r.cp.Name}
 		switch {
-		case r.owner != nil && r.owner.failed.Load():
+		case r.owner.failed.Load():
 			r.err = errEarlierStepUnwritten
 			close(r.done)
 		case len(batch) < maxStepBatch && !seen[k]:
@@ -102,19 +104,19 @@ func (w *stepWriter) write(ctx context.Context, c *Client) bool {
 	}
 	w.queue = rest
 	w.mu.Unlock()
+	if len(batch) == 0 { // every one queued was refused
+		return true
+	}
 
 	ctx, cancel := context.WithTimeout(ctx, stepWriteTimeout)
 	defer cancel()
 	settle := func(r *stepWrite) {
-		if (r.err != nil || !r.held || r.dup) && r.owner != nil {
+		if r.err != nil || !r.held || r.dup {
 			r.owner.failed.Store(true)
 		}
 		close(r.done)
 	}
 	worker := c.cfg.WorkerID
-	if len(batch) == 0 {
-		return true
-	}
 	cps := make([]store.StepCheckpoint, len(batch))
 	for i, r := range batch {
 		cps[i] = r.cp
@@ -124,7 +126,7 @@ func (w *stepWriter) write(ctx context.Context, c *Client) bool {
 		// The batch failed as a whole: write each on its own, in order, so
 		// that one checkpoint the database refuses fails only its own run.
 		for _, r := range batch {
-			if r.owner != nil && r.owner.failed.Load() {
+			if r.owner.failed.Load() {
 				r.err = errEarlierStepUnwritten
 			} else {
 				_, r.held, r.err = c.store.StepPut(ctx, c.pool, r.cp.Lease, worker, r.cp.Name, r.cp.Output)

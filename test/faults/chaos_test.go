@@ -877,17 +877,7 @@ func (ch *chaos) check(dur time.Duration) {
 	require.NoError(t, rows.Err())
 	t.Logf("chaos: database restarts at %v", ch.restartTimes)
 
-	// The workflows' task jobs: each was inserted by a committed enqueue or
-	// by the completion that released it.
-	var wfJobs []int64
-	rows, err = e.pool.Query(ctx, "SELECT job_id FROM skiplock.workflow_tasks WHERE job_id IS NOT NULL")
-	require.NoError(t, err)
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		wfJobs = append(wfJobs, id)
-	}
-	require.NoError(t, rows.Err())
+	wfJobs := taskJobs(t, e)
 	committed = append(committed, wfJobs...)
 
 	checkStart := time.Now()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -259,15 +260,7 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 
 	// Every task's job, for the checker: each was committed (by the
 	// transaction that released its task) and must have completed.
-	var jobs []int64
-	rows, err := e.pool.Query(ctx, "SELECT job_id FROM skiplock.workflow_tasks ORDER BY job_id")
-	require.NoError(t, err)
-	for rows.Next() {
-		var id int64
-		require.NoError(t, rows.Scan(&id))
-		jobs = append(jobs, id)
-	}
-	require.NoError(t, rows.Err())
+	jobs := taskJobs(t, e)
 	require.Len(t, jobs, workflows*(fanout+2)+batches*(members+1))
 	r := checkInvariants(t, e, checkOpts{committed: jobs, archive: true})
 	require.Equal(t, len(jobs), r.Completed)
@@ -300,6 +293,17 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 	t.Logf("%s mid-workflow: %d strikes cut %d task executions; %d workflows of %d tasks and %d batches of %d completed; reaped %d; %d step-one runs beyond one per task; %d runs put to sleep by a timer, %d by a signal wait",
 		what, strikes, cut, workflows, fanout+2, batches, members+1, r.Reaped,
 		e.count("SELECT count(*) - count(DISTINCT task_id) FROM public.wf_effects WHERE step = 'one'"), slept, waited)
+}
+
+// taskJobs returns the jobs of every workflow task that has one: each was
+// inserted by a committed enqueue or by the completion that released it.
+func taskJobs(t *testing.T, e *env) []int64 {
+	t.Helper()
+	rows, err := e.pool.Query(context.Background(), "SELECT job_id FROM skiplock.workflow_tasks WHERE job_id IS NOT NULL ORDER BY job_id")
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return ids
 }
 
 // workflowViolations checks the workflow invariants on e's database, once
