@@ -61,12 +61,17 @@ func validateUserStep(name string) error {
 // Step does not wait for the checkpoint's commit: the write goes out at
 // once, grouped with the checkpoints of other handlers, while the handler
 // goes on. The run waits for its checkpoints before the job leaves the
-// handler (whatever it returns) and before StepTx, Sleep, SleepUntil,
-// WaitSignal and CompleteTx. A run's checkpoints are written in the order
-// their steps returned, and none after one that was refused; a refused
-// checkpoint (the lease was lost, another run recorded the step, the
-// database's error) fails the run's next Step (or the call that waits),
-// and the run itself if the handler returns nil.
+// handler and before StepTx, Sleep, SleepUntil, WaitSignal and CompleteTx.
+// When the handler returns nil, the checkpoints no write has carried yet
+// are withdrawn instead: the job's completion, which removes its
+// checkpoints, records that every step completed. Should that completion
+// not commit (a crash, a lost lease), those steps run again on the retry,
+// as any step does whose checkpoint a crash kept from being written.
+// A run's checkpoints are written in the order their steps returned, and
+// none after one that was refused; a refused checkpoint (the lease was
+// lost, another run recorded the step, the database's error) fails the
+// run's next Step (or the call that waits), and the run itself if the
+// handler returns nil.
 func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var v T
 	run, err := runFrom(ctx)

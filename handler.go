@@ -260,7 +260,12 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 	}()
 	// The job leaves the handler with its checkpoints written: a retry
 	// skips the steps that completed. A refused one fails a run that
-	// returned nil, unless it completed in its own transaction.
+	// returned nil, unless it completed in its own transaction. A run that
+	// returned nil is about to complete: its checkpoints not yet carried by
+	// a write are withdrawn, as the completion supersedes them.
+	if err == nil && !run.completedTx.Load() && !run.snoozedTx.Load() && !run.leaseLost.Load() {
+		run.pending.withdraw(&c.steps)
+	}
 	if ferr := run.pending.flush(run); ferr != nil && err == nil && !run.completedTx.Load() {
 		err = ferr
 	}

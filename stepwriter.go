@@ -35,6 +35,9 @@ type stepWrite struct {
 	held  bool
 	dup   bool
 	err   error
+	// withdrawn: taken off the queue before any write carried it, because
+	// the run's completion supersedes it (runSteps.withdraw).
+	withdrawn bool
 }
 
 // maxStepBatch bounds the checkpoints of one write.
@@ -164,6 +167,29 @@ func (s *runSteps) add(r *stepWrite) {
 	s.pending = append(s.pending, r)
 }
 
+// withdraw takes the run's checkpoints that no write has carried yet off
+// w's queue. A run whose handler returned nil is about to complete, and the
+// completion removes the job's checkpoints: writing them first is a commit
+// spent on rows deleted a moment later. Should the completion not commit (a
+// crash, a lost lease), the retry runs those steps again, as it runs a step
+// whose checkpoint a crash kept from being written. The checkpoints a write
+// carries already stay: flush waits for them.
+func (s *runSteps) withdraw(w *stepWriter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kept := w.queue[:0]
+	for _, r := range w.queue {
+		if r.owner == s {
+			r.withdrawn = true
+			close(r.done)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	clear(w.queue[len(kept):])
+	w.queue = kept
+}
+
 // check returns the error of the first of the run's checkpoints that was
 // refused, without waiting for those still on their way.
 func (s *runSteps) check(run *jobRun) error {
@@ -196,8 +222,10 @@ func (s *runSteps) settle(run *jobRun, wait bool) error {
 				return nil
 			}
 		}
-		if err := stepPutError(run, r.cp.Name, r.held, r.dup, r.err); err != nil {
-			return err
+		if !r.withdrawn {
+			if err := stepPutError(run, r.cp.Name, r.held, r.dup, r.err); err != nil {
+				return err
+			}
 		}
 		s.pending = s.pending[1:]
 	}

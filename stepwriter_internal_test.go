@@ -14,23 +14,41 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
+// runningJobs makes a database with n jobs running under worker "w" with
+// lease token 7, and a Client of that worker.
+func runningJobs(t *testing.T, n int) (*dbtest.DB, *Client, []int64) {
+	t.Helper()
+	db := dbtest.New(t)
+	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
+	require.NoError(t, err)
+	rows, err := db.Pool.Query(context.Background(), `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
+		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, $1) RETURNING id`, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	return db, c, ids
+}
+
+// checkpoints lists db's checkpoints as "job:step", in order.
+func checkpoints(t *testing.T, db *dbtest.DB) []string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT job_id || ':' || name FROM skiplock.job_steps ORDER BY job_id, name`)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return got
+}
+
 // Checkpoints asked for at once are written together, each with its own
 // answer: recorded, lease lost, or recorded already; the same step of the
 // same job twice goes in two writes, the second finding the first.
 func TestStepWriterGroupsCheckpoints(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
-	ctx := context.Background()
-	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
-	require.NoError(t, err)
 	const n = 60
-	rows, err := db.Pool.Query(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
-		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, $1) RETURNING id`, n)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
+	db, c, ids := runningJobs(t, n)
+	ctx := context.Background()
 	// Job 0's step "s" is recorded already.
-	_, err = db.Pool.Exec(ctx, `INSERT INTO skiplock.job_steps (job_id, name, output) VALUES ($1, 's', '1')`, ids[0])
+	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.job_steps (job_id, name, output) VALUES ($1, 's', '1')`, ids[0])
 	require.NoError(t, err)
 
 	type answer struct{ held, recorded bool }
@@ -86,15 +104,8 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 // the first refusal.
 func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
 	t.Parallel()
-	db := dbtest.New(t)
+	db, c, ids := runningJobs(t, 2)
 	ctx := context.Background()
-	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
-	require.NoError(t, err)
-	rows, err := db.Pool.Query(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
-		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, 2) RETURNING id`)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
 
 	run := &jobRun{client: c, id: ids[0], token: 7, worker: "w"}
 	other := &jobRun{client: c, id: ids[1], token: 7, worker: "w"}
@@ -112,17 +123,13 @@ func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
 	require.NoError(t, run.pending.check(run), "nothing written yet: nothing to report")
 	c.steps.drain(ctx, c)
 
-	err = run.pending.flush(run)
+	err := run.pending.flush(run)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), `step "b"`)
 	require.Equal(t, err, run.pending.check(run), "a refusal stays reported")
 	require.NoError(t, other.pending.flush(other))
 
-	rows, err = db.Pool.Query(ctx, `SELECT job_id || ':' || name FROM skiplock.job_steps ORDER BY job_id, name`)
-	require.NoError(t, err)
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Equal(t, []string{fmt.Sprintf("%d:a", ids[0]), fmt.Sprintf("%d:a", ids[1])}, got, "c came after the refused b: not written")
+	require.Equal(t, []string{fmt.Sprintf("%d:a", ids[0]), fmt.Sprintf("%d:a", ids[1])}, checkpoints(t, db), "c came after the refused b: not written")
 	c.steps.mu.Lock()
 	defer c.steps.mu.Unlock()
 	require.False(t, c.steps.busy, "the busy spell ended with the queue")
@@ -160,4 +167,53 @@ func TestStepReportsARefusedCheckpointAtTheNextCall(t *testing.T) {
 	var steps int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.job_steps").Scan(&steps))
 	require.Zero(t, steps)
+}
+
+// A run about to complete withdraws its checkpoints that no write carries
+// yet (the completion supersedes them) and still waits for the one a write
+// carries: here that write waits on a row lock another transaction holds,
+// so "a" is in flight while "b" is queued. Another run's checkpoint in the
+// queue is written as before.
+func TestStepWriterWithdrawsACompletingRunsQueuedCheckpoints(t *testing.T) {
+	t.Parallel()
+	db, c, ids := runningJobs(t, 2)
+	ctx := context.Background()
+	run := &jobRun{client: c, id: ids[0], token: 7, worker: "w"}
+	other := &jobRun{client: c, id: ids[1], token: 7, worker: "w"}
+	cp := func(r *jobRun, name string) store.StepCheckpoint {
+		return store.StepCheckpoint{Lease: r.lease(), Name: name, Output: []byte(`{"ok": 1}`)}
+	}
+
+	lock, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = lock.Rollback(ctx) }()
+	_, err = lock.Exec(ctx, "SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE", ids[0])
+	require.NoError(t, err)
+
+	inFlight := c.steps.submit(ctx, c, cp(run, "a"), &run.pending)
+	// "a" is in flight once the writer took it off the queue.
+	require.Eventually(t, func() bool {
+		c.steps.mu.Lock()
+		defer c.steps.mu.Unlock()
+		return len(c.steps.queue) == 0
+	}, 5*time.Second, time.Millisecond)
+	queued := c.steps.submit(ctx, c, cp(run, "b"), &run.pending)
+	c.steps.submit(ctx, c, cp(other, "a"), &other.pending)
+
+	run.pending.withdraw(&c.steps)
+	<-queued.done
+	require.True(t, queued.withdrawn)
+	flushed := make(chan error, 1)
+	go func() { flushed <- run.pending.flush(run) }()
+	select {
+	case err := <-flushed:
+		t.Fatalf("flush returned (%v) while the run's checkpoint was in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, lock.Rollback(ctx))
+	require.NoError(t, <-flushed)
+	require.True(t, inFlight.held)
+	require.NoError(t, other.pending.flush(other))
+
+	require.Equal(t, []string{fmt.Sprintf("%d:a", ids[0]), fmt.Sprintf("%d:a", ids[1])}, checkpoints(t, db), "b was withdrawn")
 }

@@ -105,6 +105,11 @@ type Result struct {
 	// COPYs sent by the runtime) per job; Statements breaks them down.
 	StatementsPerJob float64     `json:"statements_per_job"`
 	Statements       []Statement `json:"statements"`
+	// CheckpointsPerJob (steps:N) is the checkpoints the drain wrote per
+	// job: a job that completes withdraws those still queued when its
+	// handler returns (its completion supersedes them), so it is below N
+	// when steps return faster than the writes.
+	CheckpointsPerJob float64 `json:"checkpoints_per_job,omitempty"`
 
 	// Memory of this process: the peak resident set sampled during the drain
 	// and the lifetime high-water mark (VmHWM, seeding included).
@@ -219,11 +224,26 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 			return pgx.BeginFunc(ctx, txPool, func(tx pgx.Tx) error { return skiplock.CompleteTx(ctx, c, tx, j) })
 		}
 		for i := range h.Steps {
-			if _, err := skiplock.Step(ctx, stepNames[i], func(context.Context) (int, error) { return i, nil }); err != nil {
+			if _, err := skiplock.Step(ctx, stepNames[i], func(ctx context.Context) (int, error) {
+				if h.StepSleep > 0 { // a wait, as for a call to another service: a timer, not a spin
+					t := time.NewTimer(h.StepSleep)
+					defer t.Stop()
+					select {
+					case <-t.C:
+					case <-ctx.Done():
+						return i, context.Cause(ctx)
+					}
+				}
+				return i, nil
+			}); err != nil {
 				return err
 			}
 		}
 		if h.Noop {
+			return nil
+		}
+		if h.Steps > 0 {
+			handlerTimes.Add(time.Since(start))
 			return nil
 		}
 		d := h.Min
@@ -352,6 +372,9 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		total += v
 	}
 	res.StatementsPerJob = float64(total) / n
+	if h.Steps > 0 {
+		res.CheckpointsPerJob = float64(tr.Rows("step_put_many")+tr.Rows("step_put")) / n
+	}
 	res.Statements = measure.SortedCounts(counts)
 	res.DrainPeakRSSBytes = peakRSS
 	res.MaxRSSBytes = measure.ProcStatus("VmHWM")

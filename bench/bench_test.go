@@ -18,6 +18,7 @@ func TestParseHandler(t *testing.T) {
 		"noop":             {Noop: true},
 		"completetx":       {Noop: true, Tx: true},
 		"steps:3":          {Noop: true, Steps: 3},
+		"steps:3:1ms":      {Steps: 3, StepSleep: time.Millisecond, Min: 3 * time.Millisecond, Max: 3 * time.Millisecond},
 		"sleep:2ms-5ms":    {Min: 2 * time.Millisecond, Max: 5 * time.Millisecond},
 		"sleep:3ms":        {Min: 3 * time.Millisecond, Max: 3 * time.Millisecond},
 		" sleep:1ms - 2ms": {Min: time.Millisecond, Max: 2 * time.Millisecond},
@@ -34,7 +35,8 @@ func TestParseHandler(t *testing.T) {
 	require.Equal(t, 3500*time.Microsecond, Handler{Min: 2 * time.Millisecond, Max: 5 * time.Millisecond}.Mean())
 
 	for _, in := range []string{"", "sleep", "sleep:", "sleep:5ms-2ms", "sleep:-1ms", "sleep:0s", "sleep:2ms-", "sleep:2h",
-		"sleep:abc", "busy:1ms", "noop2", "steps:0", "steps:x", "steps:101"} {
+		"sleep:abc", "busy:1ms", "noop2", "steps:0", "steps:x", "steps:101",
+		"steps:3:", "steps:3:x", "steps:3:0s", "steps:3:30s"} {
 		_, err := ParseHandler(in)
 		var oe *OptionError
 		require.True(t, errors.As(err, &oe), "%q: %v", in, err)

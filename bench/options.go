@@ -47,10 +47,12 @@ type Handler struct {
 	// its own, as a handler doing exactly-once database work would, instead
 	// of returning nil for the batched completer.
 	Tx bool
-	// Steps (with Noop) runs that many checkpointed no-op steps
-	// (skiplock.Step) in each job: the cost of durable steps.
-	Steps    int
-	Min, Max time.Duration
+	// Steps runs that many checkpointed steps (skiplock.Step) in each job:
+	// the cost of durable steps. With Noop they return at once; otherwise
+	// each sleeps StepSleep (Min and Max are their sum, for the ideal rate).
+	Steps     int
+	StepSleep time.Duration
+	Min, Max  time.Duration
 }
 
 // Mean is the handler's nominal mean duration (0 for a no-op).
@@ -61,6 +63,8 @@ func (h Handler) String() string {
 	switch {
 	case h.Noop && h.Steps > 0:
 		return "steps:" + strconv.Itoa(h.Steps)
+	case h.Steps > 0:
+		return "steps:" + strconv.Itoa(h.Steps) + ":" + h.StepSleep.String()
 	case h.Noop && h.Tx:
 		return "completetx"
 	case h.Noop:
@@ -82,16 +86,29 @@ func ParseHandler(s string) (Handler, error) {
 	if s == "completetx" {
 		return Handler{Noop: true, Tx: true}, nil
 	}
-	if n, ok := strings.CutPrefix(s, "steps:"); ok {
+	if spec, ok := strings.CutPrefix(s, "steps:"); ok {
+		n, each, slept := strings.Cut(spec, ":")
 		k, err := strconv.Atoi(n)
 		if err != nil || k < 1 || k > 100 {
 			return Handler{}, optErr("handler", "steps must be between 1 and 100, got %q", n)
 		}
-		return Handler{Noop: true, Steps: k}, nil
+		if !slept {
+			return Handler{Noop: true, Steps: k}, nil
+		}
+		d, err := time.ParseDuration(strings.TrimSpace(each))
+		switch {
+		case err != nil:
+			return Handler{}, optErr("handler", "bad step duration %q", each)
+		case d <= 0:
+			return Handler{}, optErr("handler", "a step's sleep must be positive, got %s", d)
+		case time.Duration(k)*d > MaxSleep:
+			return Handler{}, optErr("handler", "steps must sleep at most %s in all, got %s", MaxSleep, time.Duration(k)*d)
+		}
+		return Handler{Steps: k, StepSleep: d, Min: time.Duration(k) * d, Max: time.Duration(k) * d}, nil
 	}
 	spec, ok := strings.CutPrefix(s, "sleep:")
 	if !ok {
-		return Handler{}, optErr("handler", `must be "noop", "completetx", "steps:N" or "sleep:MIN-MAX" (e.g. sleep:2ms-5ms), got %q`, s)
+		return Handler{}, optErr("handler", `must be "noop", "completetx", "steps:N[:D]" or "sleep:MIN-MAX" (e.g. sleep:2ms-5ms), got %q`, s)
 	}
 	lo, hi, ranged := strings.Cut(spec, "-")
 	if !ranged {

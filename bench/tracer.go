@@ -9,7 +9,7 @@ import (
 
 // tracedStatements are the store statements worth naming in a report.
 var tracedStatements = []string{"claim", "claim_capped", "claim_capped_after", "claim_limited", "complete_delete", "complete_archive", "heartbeat",
-	"reschedule", "dead_letter", "reap", "worker_beat", "enqueue", "notify_queues", "workflow_create", "step_get", "step_put"}
+	"reschedule", "dead_letter", "reap", "worker_beat", "enqueue", "notify_queues", "workflow_create", "step_get", "step_put", "step_put_many"}
 
 // Statement is one statement's count in a Result.
 type Statement = measure.Statement

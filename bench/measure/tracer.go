@@ -17,8 +17,9 @@ type Tracer struct {
 	name  func(sql string) string
 	timed func(name string) bool
 
-	mu     sync.Mutex // guards counts and on
+	mu     sync.Mutex // guards counts, rows and on
 	counts map[string]int64
+	rows   map[string]int64 // rows returned or affected, by name
 	on     bool
 
 	// Timed holds the durations of the timed statements that succeeded.
@@ -28,7 +29,7 @@ type Tracer struct {
 // NewTracer returns a Tracer that names a statement with name(sql) and times
 // the statements whose name timed reports true for. It starts off.
 func NewTracer(name func(sql string) string, timed func(name string) bool) *Tracer {
-	return &Tracer{name: name, timed: timed, counts: map[string]int64{}}
+	return &Tracer{name: name, timed: timed, counts: map[string]int64{}, rows: map[string]int64{}}
 }
 
 // Start begins counting; what was sent before (seeding) is not counted.
@@ -48,6 +49,14 @@ func (t *Tracer) Stop() map[string]int64 {
 		out[k] = v
 	}
 	return out
+}
+
+// Rows returns the rows the statements named name returned or affected
+// (their command tags) while counting was on, alone or in a batch.
+func (t *Tracer) Rows(name string) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rows[name]
 }
 
 type traceStartKey struct{}
@@ -72,6 +81,9 @@ func (t *Tracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQ
 	on := t.on
 	if on {
 		t.counts[s.name]++
+		if data.Err == nil {
+			t.rows[s.name] += data.CommandTag.RowsAffected()
+		}
 	}
 	t.mu.Unlock()
 	if on && data.Err == nil && t.timed(s.name) {
@@ -102,7 +114,15 @@ func (t *Tracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, data pgx.Trac
 	if !ok {
 		return
 	}
-	if n := t.name(data.SQL); t.timed(n) {
+	n := t.name(data.SQL)
+	if data.Err == nil {
+		t.mu.Lock()
+		if t.on {
+			t.rows[n] += data.CommandTag.RowsAffected()
+		}
+		t.mu.Unlock()
+	}
+	if t.timed(n) {
 		b.mu.Lock()
 		b.timed = n
 		b.mu.Unlock()

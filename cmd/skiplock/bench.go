@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,7 +49,8 @@ func newBenchCmd() *cobra.Command {
 (workers ÷ mean handler time), wait p50/p99 (handler start − run_at), claim p99, WAL bytes per
 job (pg_current_wal_insert_lsn before and after; server-wide), dead tuples of the jobs table
 after the run and the share of reaped leases. --handler is noop, completetx (no work, completed with CompleteTx in a transaction of its own),
-steps:N (N checkpointed no-op steps, skiplock.Step) or sleep:MIN-MAX (uniform).
+steps:N (N checkpointed no-op steps, skiplock.Step), steps:N:D (N steps sleeping D each) or
+sleep:MIN-MAX (uniform).
 
 --latency instead enqueues --samples jobs one at a time into an idle queue and times enqueue →
 handler start with the client's default settings (LISTEN/NOTIFY wake-up). Behind a
@@ -88,7 +90,7 @@ pool).`,
 	fl.IntVar(&f.jobs, "jobs", bench.DefaultJobs, "jobs to seed and drain")
 	fl.IntVar(&f.workers, "workers", bench.DefaultWorkers, "worker pool concurrency")
 	fl.IntVar(&f.batch, "batch", bench.DefaultBatch, "most jobs per claim")
-	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), steps:N (N checkpointed steps), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
+	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), steps:N[:D] (N checkpointed steps, each sleeping D), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
 	fl.BoolVar(&f.latency, "latency", false, "measure enqueue → handler start on an idle queue instead")
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")
 	fl.IntVar(&f.tenants, "tenants", 0, "spread the seeded jobs (--pressure: the offered jobs) round-robin over N tenants, and report when every tenant had a job started")
@@ -321,6 +323,9 @@ func printBench(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "  WAL per job     %.0f bytes (seed %.0f + drain %.0f; server-wide)\n",
 		r.WALBytesPerJob, r.SeedWALBytesPerJob, r.DrainWALBytesPerJob)
 	fmt.Fprintf(w, "  round trips     %.3f per job during the drain\n", r.StatementsPerJob)
+	if strings.HasPrefix(r.Handler, "steps:") {
+		fmt.Fprintf(w, "  checkpoints     %.2f written per job (those still queued when a job completes are withdrawn)\n", r.CheckpointsPerJob)
+	}
 	fmt.Fprintf(w, "  dead tuples     %d after (%d before; %d autovacuums during)\n",
 		r.DeadTuplesAfter, r.DeadTuplesBefore, r.AutovacuumsDuring)
 	fmt.Fprintf(w, "  reaped leases   %.2f %%  (lease lost %d, failed %d)\n", r.ReapedLeasesPct, r.LeaseLost, r.Failed)
