@@ -105,10 +105,11 @@ type Result struct {
 	// COPYs sent by the runtime) per job; Statements breaks them down.
 	StatementsPerJob float64     `json:"statements_per_job"`
 	Statements       []Statement `json:"statements"`
-	// CheckpointsPerJob (steps:N) is the checkpoints the drain wrote per
-	// job: a job that completes withdraws those still queued when its
-	// handler returns (its completion supersedes them), so it is below N
-	// when steps return faster than the writes.
+	// CheckpointsPerJob (steps:N) is the checkpoints the drain's step
+	// writes carried per job (the rows they returned: one per checkpoint
+	// whose lease was held). A job that completes withdraws those still
+	// queued when its handler returns (its completion supersedes them), so
+	// it is below N when steps return faster than the writes.
 	CheckpointsPerJob float64 `json:"checkpoints_per_job,omitempty"`
 
 	// Memory of this process: the peak resident set sampled during the drain
