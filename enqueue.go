@@ -287,7 +287,11 @@ func trimSpace(s string) string {
 
 // copyColumns are the columns EnqueueMany's COPY fills.
 var copyColumns = []string{"queue", "kind", "payload", "priority", "run_at", "max_attempts", "tenant", "entity", "metadata",
-	"limit_weight"}
+	"limit_weight", "gen"}
+
+// keyedGen is the generation of jobs_keyed (migration 016), where a job with
+// an entity must go: its unique running index lives there.
+const keyedGen int16 = -1
 
 // EnqueueMany inserts many jobs in one transaction through COPY (tens of
 // thousands per second) and returns how many it inserted. Every job is
@@ -378,17 +382,21 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 		if a.LimitWeight != nil {
 			weight = int32(*a.LimitWeight)
 		}
+		var gen any // nil: the ring's current generation, resolved below
+		if a.Entity != nil {
+			gen = keyedGen
+		}
 		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata,
-			weight})
+			weight, gen})
 	}
 	var inserted int64
 	if len(rows) > 0 {
-		// COPY cannot call now(); read the database clock once instead.
-		now, err := c.store.Now(ctx, tx)
+		// COPY cannot call now() or ring_gen(); read them once instead.
+		now, gen, err := c.store.CopyClock(ctx, tx)
 		if err != nil {
 			return 0, fmt.Errorf("skiplock: enqueue: %w", err)
 		}
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{c.store.Schema, "jobs"}, copyColumns, &copySource{rows: rows, now: now})
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{c.store.Schema, "jobs"}, copyColumns, &copySource{rows: rows, now: now, gen: gen})
 		if err != nil {
 			return 0, enqueueError(err)
 		}
@@ -414,11 +422,13 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 }
 
 // copySource feeds COPY; a run_at given as a duration is a delay from the
-// database's now.
+// database's now, and a job without a generation goes to the ring's current
+// one.
 type copySource struct {
 	rows [][]any
 	i    int
 	now  time.Time
+	gen  int16
 }
 
 func (s *copySource) Next() bool {
@@ -430,6 +440,9 @@ func (s *copySource) Values() ([]any, error) {
 	r := s.rows[s.i-1]
 	if d, ok := r[4].(time.Duration); ok {
 		r[4] = s.now.Add(d)
+	}
+	if r[10] == nil {
+		r[10] = s.gen
 	}
 	return r, nil
 }

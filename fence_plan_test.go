@@ -25,8 +25,9 @@ func TestFencedWritePlansUsePrimaryKey(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `
-		INSERT INTO skiplock.jobs (queue, kind, entity)
-		SELECT 'q' || (g % 4), 'k', CASE WHEN g % 5 = 0 THEN 'e' || g END
+		INSERT INTO skiplock.jobs (queue, kind, entity, gen)
+		SELECT 'q' || (g % 4), 'k', CASE WHEN g % 5 = 0 THEN 'e' || g END,
+		       CASE WHEN g % 5 = 0 THEN -1 ELSE g % 4 - 1 END -- every partition (migration 016) holds jobs
 		FROM generate_series(1, 50000) AS g;
 		ANALYZE skiplock.jobs;
 		UPDATE skiplock.jobs SET state = 'running', locked_by = 'w', lease_token = id,
@@ -83,7 +84,10 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `
-		ALTER TABLE skiplock.jobs SET (autovacuum_enabled = false);
+		ALTER TABLE skiplock.jobs_keyed SET (autovacuum_enabled = false);
+		ALTER TABLE skiplock.jobs_g0 SET (autovacuum_enabled = false);
+		ALTER TABLE skiplock.jobs_g1 SET (autovacuum_enabled = false);
+		ALTER TABLE skiplock.jobs_g2 SET (autovacuum_enabled = false);
 		INSERT INTO skiplock.jobs (queue, kind, tenant) SELECT 'q', 'k', 't' || (g % 5) FROM generate_series(1, 20) AS g;
 		ANALYZE skiplock.jobs;`)
 	require.NoError(t, err)

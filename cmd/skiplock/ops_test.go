@@ -161,7 +161,7 @@ func TestDoctorCLI(t *testing.T) {
 	require.False(t, d.OK)
 	require.Contains(t, d.Failed, "claim_index")
 	require.Equal(t, health.StatusFail, by["claim_index"].Status)
-	require.Contains(t, by["claim_index"].Fix, "CREATE INDEX CONCURRENTLY jobs_ready")
+	require.Contains(t, by["claim_index"].Fix, "CREATE INDEX jobs_ready ON")
 
 	code, out, stderr := runCLI(t, "doctor", "--database-url", db.URL)
 	require.Equal(t, 3, code)
@@ -172,7 +172,7 @@ func TestDoctorCLI(t *testing.T) {
 	require.NotContains(t, out, opsSecret)
 
 	// Reset the per-table autovacuum settings, as a careless migration might.
-	opsExec(t, db, `ALTER TABLE skiplock.jobs RESET (autovacuum_vacuum_scale_factor)`)
+	opsExec(t, db, `ALTER TABLE skiplock.jobs_keyed RESET (autovacuum_vacuum_scale_factor)`)
 	_, _, by = doctorJSON(t, db)
 	require.Equal(t, health.StatusFail, by["table_settings"].Status)
 	require.Contains(t, by["table_settings"].Figure, "autovacuum_vacuum_scale_factor")

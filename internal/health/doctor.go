@@ -222,6 +222,10 @@ func (d *doctor) timeout(ctx context.Context) (context.Context, context.CancelFu
 
 func (d *doctor) table() string { return pgx.Identifier{d.schema, "jobs"}.Sanitize() }
 
+// keyedTable is the partition of jobs that vacuum keeps (migration 016),
+// whose storage options matter.
+func (d *doctor) keyedTable() string { return pgx.Identifier{d.schema, "jobs_keyed"}.Sanitize() }
+
 func broken(name string, err error) Check {
 	return Check{Name: name, Status: StatusFail, Figure: "could not check: " + err.Error(),
 		Fix: "make sure the role can read pg_stat_activity and the skiplock schema (grant pg_read_all_stats), then run the doctor again"}
@@ -387,14 +391,14 @@ func (d *doctor) checkTableSettings(ctx context.Context) Check {
 	}
 	c := Check{Name: name, Status: StatusOK}
 	if len(problems) == 0 {
-		c.Figure = fmt.Sprintf("%s has %s", d.table(), strings.Join(opts, ", "))
+		c.Figure = fmt.Sprintf("%s has %s", d.keyedTable(), strings.Join(opts, ", "))
 		return c
 	}
 	c.Status = StatusFail
 	c.Figure = strings.Join(problems, "; ")
 	var fix []string
 	if len(sets) > 0 {
-		fix = append(fix, fmt.Sprintf("ALTER TABLE %s SET (%s);", d.table(), strings.Join(sets, ", ")))
+		fix = append(fix, fmt.Sprintf("ALTER TABLE %s SET (%s);", d.keyedTable(), strings.Join(sets, ", ")))
 		if _, ok := have["fillfactor"]; !ok || !sameNumber(have["fillfactor"], "80") {
 			fix = append(fix, "(fillfactor applies to pages written from now on; VACUUM FULL or pg_repack rewrites the rest)")
 		}
@@ -436,7 +440,11 @@ func (d *doctor) readyIndexDDL() string {
 		}
 	}
 	def = strings.Join(strings.Fields(def), " ")
-	return fmt.Sprintf("CREATE INDEX CONCURRENTLY jobs_ready ON %s %s; ANALYZE %s;", d.table(), def, d.table())
+	// jobs is partitioned (migration 016), and PostgreSQL builds an index
+	// on a partitioned table only without CONCURRENTLY: the build blocks
+	// writes for as long as it reads the ring's few seconds of jobs and
+	// jobs_keyed.
+	return fmt.Sprintf("CREATE INDEX jobs_ready ON %s %s; ANALYZE %s;", d.table(), def, d.table())
 }
 
 func (d *doctor) checkClaimIndex(ctx context.Context) Check {
@@ -467,7 +475,7 @@ func (d *doctor) checkClaimIndex(ctx context.Context) Check {
 	case missing:
 		c.Status = StatusFail
 		c.Figure = "the partial index jobs_ready is missing: every claim walks the hot table; " + planFig
-		c.Fix = "recreate it without blocking claims: " + d.readyIndexDDL()
+		c.Fix = "recreate it: " + d.readyIndexDDL()
 	case !valid || !ready:
 		c.Status = StatusFail
 		c.Figure = "the partial index jobs_ready is invalid (a failed CREATE INDEX CONCURRENTLY?); " + planFig
@@ -475,7 +483,7 @@ func (d *doctor) checkClaimIndex(ctx context.Context) Check {
 	case !strings.Contains(pred, "state = 'ready'"):
 		c.Status = StatusFail
 		c.Figure = "jobs_ready is not partial on ready rows: " + def
-		c.Fix = fmt.Sprintf("DROP INDEX CONCURRENTLY %s; then %s", pgx.Identifier{d.schema, "jobs_ready"}.Sanitize(), d.readyIndexDDL())
+		c.Fix = fmt.Sprintf("DROP INDEX %s; then %s", pgx.Identifier{d.schema, "jobs_ready"}.Sanitize(), d.readyIndexDDL())
 	case planErr != nil:
 		c.Status = StatusFail
 		c.Figure = "jobs_ready is present, but " + planFig
@@ -508,7 +516,12 @@ func (d *doctor) claimPlan(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(qctx)) }()
-	claim := store.New(d.schema).SQL("claim")
+	// As the claim runs: behind claim_settings (no sequential scan).
+	st := store.New(d.schema)
+	if _, err := tx.Exec(qctx, st.SQL("claim_settings")); err != nil {
+		return nil, err
+	}
+	claim := st.SQL("claim")
 	return explainScans(qctx, tx, claim,
 		[]string{queue}, nil, 10, "skiplock-doctor", (30 * time.Second).Microseconds(),
 		nil, nil, nil) // no bounds: the claim from the front, the one that must use jobs_ready
@@ -553,8 +566,15 @@ func (d *doctor) checkFencedWrites(ctx context.Context) Check {
 		return broken(name, wrap("fenced writes", err))
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(qctx)) }()
+	// As they run: every fenced write follows write_settings (no sequential
+	// scan), which also keeps an empty generation of the ring, planned as a
+	// zero-page table, on its primary key.
+	st := store.New(d.schema)
+	if _, err := tx.Exec(qctx, st.SQL("write_settings")); err != nil {
+		return broken(name, wrap("fenced writes", err))
+	}
 	var bad, seq []string
-	writes := store.New(d.schema).FencedWrites("skiplock-doctor")
+	writes := st.FencedWrites("skiplock-doctor")
 	for _, w := range writes {
 		scans, err := explainScans(qctx, tx, w.SQL, w.Args...)
 		if err != nil {
@@ -589,6 +609,15 @@ func (d *doctor) checkFencedWrites(ctx context.Context) Check {
 	return c
 }
 
+// jobsPartition matches the jobs table and its partitions (migration 016:
+// jobs_g0..jobs_g2, jobs_keyed); partitionSuffix is the suffix a partition's
+// index carries (jobs_pkey_g0, jobs_ready_keyed), so that a scan of any
+// partition reads as a scan of jobs by the parent's index.
+var (
+	jobsPartition   = regexp.MustCompile(`^jobs(_g[0-9]+|_keyed)?$`)
+	partitionSuffix = regexp.MustCompile(`_(g[0-9]+|keyed)$`)
+)
+
 // explainScans EXPLAINs one statement and returns its distinct scans of the
 // jobs table (e.g. "Index Scan using jobs_pkey on jobs"), sorted.
 func explainScans(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]string, error) {
@@ -606,12 +635,12 @@ func explainScans(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]st
 	var scans []string
 	for _, r := range root {
 		r.Plan.walk(func(n *planNode) {
-			if n.Relation != "jobs" || !strings.Contains(n.Type, "Scan") {
+			if !jobsPartition.MatchString(n.Relation) || !strings.Contains(n.Type, "Scan") {
 				return
 			}
 			s := n.Type
 			if n.Index != "" {
-				s += " using " + n.Index
+				s += " using " + partitionSuffix.ReplaceAllString(n.Index, "")
 			}
 			s += " on jobs"
 			if !seen[s] {

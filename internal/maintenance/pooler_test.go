@@ -52,13 +52,13 @@ func TestMaintenanceThroughPgBouncer(t *testing.T) {
 	require.True(t, names["jobs_done_"+time.Now().UTC().Format("20060102")], "today's partition was created")
 	require.Zero(t, retCount(t, db, `SELECT count(*) FROM skiplock.jobs_dead`), "old dead letters purged")
 
-	retExec(t, db, `ALTER TABLE skiplock.jobs SET (autovacuum_enabled = false)`)
+	retExec(t, db, `ALTER TABLE skiplock.jobs_keyed SET (autovacuum_enabled = false)`)
 	churn(t, db, 1000)
 	g := NewVacuumGuard(VacuumConfig{Pool: pool, Schema: "skiplock", DeadTuples: 500})
 	c, err := g.Check(ctx)
 	require.NoError(t, err)
 	require.True(t, c.Vacuumed, "check: %+v", c)
-	require.NotZero(t, retCount(t, db, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass`))
+	require.NotZero(t, retCount(t, db, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs_keyed'::regclass`))
 	require.Zero(t, retCount(t, db, `SELECT count(*) FROM pg_locks AS l JOIN pg_database AS d ON d.oid = l.database
 		WHERE l.locktype = 'advisory' AND d.datname = current_database()`),
 		"no session advisory lock left on a pooled server session")

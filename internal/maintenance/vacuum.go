@@ -120,13 +120,16 @@ func (g *VacuumGuard) Check(ctx context.Context) (VacuumCheck, error) {
 	defer cancel()
 	var since *float64
 	err := g.cfg.Pool.QueryRow(qctx, `
-SELECT s.n_dead_tup,
-       extract(epoch FROM now() - greatest(s.last_vacuum, s.last_autovacuum))::float8,
+SELECT coalesce(sum(s.n_dead_tup), 0)::bigint,
+       extract(epoch FROM now() - max(greatest(s.last_vacuum, s.last_autovacuum)))::float8,
        pg_has_role(c.relowner, 'USAGE'),
-       EXISTS (SELECT FROM pg_stat_progress_vacuum AS p WHERE p.relid = c.oid)
+       EXISTS (SELECT FROM pg_stat_progress_vacuum AS p
+               WHERE p.relid IN (SELECT i.inhrelid FROM pg_inherits AS i WHERE i.inhparent = c.oid))
 FROM pg_class AS c
-JOIN pg_stat_user_tables AS s ON s.relid = c.oid
-WHERE c.oid = to_regclass($1)`, g.cfg.Schema+".jobs").Scan(&c.DeadTuples, &since, &c.Owner, &c.Running)
+JOIN pg_inherits AS i ON i.inhparent = c.oid
+JOIN pg_stat_user_tables AS s ON s.relid = i.inhrelid
+WHERE c.oid = to_regclass($1)
+GROUP BY c.oid, c.relowner`, g.cfg.Schema+".jobs").Scan(&c.DeadTuples, &since, &c.Owner, &c.Running)
 	if err != nil {
 		return c, fmt.Errorf("vacuum guard: %w", err)
 	}

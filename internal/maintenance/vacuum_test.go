@@ -12,7 +12,8 @@ import (
 	"github.com/skiplock/skiplock/internal/dbtest"
 )
 
-// churn makes n dead tuples in the jobs table (insert, then delete) and
+// churn makes n dead tuples in the jobs table (insert, then delete: rows
+// inserted without a generation land in its partition jobs_keyed) and
 // waits until the statistics show them.
 func churn(t *testing.T, db *dbtest.DB, n int) {
 	t.Helper()
@@ -20,7 +21,7 @@ func churn(t *testing.T, db *dbtest.DB, n int) {
 	retExec(t, db, `DELETE FROM skiplock.jobs`)
 	retExec(t, db, `SELECT pg_stat_force_next_flush()`)
 	require.Eventually(t, func() bool {
-		return retCount(t, db, `SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass`) >= int64(n)
+		return retCount(t, db, `SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs_keyed'::regclass`) >= int64(n)
 	}, 10*time.Second, 50*time.Millisecond, "the statistics never showed the dead tuples")
 }
 
@@ -32,7 +33,7 @@ func TestVacuumGuard(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	// Whatever the server's setting, autovacuum must not get there first.
-	retExec(t, db, `ALTER TABLE skiplock.jobs SET (autovacuum_enabled = false)`)
+	retExec(t, db, `ALTER TABLE skiplock.jobs_keyed SET (autovacuum_enabled = false)`)
 	g := NewVacuumGuard(VacuumConfig{Pool: db.Pool, Schema: "skiplock", DeadTuples: 500})
 
 	churn(t, db, 100)
@@ -46,7 +47,7 @@ func TestVacuumGuard(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c.Vacuumed, "check: %+v", c)
 	require.GreaterOrEqual(t, c.DeadTuples, int64(1000))
-	require.NotZero(t, retCount(t, db, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass`))
+	require.NotZero(t, retCount(t, db, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs_keyed'::regclass`))
 
 	// A vacuum finished seconds ago: the guard waits even above the threshold.
 	churn(t, db, 1000)
@@ -68,13 +69,13 @@ func TestVacuumGuardLock(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _, _ = held.Exec(ctx, "SELECT pg_advisory_unlock_all()") }()
 
-	retExec(t, db, `ALTER TABLE skiplock.jobs SET (autovacuum_enabled = false)`)
+	retExec(t, db, `ALTER TABLE skiplock.jobs_keyed SET (autovacuum_enabled = false)`)
 	churn(t, db, 1000)
 	g := NewVacuumGuard(VacuumConfig{Pool: db.Pool, Schema: "skiplock", DeadTuples: 500})
 	c, err := g.Check(ctx)
 	require.NoError(t, err)
 	require.False(t, c.Vacuumed, "another session holds the guard's lock")
-	require.Zero(t, retCount(t, db, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass`))
+	require.Zero(t, retCount(t, db, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs_keyed'::regclass`))
 }
 
 // A role that does not own the jobs table cannot vacuum it: the guard finds
@@ -92,7 +93,7 @@ func TestVacuumGuardNotOwner(t *testing.T) {
 	})
 	retExec(t, db, `GRANT USAGE ON SCHEMA skiplock TO `+role)
 	retExec(t, db, `GRANT SELECT ON skiplock.jobs TO `+role)
-	retExec(t, db, `ALTER TABLE skiplock.jobs SET (autovacuum_enabled = false)`)
+	retExec(t, db, `ALTER TABLE skiplock.jobs_keyed SET (autovacuum_enabled = false)`)
 	churn(t, db, 1000)
 
 	cfg, err := pgxpool.ParseConfig(db.URL)

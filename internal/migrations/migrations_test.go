@@ -141,13 +141,24 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 func TestJobsTableSettings(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	var opts []string
-	require.NoError(t, db.Pool.QueryRow(context.Background(),
-		"SELECT reloptions FROM pg_class WHERE oid = 'skiplock.jobs'::regclass").Scan(&opts))
-	joined := strings.Join(opts, ",")
-	for _, want := range []string{"fillfactor=", "autovacuum_vacuum_scale_factor=", "autovacuum_vacuum_cost_delay="} {
-		require.Contains(t, joined, want)
+	// Every partition (migration 016: the ring and jobs_keyed) carries them.
+	rows, err := db.Pool.Query(context.Background(), `SELECT c.relname, coalesce(c.reloptions, '{}')
+		FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'skiplock.jobs'::regclass ORDER BY 1`)
+	require.NoError(t, err)
+	parts := 0
+	for rows.Next() {
+		var name string
+		var opts []string
+		require.NoError(t, rows.Scan(&name, &opts))
+		parts++
+		joined := strings.Join(opts, ",")
+		for _, want := range []string{"fillfactor=", "autovacuum_vacuum_scale_factor=", "autovacuum_vacuum_cost_delay="} {
+			require.Contains(t, joined, want, name)
+		}
 	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 4, parts, "jobs_g0..jobs_g2 and jobs_keyed")
 }
 
 // Two installations in one database do not see each other.

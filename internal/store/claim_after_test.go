@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -161,6 +162,11 @@ func claimBuffers(t *testing.T, pool *pgxpool.Pool, st *store.Store, after map[s
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
+	// The claim's pipeline: its settings first (no sequential scan: an empty
+	// generation of the ring would otherwise be planned as one, and the
+	// ordered read of the partitions as an Append and a Sort).
+	_, err = tx.Exec(ctx, st.SQL("claim_settings"))
+	require.NoError(t, err)
 	args := []any{[]string{"q"}, nil, 50, benchWorker, int64(time.Minute / time.Microsecond)}
 	args = append(args, store.BoundArgs([]string{"q"}, after)...)
 	var plan []byte
@@ -170,6 +176,9 @@ func claimBuffers(t *testing.T, pool *pgxpool.Pool, st *store.Store, after map[s
 	}
 	require.NoError(t, json.Unmarshal(plan, &out))
 	require.Equal(t, 50, out[0].Plan.Rows)
+	if os.Getenv("SKIPLOCK_SHOW_PLANS") != "" {
+		t.Logf("%s", plan)
+	}
 	n := out[0].Plan.readyScans()
 	require.Positive(t, n, "no scan of jobs_ready in the plan:\n%s", plan)
 	return n
@@ -183,8 +192,11 @@ type planNode struct {
 	Plans []planNode `json:"Plans"`
 }
 
-// readyScans sums the buffers of the plan's scans of jobs_ready.
-func (n planNode) readyScans() int { return n.indexScans("jobs_ready") }
+// readyScans sums the buffers of the plan's scans of jobs_ready in
+// jobs_keyed, the partition the tests' rows (inserted without a generation)
+// are in; the ring's empty generations add a few buffers per scan whatever
+// the pin, which is not what these tests measure.
+func (n planNode) readyScans() int { return n.indexScans("jobs_ready_keyed") }
 
 // indexScans sums the buffers of the plan's scans of the named indexes.
 func (n planNode) indexScans(indexes ...string) int {

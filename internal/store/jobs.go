@@ -445,6 +445,14 @@ func (s *Store) ReapDefer(ctx context.Context, db DBTX, d time.Duration) error {
 	return err
 }
 
+// RotateRing runs one turn of the ring of generations (migration 016): it
+// reports the ready rows it moved to the current generation and the
+// generation it truncated (-1: none this turn).
+func (s *Store) RotateRing(ctx context.Context, db DBTX, lockTimeout time.Duration) (moved int64, truncated int, err error) {
+	err = db.QueryRow(ctx, s.SQL("rotate_ring"), lockTimeout.Milliseconds()).Scan(&moved, &truncated)
+	return moved, truncated, err
+}
+
 // Cancel cancels a job by id and returns the state it was in ("ready",
 // "running", or "" when no such job is in flight).
 func (s *Store) Cancel(ctx context.Context, db DBTX, id int64) (string, error) {

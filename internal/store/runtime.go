@@ -60,6 +60,11 @@ func (r Runtime) ReapDefer(ctx context.Context, d time.Duration) error {
 	return r.Store.ReapDefer(ctx, r.Pool, d)
 }
 
+// RotateRing runs one turn of the ring (Store.RotateRing).
+func (r Runtime) RotateRing(ctx context.Context, lockTimeout time.Duration) (moved int64, truncated int, err error) {
+	return r.Store.RotateRing(ctx, r.Pool, lockTimeout)
+}
+
 // BeatWorker records the worker's heartbeat row (Store.BeatWorker).
 func (r Runtime) BeatWorker(ctx context.Context, w WorkerBeat) error {
 	return r.Store.BeatWorker(ctx, r.Pool, w)

@@ -111,6 +111,15 @@ func (s *Store) Now(ctx context.Context, db DBTX) (time.Time, error) {
 	return now, err
 }
 
+// CopyClock reads what EnqueueMany's COPY cannot compute per row: the
+// database clock and the ring generation plain jobs go to now.
+func (s *Store) CopyClock(ctx context.Context, db DBTX) (time.Time, int16, error) {
+	var now time.Time
+	var gen int16
+	err := db.QueryRow(ctx, s.SQL("copy_clock")).Scan(&now, &gen)
+	return now, gen, err
+}
+
 // Listen subscribes conn to the installation's notifications: ready jobs
 // (Channel) and cancellations (CancelChannel).
 func (s *Store) Listen(ctx context.Context, conn *pgx.Conn) error {

@@ -120,6 +120,9 @@ type Data interface {
 	ReapTurn(ctx context.Context, gap time.Duration, worker string) (bool, error)
 	// ReapDefer puts the fleet's next reaper turn off by d.
 	ReapDefer(ctx context.Context, d time.Duration) error
+	// RotateRing runs one turn of the jobs table's ring of generations:
+	// the ready rows it moved, the generation it truncated (-1: none).
+	RotateRing(ctx context.Context, lockTimeout time.Duration) (moved int64, truncated int, err error)
 	BeatWorker(ctx context.Context, w store.WorkerBeat) error
 	NotifyQueues(ctx context.Context, queues []string) error
 }
@@ -282,6 +285,8 @@ func (r *Runner) Start(ctx context.Context) error {
 		if r.cfg.ReaperInterval > 0 {
 			r.bgWG.Add(1)
 			go func() { defer r.bgWG.Done(); r.reapLoop(r.bgCtx) }()
+			r.bgWG.Add(1)
+			go func() { defer r.bgWG.Done(); r.ringLoop(r.bgCtx) }()
 		}
 		for _, p := range r.pools {
 			p.start()
@@ -642,6 +647,48 @@ func (r *Runner) reapLoop(ctx context.Context) {
 		}
 	}
 }
+
+// ringLoop turns the jobs table's ring of generations about once a second
+// (migration 016): the generation that stopped taking inserts a period ago
+// gives its ready rows to the current one and is truncated once empty, so
+// the table holds about three periods of jobs whatever holds the vacuum
+// horizon back. Every process turns it; an advisory lock lets one at a time
+// do the work, and the others' turns return at once. A turn that cannot
+// have its lock within ringLockTimeout (a long reader of the table) leaves
+// the generation for the next turn: only the table's size waits on it.
+func (r *Runner) ringLoop(ctx context.Context) {
+	failing := false // a failure is logged once per streak (an outage fails every turn)
+	for {
+		d := ringEvery*4/5 + time.Duration(rand.Int64N(int64(ringEvery*2/5)))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		moved, truncated, err := r.data.RotateRing(qctx, ringLockTimeout)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			failing = true
+			r.log.Warn("skiplock: ring turn failed; retrying every second", slog.String("error", err.Error()))
+		case err != nil:
+		case failing:
+			failing = false
+			r.log.Info("skiplock: ring turns again")
+		case moved > 0 || truncated >= 0:
+			r.log.Debug("skiplock: ring turned", slog.Int64("moved", moved), slog.Int("truncated", truncated))
+		}
+	}
+}
+
+// ringEvery is how often each process turns the ring (jittered ±20 %);
+// ringLockTimeout is the longest a turn waits for a generation's lock, which
+// new statements on that generation queue behind meanwhile.
+const (
+	ringEvery       = time.Second
+	ringLockTimeout = 50 * time.Millisecond
+)
 
 // reapBackoff bounds the reaper's share of the database: after a reap that
 // took t, the fleet's next one waits at least reapBackoff × t (a 5 % duty

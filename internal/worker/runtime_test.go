@@ -97,6 +97,9 @@ func (f *fakeData) ReapDefer(_ context.Context, d time.Duration) error {
 	}
 	return nil
 }
+func (f *fakeData) RotateRing(context.Context, time.Duration) (int64, int, error) {
+	return 0, -1, nil
+}
 func (f *fakeData) BeatWorker(context.Context, store.WorkerBeat) error { return nil }
 func (f *fakeData) NotifyQueues(context.Context, []string) error       { return nil }
 

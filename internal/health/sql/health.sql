@@ -127,10 +127,12 @@ ORDER BY c.relname;
 
 -- name: doctor_settings
 -- The hot table's storage options and the server settings autovacuum needs.
+-- The options are jobs_keyed's (migration 016): the partition vacuum keeps;
+-- the ring's generations are emptied by TRUNCATE.
 SELECT coalesce(c.reloptions, '{}'::text[]),
        current_setting('autovacuum'), current_setting('track_counts')
 FROM pg_class AS c
-WHERE c.oid = to_regclass({{schema_lit}} || '.jobs');
+WHERE c.oid = to_regclass({{schema_lit}} || '.jobs_keyed');
 
 -- name: doctor_ready_index
 -- The claim path's partial index: present, valid, with its definition.
@@ -141,8 +143,10 @@ WHERE i.indexrelid = to_regclass({{schema_lit}} || '.jobs_ready');
 -- name: doctor_jobs_pages
 -- The hot table's heap size in pages: below a few pages a sequential scan is
 -- the planner's honest choice for a fenced write, above it only the primary
--- key is.
-SELECT (pg_relation_size({{schema_lit}} || '.jobs') / current_setting('block_size')::bigint)::bigint;
+-- key is. Summed over the partitions (migration 016): the parent has no heap.
+SELECT (coalesce(sum(pg_relation_size(i.inhrelid)), 0) / current_setting('block_size')::bigint)::bigint
+FROM pg_inherits AS i
+WHERE i.inhparent = to_regclass({{schema_lit}} || '.jobs');
 
 -- name: doctor_notify
 SELECT pg_notification_queue_usage();
@@ -177,16 +181,16 @@ FROM {{schema}}.unhandled_kinds($1::bigint * interval '1 microsecond') AS u;
 -- of the oldest transaction holding an xid anywhere on the server other than
 -- the suite's own stressors (an xid in any database is in every snapshot, so
 -- it holds this table's horizon too). Catalog and statistics reads only: it
--- never scans the table.
-SELECT coalesce(s.n_dead_tup, 0)::bigint, pg_relation_size(c.oid)::bigint,
-       pg_total_relation_size(c.oid)::bigint, coalesce(s.autovacuum_count, 0)::bigint,
+-- never scans the table. Summed over its partitions (migration 016).
+SELECT coalesce(sum(s.n_dead_tup), 0)::bigint, coalesce(sum(pg_relation_size(i.inhrelid)), 0)::bigint,
+       coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint, coalesce(sum(s.autovacuum_count), 0)::bigint,
        coalesce((SELECT max(extract(epoch FROM now() - a.xact_start))
                  FROM pg_stat_activity AS a
                  WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()
                    AND a.application_name NOT LIKE 'skiplock-pressure-%'), 0)::float8
-FROM pg_class AS c
-LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
-WHERE c.oid = to_regclass({{schema_lit}} || '.jobs');
+FROM pg_inherits AS i
+LEFT JOIN pg_stat_user_tables AS s ON s.relid = i.inhrelid
+WHERE i.inhparent = to_regclass({{schema_lit}} || '.jobs');
 
 -- name: pressure_pin_horizon
 -- The idle-in-transaction stressor: run inside a transaction the caller
@@ -251,8 +255,9 @@ LIMIT $1;
 -- horizon, see worker_beat), and the hot table's dead tuples.
 --   $1 live window (microseconds)
 SELECT max(w.claim_p99_ms), max(w.claim_p99_baseline_ms), count(*)::int,
-       (SELECT coalesce(s.n_dead_tup, 0)::bigint FROM pg_stat_user_tables AS s
-        WHERE s.relid = to_regclass({{schema_lit}} || '.jobs'))
+       (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint
+        FROM pg_inherits AS i JOIN pg_stat_user_tables AS s ON s.relid = i.inhrelid
+        WHERE i.inhparent = to_regclass({{schema_lit}} || '.jobs'))
 FROM {{schema}}.workers AS w
 WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond';
 

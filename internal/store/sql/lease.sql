@@ -131,6 +131,14 @@ UPDATE {{schema}}.reaper_turn AS t
 SET not_before = greatest(t.not_before, now() + $1::bigint * interval '1 microsecond')
 WHERE t.id = 1;
 
+-- name: rotate_ring
+-- One turn of the ring of generations (migration 016, rotate_ring): the
+-- generation that took inserts two periods ago gives its ready rows to the
+-- current one and is truncated once empty, waiting at most $1 for its lock.
+-- Every process calls it about once a second; one at a time does the work.
+--   $1 lock timeout (milliseconds)
+SELECT r.moved, coalesce(r.truncated, -1)::int FROM {{schema}}.rotate_ring($1::integer) AS r;
+
 -- name: reap
 -- Returns jobs whose lease expired (by the database clock) to ready, or to
 -- the dead-letter table once their attempts are spent. A heartbeat that

@@ -57,7 +57,9 @@ SELECT source_id, state FROM {{schema}}.moved_in WHERE source = $1 AND source_id
 WITH here AS (
     SELECT 1 FROM {{schema}}.moved_in WHERE source = $1 AND source_id = $2 AND state <> 'discarded'
 ), ins AS (
-    INSERT INTO {{schema}}.jobs AS j (priority, attempts, max_attempts, run_at, created_at, queue, kind, unique_key,
+    -- Into jobs_keyed, whose unique index is the ON CONFLICT arbiter (a
+    -- partitioned table's cannot be; migration 016).
+    INSERT INTO {{schema}}.jobs_keyed AS j (priority, attempts, max_attempts, run_at, created_at, queue, kind, unique_key,
                                       tenant, entity, last_error, payload, metadata, limit_weight)
     SELECT $3, $4, $5, '9999-01-01 00:00:00+00', $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::integer
     WHERE NOT EXISTS (SELECT 1 FROM here)

@@ -1,6 +1,11 @@
 -- Schedules (migration 002): stored by Client.AddSchedule and
 -- DeclareSchedules, fired by the scheduler (internal/maintenance).
 
+-- name: copy_clock
+-- EnqueueMany's COPY: the database clock (delays resolve against it) and
+-- the ring generation a plain job goes to now (migration 016).
+SELECT now(), {{schema}}.ring_gen();
+
 -- name: now
 -- The database clock (the transaction's start time), read where the next
 -- fire time is computed in Go and where a statement cannot call now()

@@ -58,7 +58,8 @@ WITH held AS (
     SELECT j.id, j.task_id FROM {{schema}}.jobs AS j
     WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3
 ), mark AS (
-    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h WHERE j.id = h.id AND h.task_id IS NULL
+    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h
+    WHERE j.id = $1 AND j.id = h.id AND h.task_id IS NULL -- the key on every partition (migration 016)
 )
 INSERT INTO {{schema}}.job_steps (job_id, name, output)
 SELECT h.id, $4, $5::jsonb FROM held AS h
@@ -78,7 +79,8 @@ WITH held AS (
     JOIN {{schema}}.jobs AS j ON j.id = l.id AND j.lease_token = l.token AND j.locked_by = $5
     WHERE j.id = ANY ($1::bigint[]) -- and after write_settings: see lease.sql
 ), mark AS (
-    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h WHERE j.id = h.id AND h.task_id IS NULL
+    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h
+    WHERE j.id = ANY ($1::bigint[]) AND j.id = h.id AND h.task_id IS NULL -- the key on every partition
 ), ins AS (
     INSERT INTO {{schema}}.job_steps (job_id, name, output)
     SELECT h.id, h.name, h.output::jsonb FROM held AS h
@@ -97,7 +99,8 @@ WITH held AS (
     SELECT j.id, j.task_id FROM {{schema}}.jobs AS j
     WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3
 ), mark AS (
-    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h WHERE j.id = h.id AND h.task_id IS NULL
+    UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h
+    WHERE j.id = $1 AND j.id = h.id AND h.task_id IS NULL -- the key on every partition
 )
 INSERT INTO {{schema}}.job_steps (job_id, name, output)
 SELECT h.id, $4, jsonb_build_object('wake_at', COALESCE($6::timestamptz, now() + $5::bigint * interval '1 microsecond'))
