@@ -17,4 +17,3 @@ var (
 func PlanText(plan string) string {
 	return partitionAlias.ReplaceAllString(partitionIndex.ReplaceAllString(plan, "$1"), "on jobs $1")
 }
-

@@ -446,7 +446,7 @@ func (s *Store) ReapDefer(ctx context.Context, db DBTX, d time.Duration) error {
 }
 
 // RotateRing runs one turn of the ring of generations (migration 016): it
-// reports the ready rows it moved to the current generation and the
+// reports the ready rows it moved to jobs_keyed and the
 // generation it truncated (-1: none this turn).
 func (s *Store) RotateRing(ctx context.Context, db DBTX, lockTimeout time.Duration) (moved int64, truncated int, err error) {
 	err = db.QueryRow(ctx, s.SQL("rotate_ring"), lockTimeout.Milliseconds()).Scan(&moved, &truncated)
@@ -541,12 +541,12 @@ func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker str
 		batch.Queue(s.SQL("write_settings_restore"))
 		return b.SendBatch(ctx, batch).Close()
 	}
-	var saved, off, restored string
-	if err := db.QueryRow(ctx, s.SQL("write_settings_save")).Scan(&saved, &off); err != nil {
+	var saved, savedMat, off, offMat, restored, restoredMat string
+	if err := db.QueryRow(ctx, s.SQL("write_settings_save")).Scan(&saved, &savedMat, &off, &offMat); err != nil {
 		return err
 	}
 	err := db.QueryRow(ctx, q, l.ID, l.Token, worker).Scan(&id)
-	if rerr := db.QueryRow(ctx, s.SQL("write_settings_restore")).Scan(&restored); rerr != nil && err == nil {
+	if rerr := db.QueryRow(ctx, s.SQL("write_settings_restore")).Scan(&restored, &restoredMat); rerr != nil && err == nil {
 		err = rerr
 	}
 	return err

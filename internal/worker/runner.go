@@ -650,7 +650,7 @@ func (r *Runner) reapLoop(ctx context.Context) {
 
 // ringLoop turns the jobs table's ring of generations about once a second
 // (migration 016): the generation that stopped taking inserts a period ago
-// gives its ready rows to the current one and is truncated once empty, so
+// gives its ready rows to jobs_keyed and is truncated once empty, so
 // the table holds about three periods of jobs whatever holds the vacuum
 // horizon back. Every process turns it; an advisory lock lets one at a time
 // do the work, and the others' turns return at once. A turn that cannot

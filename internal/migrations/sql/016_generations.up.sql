@@ -13,8 +13,8 @@
 --       ring_gen(), the database clock in periods of ring_period() seconds,
 --       modulo 3. Once a generation has taken no inserts for a whole period
 --       (the next one is current), rotate_ring moves the ready rows still in
---       it to the current generation (or, if they are not due soon, to
---       jobs_keyed) and, when no row is left in it, truncates it, under a
+--       it (a backlog, retries, sleepers, scheduled jobs) to jobs_keyed, once
+--       each, and when no row is left in it, truncates it, under a
 --       short lock_timeout. A generation that still holds a running job (a
 --       long runner) is not truncated that turn; nothing else depends on it.
 --   jobs_keyed  everything else: jobs with an entity or a unique key, whose
@@ -248,8 +248,12 @@ COMMENT ON VIEW {{schema}}.vacuum_state IS
 -- current again in the next period, is emptied:
 --   1. its ready rows move (DELETE ... RETURNING into an INSERT, one
 --      statement: a claim racing the move finds the old version deleted and
---      skips it, in READ COMMITTED as under SKIP LOCKED) to the current
---      generation, or to jobs_keyed when not due within a period;
+--      skips it, in READ COMMITTED as under SKIP LOCKED) to jobs_keyed, not
+--      to the current generation: a job moves at most once however long it
+--      waits. (Moving a backlog to the current generation rewrote it every
+--      turn it waited: a 40,000-job backlog drained at 7,500 jobs/s wrote
+--      4,076 bytes of WAL per job instead of 1,902.) A job that waited more
+--      than a period is the backlog's, which vacuum keeps as before;
 --   2. if nothing is left in it (a running row is a long runner: it keeps its
 --      generation until a later turn), it is locked ACCESS EXCLUSIVE within
 --      p_lock_timeout_ms and truncated when still empty under that lock. A
@@ -263,7 +267,6 @@ CREATE FUNCTION {{schema}}.rotate_ring(p_lock_timeout_ms integer, OUT moved bigi
 LANGUAGE plpgsql AS $$
 DECLARE
     v_slot bigint := floor(extract(epoch FROM clock_timestamp()) / {{schema}}.ring_period())::bigint;
-    v_cur smallint := (v_slot % 3)::smallint;
     v_old smallint := ((v_slot + 1) % 3)::smallint;
     v_part text := format('%I.%I', {{schema_lit}}, 'jobs_g' || v_old);
     v_left boolean;
@@ -283,8 +286,8 @@ BEGIN
         SELECT m.id, m.priority, m.attempts, m.max_attempts, m.run_at, m.created_at, m.lease_token, m.lease_expires_at,
                m.attempted_at, m.cancel_requested, m.state, m.queue, m.kind, m.locked_by, m.unique_key, m.tenant, m.entity,
                m.last_error, m.payload, m.metadata, m.task_id, m.limit_weight,
-               CASE WHEN m.run_at <= clock_timestamp() + {{schema}}.ring_period() * interval '1 second' THEN $1 ELSE -1 END
-        FROM m$q$, v_part, {{schema_lit}}) USING v_cur;
+               -1
+        FROM m$q$, v_part, {{schema_lit}});
     GET DIAGNOSTICS moved = ROW_COUNT;
     EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_part) INTO v_left;
     IF v_left THEN

@@ -14,31 +14,53 @@
 -- TestFencedWritePlansUsePrimaryKey and the doctor's fenced_writes check
 -- hold every statement here to it.
 --
--- The batched writes also say j.id = ANY ($1) on their own, besides the join
--- to the unnested leases, and run after write_settings: a statement's plan
--- is cached per connection and made again only when the table's statistics
--- change, and one made while the table was nearly empty joined the leases
--- to a scan of the whole table or primary key, found by a join filter. Once
--- the table has grown (or filled with dead versions under a pinned horizon)
--- that cost 180 ms a completion batch until the next ANALYZE: a no-op drain
--- at 3,141 jobs/s instead of 31,000 (TestHotPathPlansReachRowsByKey).
+-- The batched writes reach each lease's row by `j.id = ANY (ARRAY[l.id])`,
+-- a probe of the primary key per lease, and run after write_settings: a
+-- statement's plan is cached per connection and made again only when the
+-- table's statistics change, and jobs is partitioned (migration 016), so a
+-- plan is often made while a generation of the ring is empty (every TRUNCATE
+-- makes each connection plan again). Two shapes went wrong that way:
+--   - plain `j.id = l.id`: joined the leases to a scan of the whole table or
+--     primary key, found by a join filter (before 016: 180 ms a completion
+--     batch until the next ANALYZE, a no-op drain at 3,141 jobs/s instead of
+--     31,000; TestHotPathPlansReachRowsByKey);
+--   - `j.id = ANY ($1) AND j.id = l.id` (the fix for that, until 016): the
+--     probe per lease carried the whole array as its index condition, so a
+--     batch of n leases walked n arrays of n ids in each partition: 30-56 ms
+--     for a 200-job completion (auto_explain), and as the writes slowed their
+--     batches grew (a no-op drain at 15,000-19,000 jobs/s instead of 30,000
+--     in three runs of five).
+-- A one-element array of the lease's id is an index condition of its own
+-- with an equality's estimate, but neither hashable nor mergeable, so no
+-- plan can join the leases to a whole scan: a nested loop probing the key
+-- per lease is the plan, whatever the statistics.
 
 -- name: write_settings
 -- First in the pipeline of every batched fenced write (one implicit
 -- transaction): no sequential scan of jobs, whatever the cached plan's
 -- statistics said (see above). set_config(..., true) as in claim_settings.
-SELECT set_config('enable_seqscan', 'off', true);
+-- And no Materialize: jobs is partitioned (migration 016), and a plan made
+-- while a generation of the ring was empty (after each TRUNCATE every
+-- connection plans again) joined the leases to a materialized scan of the
+-- keys with a join filter, a comparison of every lease with every row:
+-- 4 ms for a 200-job completion on 40,000 running jobs, and as the writes
+-- slowed their batches grew, a no-op drain falling from ~30,000 to ~18,000
+-- jobs/s. Without it the planner joins by hash (1.4 ms) or by key.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_material', 'off', true);
 
 -- name: write_settings_save
 -- write_settings inside the caller's own transaction (CompleteTx): the
--- caller's value is kept in skiplock.enable_seqscan for
--- write_settings_restore, which puts it back after the write, so the
--- statements the caller runs next in its transaction plan as before.
+-- caller's values are kept in skiplock.enable_seqscan and
+-- skiplock.enable_material for write_settings_restore, which puts them back
+-- after the write, so the statements the caller runs next in its
+-- transaction plan as before.
 SELECT set_config('skiplock.enable_seqscan', current_setting('enable_seqscan'), true),
-       set_config('enable_seqscan', 'off', true);
+       set_config('skiplock.enable_material', current_setting('enable_material'), true),
+       set_config('enable_seqscan', 'off', true), set_config('enable_material', 'off', true);
 
 -- name: write_settings_restore
-SELECT set_config('enable_seqscan', current_setting('skiplock.enable_seqscan'), true);
+SELECT set_config('enable_seqscan', current_setting('skiplock.enable_seqscan'), true),
+       set_config('enable_material', current_setting('skiplock.enable_material'), true);
 
 -- name: heartbeat
 -- Extends the leases of all of one worker's running jobs in one statement.
@@ -47,7 +69,7 @@ SELECT set_config('enable_seqscan', current_setting('skiplock.enable_seqscan'), 
 UPDATE {{schema}}.jobs AS j
 SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
 FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-WHERE j.id = ANY ($1::bigint[]) AND j.id = l.id AND j.lease_token = l.token AND j.locked_by = $4
+WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
 RETURNING j.id, j.cancel_requested;
 
 -- name: complete_delete
@@ -56,7 +78,7 @@ RETURNING j.id, j.cancel_requested;
 --   $1 ids  $2 tokens  $3 worker id
 DELETE FROM {{schema}}.jobs AS j
 USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-WHERE j.id = ANY ($1::bigint[]) AND j.id = l.id AND j.lease_token = l.token AND j.locked_by = $3
+WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
 RETURNING j.id;
 
 -- name: complete_archive
@@ -66,7 +88,7 @@ RETURNING j.id;
 WITH done AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-    WHERE j.id = ANY ($1::bigint[]) AND j.id = l.id AND j.lease_token = l.token AND j.locked_by = $3
+    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
     RETURNING j.*
 )
 INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
@@ -91,7 +113,7 @@ SET state            = 'ready',
     lease_expires_at = NULL,
     cancel_requested = false
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[]) AS l(id, token, delay_us, refund, err)
-WHERE j.id = ANY ($1::bigint[]) AND j.id = l.id AND j.lease_token = l.token AND j.locked_by = $6
+WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $6
 RETURNING j.id;
 
 -- name: dead_letter
@@ -101,7 +123,7 @@ RETURNING j.id;
 WITH d AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS l(id, token, reason, err)
-    WHERE j.id = ANY ($1::bigint[]) AND j.id = l.id AND j.lease_token = l.token AND j.locked_by = $5
+    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
     RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error
 )
 INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
@@ -133,8 +155,8 @@ WHERE t.id = 1;
 
 -- name: rotate_ring
 -- One turn of the ring of generations (migration 016, rotate_ring): the
--- generation that took inserts two periods ago gives its ready rows to the
--- current one and is truncated once empty, waiting at most $1 for its lock.
+-- generation that took inserts two periods ago gives its ready rows to
+-- jobs_keyed and is truncated once empty, waiting at most $1 for its lock.
 -- Every process calls it about once a second; one at a time does the work.
 --   $1 lock timeout (milliseconds)
 SELECT r.moved, coalesce(r.truncated, -1)::int FROM {{schema}}.rotate_ring($1::integer) AS r;

@@ -76,11 +76,11 @@ RETURNING now();
 WITH held AS (
     SELECT j.id, j.task_id, l.name, l.output
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS l(id, token, name, output)
-    JOIN {{schema}}.jobs AS j ON j.id = l.id AND j.lease_token = l.token AND j.locked_by = $5
-    WHERE j.id = ANY ($1::bigint[]) -- and after write_settings: see lease.sql
+    JOIN {{schema}}.jobs AS j ON j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
+    -- the key per lease, after write_settings: see lease.sql
 ), mark AS (
     UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h
-    WHERE j.id = ANY ($1::bigint[]) AND j.id = h.id AND h.task_id IS NULL -- the key on every partition
+    WHERE j.id = ANY (ARRAY[h.id]) AND h.task_id IS NULL -- the key per row: see lease.sql
 ), ins AS (
     INSERT INTO {{schema}}.job_steps (job_id, name, output)
     SELECT h.id, h.name, h.output::jsonb FROM held AS h
