@@ -37,7 +37,9 @@ type Config struct {
 	// PollInterval is the backstop poll when no NOTIFY arrives. Default 1s.
 	PollInterval time.Duration
 	// ReaperInterval is how often expired leases are returned; default
-	// LeaseDuration/6, at least 1s. Negative disables the reaper.
+	// LeaseDuration/6, at least 1s. Negative disables the reaper, and with
+	// it this process's turns of the jobs table's ring of generations
+	// (migration 016; any other worker process turns it for the fleet).
 	ReaperInterval time.Duration
 	// MaxAttempts is the default for jobs enqueued without one. Default 20.
 	MaxAttempts int

@@ -265,3 +265,53 @@ func TestSQLScriptPartial(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, ran)
 }
+
+// Migration 016 (generations) carries the jobs in flight across, up and
+// down: ids, leases and tokens, unique keys and entities, and the id
+// sequence; down gives back the very catalog of 015, and up works again.
+func TestGenerationsCarryJobsUpAndDown(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	_, err := up(ctx, db.Pool, "skiplock", 15)
+	require.NoError(t, err)
+	want := catalog(t, db.Pool, "skiplock")
+	jobs := func() string {
+		var s string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT string_agg(concat_ws(' ', id, state, lease_token, unique_key, entity), ', ' ORDER BY id)
+			FROM skiplock.jobs`).Scan(&s))
+		return s
+	}
+	_, err = db.Pool.Exec(ctx, `
+		SELECT skiplock.enqueue('q', 'k');
+		SELECT skiplock.enqueue('q', 'k', unique_key => 'u1');
+		SELECT skiplock.enqueue('q', 'k', entity => 'e1');
+		UPDATE skiplock.jobs SET state = 'running', locked_by = 'w', lease_token = 77,
+		       lease_expires_at = now() + interval '1 minute' WHERE id = 1;`)
+	require.NoError(t, err)
+	before := jobs()
+
+	_, err = up(ctx, db.Pool, "skiplock", 16)
+	require.NoError(t, err)
+	require.Equal(t, before, jobs(), "up: every job in flight, as it was")
+	var keyed int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs_keyed").Scan(&keyed))
+	require.Equal(t, 3, keyed, "the jobs there were wait in jobs_keyed")
+	var id int64
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k')").Scan(&id))
+	require.Equal(t, int64(4), id, "the id sequence carries on")
+	var again int64
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k', unique_key => 'u1')").Scan(&again))
+	require.Equal(t, int64(2), again, "the unique key still finds its job")
+	_, err = db.Pool.Exec(ctx, "DELETE FROM skiplock.jobs WHERE id = 4")
+	require.NoError(t, err)
+
+	_, err = down(ctx, db.Pool, "skiplock", 15)
+	require.NoError(t, err)
+	require.Equal(t, before, jobs(), "down: every job in flight, as it was")
+	require.Equal(t, want, catalog(t, db.Pool, "skiplock"), "down gives back 015's catalog")
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k')").Scan(&id))
+	require.Greater(t, id, int64(4), "the id sequence carries on, down too: no id is issued twice")
+	_, err = up(ctx, db.Pool, "skiplock", 16)
+	require.NoError(t, err, "up again")
+}

@@ -6,6 +6,8 @@ DROP VIEW {{schema}}.wait_p99;
 DROP VIEW {{schema}}.vacuum_state;
 DROP TRIGGER jobs_left ON {{schema}}.jobs;
 ALTER TABLE {{schema}}.jobs RENAME TO jobs_partitioned;
+-- Its primary key's name is the old table's: free it for the new one.
+ALTER TABLE {{schema}}.jobs_partitioned RENAME CONSTRAINT jobs_pkey TO jobs_partitioned_pkey;
 ALTER SEQUENCE {{schema}}.jobs_id_seq OWNED BY NONE;
 ALTER SEQUENCE {{schema}}.jobs_id_seq RENAME TO jobs_id_seq_ring;
 
@@ -36,9 +38,11 @@ CREATE TABLE {{schema}}.jobs (
     CONSTRAINT jobs_lease_check CHECK (
         (state = 'ready' AND locked_by IS NULL AND lease_token IS NULL)
         OR (state = 'running' AND locked_by IS NOT NULL AND lease_token IS NOT NULL
-            AND lease_expires_at IS NOT NULL)),
-    CONSTRAINT jobs_limit_weight_check CHECK (limit_weight >= 1 AND limit_weight <= 1000000)
+            AND lease_expires_at IS NOT NULL))
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_cost_delay = 0);
+-- As migration 014 added it (NOT VALID): the catalog of 015, exactly.
+ALTER TABLE {{schema}}.jobs
+    ADD CONSTRAINT jobs_limit_weight_check CHECK (limit_weight >= 1 AND limit_weight <= 1000000) NOT VALID;
 
 INSERT INTO {{schema}}.jobs (id, priority, attempts, max_attempts, run_at, created_at, lease_token, lease_expires_at,
                              attempted_at, cancel_requested, state, queue, kind, locked_by, unique_key, tenant, entity,
