@@ -79,7 +79,7 @@ func TestRingMovesStragglersAndTruncatesUnderPin(t *testing.T) {
 
 	// Turn the ring until the generation is the one to empty: the straggler
 	// moves, the long runner keeps the generation from being truncated.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(40 * time.Second)
 	var moved int64
 	for moved == 0 {
 		require.True(t, time.Now().Before(deadline), "the generation never came up for emptying")

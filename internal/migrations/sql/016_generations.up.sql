@@ -246,7 +246,8 @@ COMMENT ON VIEW {{schema}}.vacuum_state IS
 -- (the first to take the advisory lock does the work; the others return at
 -- once). The generation that was current two periods ago, and will be
 -- current again in the next period, is emptied:
---   1. its ready rows move (DELETE ... RETURNING into an INSERT, one
+--   1. while the horizon is held back, its ready rows move (DELETE ...
+--      RETURNING into an INSERT, one
 --      statement: a claim racing the move finds the old version deleted and
 --      skips it, in READ COMMITTED as under SKIP LOCKED) to jobs_keyed, not
 --      to the current generation: a job moves at most once however long it
@@ -277,6 +278,26 @@ BEGIN
     END IF;
     IF pg_relation_size(v_part::regclass) = 0 THEN
         RETURN; -- emptied already this period
+    END IF;
+    -- Stragglers move only while something holds the horizon back (a
+    -- transaction or snapshot older than a period, a prepared transaction,
+    -- a replication slot's xmin): otherwise vacuum keeps the generation as it
+    -- kept the table, and moving a backlog would only cost (a 100,000-job
+    -- bulk load drained in 12 s moved half of it: 1,246-1,338 bytes of WAL
+    -- per job against 1,134, and 88-92 % of the ideal rate against 95-96 %).
+    -- A role that cannot see other sessions' xmin (pg_read_all_stats) sees
+    -- no pin, and the table grows under one as it did before 016.
+    IF NOT EXISTS (SELECT 1 FROM pg_stat_activity AS a
+                   WHERE a.pid <> pg_backend_pid() AND a.backend_type <> 'autovacuum worker'
+                     AND (a.backend_xid IS NOT NULL OR a.backend_xmin IS NOT NULL)
+                     AND a.xact_start < clock_timestamp() - {{schema}}.ring_period() * interval '1 second')
+       AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts AS p
+                       WHERE p.prepared < clock_timestamp() - {{schema}}.ring_period() * interval '1 second')
+       AND NOT EXISTS (SELECT 1 FROM pg_replication_slots AS s WHERE s.xmin IS NOT NULL) THEN
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_part) INTO v_left;
+        IF v_left THEN
+            RETURN; -- no pin: vacuum keeps what is left; truncate once it is empty
+        END IF;
     END IF;
     EXECUTE format($q$
         WITH m AS (DELETE FROM %s AS j WHERE j.state = 'ready' RETURNING j.*)
