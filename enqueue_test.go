@@ -346,6 +346,45 @@ func TestClaimUsesPartialIndex(t *testing.T) {
 	}
 }
 
+// Both enqueue paths route by the generations of migration 016: a plain job
+// into the ring (the current generation, 0..2), a job with an entity or a
+// unique key into jobs_keyed (-1), whose unique indexes guard them.
+func TestEnqueueRoutesGenerations(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{})
+	n, err := c.EnqueueMany(ctx, []skiplock.EnqueueParams{
+		{Queue: "many", Kind: "plain"},
+		{Queue: "many", Kind: "entity", Entity: "e1"},
+		{Queue: "many", Kind: "unique", UniqueKey: "u1"},
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+	for _, kind := range []string{"plain", "entity", "unique"} {
+		_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: "one", Kind: kind,
+			Entity: map[bool]string{true: "e2"}[kind == "entity"], UniqueKey: map[bool]string{true: "u2"}[kind == "unique"]})
+		require.NoError(t, err)
+	}
+	rows, err := db.Pool.Query(ctx, "SELECT queue, kind, gen FROM skiplock.jobs ORDER BY queue, kind")
+	require.NoError(t, err)
+	got := map[string]int{}
+	for rows.Next() {
+		var queue, kind string
+		var gen int
+		require.NoError(t, rows.Scan(&queue, &kind, &gen))
+		got[queue+"/"+kind] = gen
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, got, 6)
+	for _, q := range []string{"many", "one"} {
+		require.GreaterOrEqual(t, got[q+"/plain"], 0, "%s: a plain job goes to the ring", q)
+		require.LessOrEqual(t, got[q+"/plain"], 2, q)
+		require.Equal(t, -1, got[q+"/entity"], "%s: an entity job goes to jobs_keyed", q)
+		require.Equal(t, -1, got[q+"/unique"], "%s: a unique job goes to jobs_keyed", q)
+	}
+}
+
 // EnqueueManyTx takes the same Tx as EnqueueTx: on a database/sql
 // transaction (no COPY) the jobs go in one statement each, exist if and only
 // if it commits, a held unique key is skipped, and a bad job rejects the

@@ -518,10 +518,9 @@ func deadTuples(ctx context.Context, pool *pgxpool.Pool, st *store.Store) (dead,
 		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
 			return err
 		}
-		// Summed over the partitions (migration 016).
-		return tx.QueryRow(ctx, `SELECT coalesce(sum(s.n_dead_tup), 0)::bigint, coalesce(sum(s.autovacuum_count), 0)::bigint
-			FROM pg_inherits AS i JOIN pg_stat_user_tables AS s ON s.relid = i.inhrelid
-			WHERE i.inhparent = $1::regclass`, st.Table("jobs")).Scan(&dead, &autovacuums)
+		// Over the partitions (migration 016), as the vacuum_state view sums them.
+		return tx.QueryRow(ctx, `SELECT coalesce(n_dead_tup, 0), coalesce(autovacuum_count, 0)
+			FROM `+st.Table("vacuum_state")).Scan(&dead, &autovacuums)
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("bench: read dead tuples: %w", err)

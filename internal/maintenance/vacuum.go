@@ -118,25 +118,11 @@ func (g *VacuumGuard) Check(ctx context.Context) (VacuumCheck, error) {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var since *float64
-	err := g.cfg.Pool.QueryRow(qctx, `
-SELECT coalesce(sum(s.n_dead_tup), 0)::bigint,
-       extract(epoch FROM now() - max(greatest(s.last_vacuum, s.last_autovacuum)))::float8,
-       pg_has_role(c.relowner, 'USAGE'),
-       EXISTS (SELECT FROM pg_stat_progress_vacuum AS p
-               WHERE p.relid IN (SELECT i.inhrelid FROM pg_inherits AS i WHERE i.inhparent = c.oid))
-FROM pg_class AS c
-JOIN pg_inherits AS i ON i.inhparent = c.oid
-JOIN pg_stat_user_tables AS s ON s.relid = i.inhrelid
-WHERE c.oid = to_regclass($1)
-GROUP BY c.oid, c.relowner`, g.cfg.Schema+".jobs").Scan(&c.DeadTuples, &since, &c.Owner, &c.Running)
+	v, err := g.st.JobsVacuumState(qctx, g.cfg.Pool)
 	if err != nil {
 		return c, fmt.Errorf("vacuum guard: %w", err)
 	}
-	c.Since = -1
-	if since != nil {
-		c.Since = time.Duration(*since * float64(time.Second))
-	}
+	c.DeadTuples, c.Since, c.Owner, c.Running = v.DeadTuples, v.SinceVacuum, v.Owner, v.Running
 	if c.DeadTuples < g.cfg.DeadTuples || c.Running || (c.Since >= 0 && c.Since < g.cfg.Quiet) {
 		return c, nil
 	}

@@ -24,6 +24,33 @@ func (s *Store) VacuumUnlock(ctx context.Context, conn *pgx.Conn, key string) er
 	return err
 }
 
+// JobsVacuumState is what the vacuum guard reads of the jobs table
+// (vacuum_guard_state).
+type JobsVacuumState struct {
+	DeadTuples int64
+	// SinceVacuum is the time since the last vacuum or autovacuum of any
+	// partition; negative when none ever ran.
+	SinceVacuum time.Duration
+	// Owner reports whether this role may vacuum the table; Running, that
+	// a vacuum of one of its partitions is in progress.
+	Owner, Running bool
+}
+
+// JobsVacuumState reads the jobs table's dead tuples, last vacuum, the
+// role's right to vacuum it and whether a vacuum runs, in one statement.
+func (s *Store) JobsVacuumState(ctx context.Context, db DBTX) (JobsVacuumState, error) {
+	var v JobsVacuumState
+	var since *float64
+	if err := db.QueryRow(ctx, s.SQL("vacuum_guard_state")).Scan(&v.DeadTuples, &since, &v.Owner, &v.Running); err != nil {
+		return JobsVacuumState{}, err
+	}
+	v.SinceVacuum = -1
+	if since != nil {
+		v.SinceVacuum = time.Duration(*since * float64(time.Second))
+	}
+	return v, nil
+}
+
 // VacuumJobs runs VACUUM (SKIP_LOCKED, ANALYZE) on the jobs table; it must
 // run outside a transaction.
 func (s *Store) VacuumJobs(ctx context.Context, conn *pgx.Conn) error {

@@ -255,9 +255,7 @@ LIMIT $1;
 -- horizon, see worker_beat), and the hot table's dead tuples.
 --   $1 live window (microseconds)
 SELECT max(w.claim_p99_ms), max(w.claim_p99_baseline_ms), count(*)::int,
-       (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint
-        FROM pg_inherits AS i JOIN pg_stat_user_tables AS s ON s.relid = i.inhrelid
-        WHERE i.inhparent = to_regclass({{schema_lit}} || '.jobs'))
+       (SELECT v.n_dead_tup FROM {{schema}}.vacuum_state AS v)
 FROM {{schema}}.workers AS w
 WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond';
 

@@ -37,10 +37,11 @@
 CREATE FUNCTION {{schema}}.ring_period() RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT 5 $$;
 
--- The ring generation of this instant (the database clock).
+-- The ring generation of this instant (the database clock), one of the
+-- three partitions jobs_g0..jobs_g2 created below.
 CREATE FUNCTION {{schema}}.ring_gen() RETURNS smallint
 LANGUAGE sql VOLATILE AS $$
-    SELECT (floor(extract(epoch FROM clock_timestamp()) / 5)::bigint % 3)::smallint
+    SELECT (floor(extract(epoch FROM clock_timestamp()) / {{schema}}.ring_period())::bigint % 3)::smallint
 $$;
 
 -- The three views that read jobs are recreated on the new table below.

@@ -1,5 +1,5 @@
 -- Statements of the maintenance passes that are not read-side figures: the
--- vacuum guard's lock and VACUUM, the retention passes' transaction
+-- vacuum guard's state, lock and VACUUM, the retention passes' transaction
 -- settings and lock, and the jobs_done partition DDL (partitions.go). The
 -- dead-letter purge is in deadletter.sql; the partitions' listing, a
 -- read-side figure, in internal/health/sql/health.sql.
@@ -15,6 +15,25 @@ SELECT CASE WHEN pg_backend_pid() = $2::bigint THEN pg_try_advisory_lock(hashtex
 -- name: vacuum_unlock
 --   $1 lock key text, as vacuum_try_lock
 SELECT pg_advisory_unlock(hashtextextended($1, 0));
+
+-- name: vacuum_guard_state
+-- What the vacuum guard decides on: the hot table's dead tuples and the
+-- seconds since its last (auto)vacuum, over its partitions (migration 016),
+-- whether this role may vacuum it, and whether a vacuum of any partition is
+-- running. NULL seconds: never vacuumed. Catalog and statistics only (not
+-- the vacuum_state view): a role the guard runs as needs no privilege on
+-- the schema's views to find out it may not vacuum.
+SELECT coalesce(sum(s.n_dead_tup), 0)::bigint,
+       extract(epoch FROM now() - max(greatest(s.last_vacuum, s.last_autovacuum)))::float8,
+       pg_has_role(c.relowner, 'USAGE'),
+       EXISTS (SELECT FROM pg_stat_progress_vacuum AS p
+               JOIN pg_inherits AS pi ON pi.inhrelid = p.relid
+               WHERE pi.inhparent = c.oid)
+FROM pg_class AS c
+JOIN pg_inherits AS i ON i.inhparent = c.oid
+JOIN pg_stat_user_tables AS s ON s.relid = i.inhrelid
+WHERE c.oid = to_regclass({{schema_lit}} || '.jobs')
+GROUP BY c.oid, c.relowner;
 
 -- name: vacuum_jobs
 -- SKIP_LOCKED: a second vacuum of the table skips it instead of waiting for

@@ -8,8 +8,8 @@ SELECT now(), {{schema}}.ring_gen();
 
 -- name: now
 -- The database clock (the transaction's start time), read where the next
--- fire time is computed in Go and where a statement cannot call now()
--- itself (EnqueueMany's COPY resolves delays against it). Store.Now.
+-- fire time is computed in Go. Store.Now. (EnqueueMany's COPY reads it with
+-- the ring's generation: copy_clock.)
 SELECT now();
 
 -- name: schedule_upsert
