@@ -33,6 +33,12 @@ type Database struct {
 // PromQL (sum without (database) (...)). The Go runtime and process
 // collectors, and extra, are registered once, unlabelled.
 func HandlerForDatabases(dbs []Database, extra ...prometheus.Collector) http.Handler {
+	reg := registryForDatabases(dbs, extra...)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
+}
+
+// registryForDatabases is what HandlerForDatabases serves.
+func registryForDatabases(dbs []Database, extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -48,5 +54,5 @@ func HandlerForDatabases(dbs []Database, extra ...prometheus.Collector) http.Han
 		r.MustRegister(newCollector(d.Pool, schema, DefaultTimeout, DefaultCacheFor))
 		r.MustRegister(d.Collectors...)
 	}
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
+	return reg
 }

@@ -6,34 +6,21 @@
 // a short timeout and cached for about a second, so concurrent scrapes (two
 // Prometheus replicas, a dashboard) cost one round of queries.
 //
-// Metrics (every name starts with skiplock_; labels carry queue names,
-// kinds, states and worker ids only, never job ids or payload values, plus
-// the database's name under HandlerForDatabases):
+// Every metric (its name starting with skiplock_), with its type, labels
+// and the collector that exports it, is in one table: docs/reference/metrics.md
+// in the repository, which a test keeps equal to what these collectors
+// describe. NewCollector exports the queue's health (backlog, lag, dead
+// letters, vacuum state, workers, limits), NewClientCollector one worker
+// process's own counters and claim histogram, NewReplicaCollector a
+// standby's state. Labels carry queue names, kinds, states, worker ids and
+// limit names only, never job ids or payload values, plus the database's
+// name under HandlerForDatabases.
 //
-//	skiplock_up                                    1 when the last read of the health views succeeded, else 0
-//	skiplock_queue_jobs{queue,state}               jobs per queue and state: ready, scheduled, running, dead
-//	skiplock_queue_oldest_ready_age_seconds{queue} queue lag: how long the oldest due job has waited (SLO < 120)
-//	skiplock_queue_paused{queue}                   1 for a paused queue
-//	skiplock_unhandled_ready_jobs{queue,kind}      due jobs whose kind no live worker of the queue handles (absent when none)
-//	skiplock_dead_letters                          dead letters kept (the dead-letter table's size)
-//	skiplock_dead_letters_last_24h                 jobs that died in the last 24 hours
-//	skiplock_dead_letters_previous_24h             jobs that died in the 24 hours before that
-//	skiplock_jobs_table_live_tuples                live tuples in the hot jobs table
-//	skiplock_jobs_table_dead_tuples                dead tuples in the hot jobs table (vacuum debt)
-//	skiplock_jobs_table_autovacuum_threshold_tuples dead tuples at which autovacuum should start on it
-//	skiplock_last_autovacuum_age_seconds           time since autovacuum last finished on it (absent if never)
-//	skiplock_xmin_horizon_age_seconds              age of the oldest transaction holding back the xmin horizon
-//	skiplock_workers{state}                        worker processes: live, stale (no beat for 5m), stopped
-//	skiplock_worker_claim_p99_seconds{worker}      each live worker process's claim latency p99
-//	skiplock_jobs_claimed_total                    jobs claimed, summed over worker processes
-//	skiplock_jobs_completed_total                  jobs completed, summed over worker processes
-//	skiplock_jobs_failed_total                     failed attempts, summed over worker processes
-//
-// The three counters are sums of the cumulative per-process counters that
-// every worker writes into the workers table with its heartbeat, over every
-// process listed there (a stopped process keeps its final counts). They
-// advance once per heartbeat interval, not per job; use rate() over a
-// window of a minute or more.
+// The counters skiplock_jobs_{claimed,completed,failed}_total are sums of
+// the cumulative per-process counters that every worker writes into the
+// workers table with its heartbeat, over every process listed there (a
+// stopped process keeps its final counts). They advance once per heartbeat
+// interval, not per job; use rate() over a window of a minute or more.
 package metrics
 
 import (
@@ -77,6 +64,13 @@ func NewCollector(pool *pgxpool.Pool, schema string) prometheus.Collector {
 // format: mount it at /metrics. A failed read of the health views is
 // reported in skiplock_up and the other metrics are still served.
 func Handler(pool *pgxpool.Pool, schema string, extra ...prometheus.Collector) http.Handler {
+	reg := registry(pool, schema, extra...)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
+}
+
+// registry is what Handler serves: the skiplock collector, the Go runtime
+// and process collectors, and extra.
+func registry(pool *pgxpool.Pool, schema string, extra ...prometheus.Collector) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		NewCollector(pool, schema),
@@ -84,7 +78,7 @@ func Handler(pool *pgxpool.Pool, schema string, extra ...prometheus.Collector) h
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	reg.MustRegister(extra...)
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
+	return reg
 }
 
 // Queue states of skiplock_queue_jobs.
