@@ -109,7 +109,7 @@ type PoolConfig struct {
 // data layer implements it (store.Runtime, over the pool); the runtime's
 // unit tests use a fake driven by channels.
 type Data interface {
-	Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error)
+	Claim(ctx context.Context, r store.ClaimRequest) (store.ClaimResult, error)
 	LimitsCovering(ctx context.Context, queues, kinds []string) ([]store.CoveringLimit, error)
 	LimitNextStart(ctx context.Context, limits []string) (wait time.Duration, full bool, err error)
 	Heartbeat(ctx context.Context, ls []store.Lease, lease time.Duration, worker string) (map[int64]bool, error)
