@@ -510,3 +510,128 @@ func TestCappedClaimsGoRoundTheTenantsWhenVisitsAreCutShort(t *testing.T) {
 	require.Equal(t, int64(1), g.waitStarted(t))
 	close(g.release[1])
 }
+
+// plan is the one place a claim's strategy is chosen: limits first (room
+// for a batch at the last look and no rate limit: the plain claim within
+// their room, after the bounds unless the pool has a tenant cap; else
+// claim_limited from the front), then the tenant cap (after the tenants'
+// bounds once claims from the front got expensive), then the plain claim
+// (after the queues' bounds likewise).
+func TestPlanChoosesTheClaim(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name      string
+		tenantCap int
+		pinned    bool // claims from the front cost a second: bounds in use
+		limits    []string
+		rate      bool // a rate limit among them
+		tight     bool // they had no room for a batch at the last look
+		want      store.ClaimStrategy
+		after     bool // After set
+		tenants   bool // TenantAfter set
+	}{
+		{name: "plain", want: store.ClaimPlain},
+		{name: "plain, pinned", pinned: true, want: store.ClaimPlain, after: true},
+		{name: "capped", tenantCap: 2, want: store.ClaimCapped},
+		{name: "capped, pinned", tenantCap: 2, pinned: true, want: store.ClaimCappedAfter, tenants: true},
+		{name: "limits with room", limits: []string{"l"}, want: store.ClaimWithinRoom},
+		{name: "limits with room, pinned", limits: []string{"l"}, pinned: true, want: store.ClaimWithinRoom, after: true},
+		{name: "limits with room, capped and pinned", tenantCap: 2, limits: []string{"l"}, pinned: true, want: store.ClaimWithinRoom},
+		{name: "limits without room", limits: []string{"l"}, tight: true, pinned: true, want: store.ClaimLimited},
+		{name: "rate limit", limits: []string{"l"}, rate: true, pinned: true, want: store.ClaimLimited},
+		{name: "rate limit, capped", tenantCap: 2, limits: []string{"l"}, rate: true, want: store.ClaimLimited},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFake(newFakeData(), newGate(), 2, 2)
+			p := r.pools[0]
+			p.cfg.TenantCap, p.keys = tc.tenantCap, newKeyset(tc.tenantCap > 0)
+			p.limitKind.rate, p.limitsTight = tc.rate, tc.tight
+			p.tenantCursor["q"] = "t0"
+			if tc.pinned {
+				p.keys.observe(false, time.Second, true, []store.ClaimedJob{tenantJob("q", "t1", time.Unix(0, 0), 10)}, now)
+				p.keys.observe(false, time.Second, true, nil, now)
+			}
+			req := p.plan(2, tc.limits, now)
+			require.Equal(t, tc.want, req.Strategy)
+			require.Equal(t, tc.after, req.After != nil, "After")
+			require.Equal(t, tc.tenants, req.TenantAfter != nil, "TenantAfter")
+			if tc.tenants {
+				require.Contains(t, req.TenantAfter["q"], "t1")
+			}
+			require.Equal(t, tc.limits, req.Limits)
+			capped := req.Strategy == store.ClaimCapped || req.Strategy == store.ClaimCappedAfter
+			if capped {
+				require.Equal(t, tc.tenantCap, req.TenantCap)
+				require.Equal(t, map[string]string{"q": "t0"}, req.TenantCursor)
+			} else {
+				require.Zero(t, req.TenantCap, "limits set the tenant cap aside")
+			}
+			require.Equal(t, 2, req.Batch)
+			require.Equal(t, []string{"q"}, req.Queues)
+		})
+	}
+}
+
+// What a claim learned comes back in its result, and the producer acts on
+// it: a capped claim's cursors are where the next capped claim starts, and
+// a claim within the limits' room that found none (Tight) makes the next
+// claims claim_limited, without looking again, until the limits are re-read.
+func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
+	t.Run("cursors", func(t *testing.T) {
+		f := newFakeData()
+		r := New(Config{Data: f, WorkerID: "w", Handler: newGate().handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+			PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 2, BatchSize: 2, TenantCap: 1}}})
+		require.NoError(t, r.Start(context.Background()))
+		defer func() { require.NoError(t, r.Stop(context.Background())) }()
+		c := f.nextClaim(t)
+		require.Equal(t, store.ClaimCapped, c.req.Strategy)
+		require.Empty(t, c.req.TenantCursor, "no tenant visited yet")
+		c.reply <- store.ClaimResult{Cursors: map[string]string{"q": "t5"}, VisitCut: false}
+		c = f.nextClaim(t) // the first poll tick
+		require.Equal(t, map[string]string{"q": "t5"}, c.req.TenantCursor, "the next visit starts after the last one's cursor")
+		c.reply <- store.ClaimResult{Cursors: map[string]string{"q": "t9"}}
+		r.pools[0].wake()
+		c = f.nextClaim(t)
+		require.Equal(t, map[string]string{"q": "t9"}, c.req.TenantCursor)
+		c.give(nil)
+	})
+	t.Run("tight", func(t *testing.T) {
+		f := newFakeData()
+		f.limits = []store.CoveringLimit{{Name: "l"}} // a concurrency limit
+		g := newGate(1, 2, 3, 4, 5, 6)
+		r := newFake(f, g, 4, 2)
+		// A short limited claim makes completions wake the queue's claimers,
+		// through the store's channel name.
+		r.cfg.Store = store.New("skiplock")
+		require.NoError(t, r.Start(context.Background()))
+		c := f.nextClaim(t)
+		require.Equal(t, store.ClaimWithinRoom, c.req.Strategy, "room for a batch until told otherwise")
+		require.Equal(t, []string{"l"}, c.req.Limits)
+		c.reply <- store.ClaimResult{Jobs: jobs(1, 2), Tight: true} // no room: claimed with claim_limited
+		c = f.nextClaim(t)                                          // full: claims on
+		require.Equal(t, store.ClaimLimited, c.req.Strategy, "no room at the last look: claim_limited without looking")
+		c.give(jobs(3, 4))
+		c = f.nextClaim(t)
+		require.Equal(t, store.ClaimLimited, c.req.Strategy, "still, until the limits are re-read")
+		c.give(jobs(5, 6))            // full, and no slot free: the producer waits
+		served := make(chan struct{}) // then answer every claim: nothing more to run
+		go func() {
+			for {
+				select {
+				case c := <-f.claims:
+					c.give(nil)
+				case <-served:
+					return
+				}
+			}
+		}()
+		defer close(served)
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Stop(context.Background()) }()
+		for id := range int64(6) {
+			close(g.release[id+1])
+		}
+		require.NoError(t, recv(t, stopped, "Stop did not return"))
+	})
+}
