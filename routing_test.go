@@ -148,6 +148,16 @@ func (l *countingLogger) Handle(_ context.Context, r slog.Record) error {
 func (l *countingLogger) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *countingLogger) WithGroup(string) slog.Handler      { return l }
 
+// cappedClaim is a claim of 50 jobs of queue by worker, at most tenantCap
+// per tenant (0: no cap, the plain claim), each from the first tenant.
+func cappedClaim(queue, worker string, tenantCap int) store.ClaimRequest {
+	r := store.ClaimRequest{Queues: []string{queue}, Batch: 50, WorkerID: worker, Lease: time.Minute, TenantCap: tenantCap}
+	if tenantCap > 0 {
+		r.Strategy = store.ClaimCapped
+	}
+	return r
+}
+
 // claimThroughput runs up to maxClaims claim statements (one claimer,
 // batches of 50, rows left running) on a seeded workload and returns jobs
 // claimed per second, jobs per claim and the mean claim latency.
@@ -155,12 +165,13 @@ func claimThroughput(t testing.TB, pool *pgxpool.Pool, queue string, tenantCap, 
 	t.Helper()
 	ctx := context.Background()
 	st := store.New("skiplock")
-	p := store.ClaimParams{Queues: []string{queue}, Batch: 50, WorkerID: "bench", Lease: time.Minute, TenantCap: tenantCap}
+	p := cappedClaim(queue, "bench", tenantCap)
 	claimed, claims := 0, 0
 	start := time.Now()
 	for claims < maxClaims {
-		jobs, err := st.Claim(ctx, pool, p)
+		res, err := st.Claim(ctx, pool, p)
 		require.NoError(t, err)
+		jobs := res.Jobs
 		claims++
 		if len(jobs) == 0 {
 			break
@@ -233,15 +244,16 @@ func BenchmarkClaimTenantCap(b *testing.B) {
 			db := dbtest.New(b)
 			seedCarrierReplay(b, db.Pool, "q", 30_000, 30_000)
 			st := store.New("skiplock")
-			p := store.ClaimParams{Queues: []string{"q"}, Batch: 50, WorkerID: "bench", Lease: time.Minute, TenantCap: tenantCap}
+			p := cappedClaim("q", "bench", tenantCap)
 			ctx := context.Background()
 			claimed := 0
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				jobs, err := st.Claim(ctx, db.Pool, p)
+				res, err := st.Claim(ctx, db.Pool, p)
 				if err != nil {
 					b.Fatal(err)
 				}
+				jobs := res.Jobs
 				if len(jobs) == 0 {
 					b.StopTimer()
 					_, err := db.Pool.Exec(ctx, "UPDATE skiplock.jobs SET state = 'ready', locked_by = NULL, lease_token = NULL")
@@ -265,13 +277,14 @@ func TestTenantCapSpareCapacity(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	st := store.New("skiplock")
-	p := store.ClaimParams{Queues: []string{"q"}, Batch: 50, WorkerID: "w", Lease: time.Minute, TenantCap: 5}
+	p := cappedClaim("q", "w", 5)
 
 	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.jobs (queue, kind, tenant)
 		SELECT 'q', 'k', 'lone' FROM generate_series(1, 200)`)
 	require.NoError(t, err)
-	jobs, err := st.Claim(ctx, db.Pool, p)
+	res, err := st.Claim(ctx, db.Pool, p)
 	require.NoError(t, err)
+	jobs := res.Jobs
 	require.Len(t, jobs, 50, "a lone tenant gets the whole batch")
 
 	// Twelve more tenants with 10 jobs each, and 10 jobs without a tenant,
@@ -280,8 +293,9 @@ func TestTenantCapSpareCapacity(t *testing.T) {
 		INSERT INTO skiplock.jobs (queue, kind, tenant) SELECT 'q', 'k', 't' || (g % 12) FROM generate_series(1, 120) AS g;
 		INSERT INTO skiplock.jobs (queue, kind) SELECT 'q', 'k' FROM generate_series(1, 10)`)
 	require.NoError(t, err)
-	jobs, err = st.Claim(ctx, db.Pool, p)
+	res, err = st.Claim(ctx, db.Pool, p)
 	require.NoError(t, err)
+	jobs = res.Jobs
 	require.Len(t, jobs, 50)
 	per := map[string]int{}
 	for _, j := range jobs {
@@ -298,8 +312,9 @@ func TestTenantCapSpareCapacity(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, `DELETE FROM skiplock.jobs WHERE state = 'running' OR tenant NOT IN ('lone', 't1', 't2');
 		DELETE FROM skiplock.jobs WHERE id IN (SELECT id FROM skiplock.jobs WHERE tenant IN ('t1', 't2') ORDER BY id OFFSET 4)`)
 	require.NoError(t, err)
-	jobs, err = st.Claim(ctx, db.Pool, p)
+	res, err = st.Claim(ctx, db.Pool, p)
 	require.NoError(t, err)
+	jobs = res.Jobs
 	per = map[string]int{}
 	for _, j := range jobs {
 		per[j.Tenant]++

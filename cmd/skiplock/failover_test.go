@@ -33,8 +33,9 @@ func TestFailoverAdvanceTokens(t *testing.T) {
 		"never backwards: a million past the sequence when it is ahead of the clock")
 
 	opsExec(t, db, `INSERT INTO skiplock.jobs (queue, kind) VALUES ('default', 'k')`)
-	jobs, err := store.New("skiplock").Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: "w", Lease: time.Minute})
+	res, err := store.New("skiplock").Claim(ctx, db.Pool, store.ClaimRequest{Queues: []string{"default"}, Batch: 1, WorkerID: "w", Lease: time.Minute})
 	require.NoError(t, err)
+	jobs := res.Jobs
 	require.Len(t, jobs, 1)
 	require.Greater(t, jobs[0].LeaseToken, second["lease_tokens"])
 

@@ -10,10 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/service"
 )
 
 // Config configures a Listener.
@@ -52,13 +53,11 @@ type Config struct {
 }
 
 // Listener owns the LISTEN connection. Start and Stop follow the shared
-// service lifecycle: idempotent, and Stop is safe if Start never ran.
+// service lifecycle (service.Background): idempotent, and Stop is safe if
+// Start never ran.
 type Listener struct {
 	cfg Config
-
-	mu     sync.Mutex // guards cancel and done
-	cancel context.CancelFunc
-	done   chan struct{}
+	bg  service.Background
 }
 
 // New returns a Listener; call Start to run it.
@@ -74,36 +73,12 @@ func New(cfg Config) *Listener {
 
 // Start runs the listener in a goroutine until Stop.
 func (l *Listener) Start(ctx context.Context) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.done != nil {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel, l.done = cancel, make(chan struct{})
-	go func() {
-		defer close(l.done)
-		l.run(ctx)
-	}()
+	l.bg.Start(ctx, l.run)
 	return nil
 }
 
 // Stop ends the listener and waits for it (or for ctx).
-func (l *Listener) Stop(ctx context.Context) error {
-	l.mu.Lock()
-	cancel, done := l.cancel, l.done
-	l.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+func (l *Listener) Stop(ctx context.Context) error { return l.bg.Stop(ctx) }
 
 const selfTestPrefix = "skiplock-selftest:"
 

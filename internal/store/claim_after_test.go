@@ -36,6 +36,13 @@ func readyOrder(t *testing.T, pool *pgxpool.Pool, where string, args ...any) []s
 	return out
 }
 
+// claimJobs runs one claim and returns its jobs, for the tests that need
+// nothing else of its result.
+func claimJobs(ctx context.Context, st *store.Store, db store.DBTX, r store.ClaimRequest) ([]store.ClaimedJob, error) {
+	res, err := st.Claim(ctx, db, r)
+	return res.Jobs, err
+}
+
 func claimedIDs(jobs []store.ClaimedJob) map[int64]bool {
 	out := map[int64]bool{}
 	for _, j := range jobs {
@@ -76,7 +83,7 @@ func TestClaimAfterBound(t *testing.T) {
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }() // each case sees the same jobs
-		jobs, err := st.Claim(ctx, tx, store.ClaimParams{Queues: queues, Batch: 8, WorkerID: benchWorker,
+		jobs, err := claimJobs(ctx, st, tx, store.ClaimRequest{Queues: queues, Batch: 8, WorkerID: benchWorker,
 			Lease: time.Minute, After: after})
 		require.NoError(t, err)
 		return jobs
@@ -127,7 +134,7 @@ func TestClaimAfterBoundSkipsPinnedDeadEntries(t *testing.T) {
 
 	var last store.ClaimedJob
 	for done := 0; done < 10000; {
-		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 250,
+		jobs, err := claimJobs(ctx, st, db.Pool, store.ClaimRequest{Queues: []string{"q"}, Batch: 250,
 			WorkerID: benchWorker, Lease: time.Minute})
 		require.NoError(t, err)
 		require.NotEmpty(t, jobs)

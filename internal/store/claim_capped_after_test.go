@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"slices"
 	"testing"
@@ -48,8 +49,8 @@ func TestCappedClaimAfterTenantBounds(t *testing.T) {
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }() // each case sees the same jobs
-		jobs, err := st.Claim(ctx, tx, store.ClaimParams{Queues: []string{"q"}, Batch: batch, WorkerID: benchWorker,
-			Lease: time.Minute, TenantCap: capPer, TenantAfter: map[string]map[string]store.Bound{"q": after}})
+		jobs, err := claimJobs(ctx, st, tx, store.ClaimRequest{Strategy: store.ClaimCappedAfter, Queues: []string{"q"}, Batch: batch,
+			WorkerID: benchWorker, Lease: time.Minute, TenantCap: capPer, TenantAfter: map[string]map[string]store.Bound{"q": after}})
 		require.NoError(t, err)
 		got := map[string][]int64{}
 		for _, j := range jobs {
@@ -121,9 +122,11 @@ func TestCappedClaimAfterTenantBoundsSkipsPinnedDeadEntries(t *testing.T) {
 	cursor := map[string]string{}
 	// 11,800 of the 12,100 claimed and finished since the pin.
 	for done := 0; done < 11800; {
-		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: min(200, 11800-done),
-			WorkerID: benchWorker, Lease: time.Minute, TenantCap: 5, TenantCursor: cursor})
+		res, err := st.Claim(ctx, db.Pool, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"},
+			Batch: min(200, 11800-done), WorkerID: benchWorker, Lease: time.Minute, TenantCap: 5, TenantCursor: cursor})
 		require.NoError(t, err)
+		jobs := res.Jobs
+		maps.Copy(cursor, res.Cursors)
 		require.NotEmpty(t, jobs)
 		ids := make([]int64, len(jobs))
 		for i, j := range jobs {
@@ -212,16 +215,17 @@ func TestCappedClaimMovesItsCursorPastEmptyTenants(t *testing.T) {
 	var cut bool
 	claim := func() []store.ClaimedJob {
 		t.Helper()
-		cut = false
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		// Batch 2: a visit of at most 4 × 2 = 8 tenants.
-		jobs, err := st.Claim(ctx, tx, store.ClaimParams{Queues: []string{"q"}, Batch: 2, WorkerID: benchWorker,
-			Lease: time.Minute, TenantCap: 1, TenantCursor: cursor, VisitCut: &cut,
+		res, err := st.Claim(ctx, tx, store.ClaimRequest{Strategy: store.ClaimCappedAfter, Queues: []string{"q"}, Batch: 2,
+			WorkerID: benchWorker, Lease: time.Minute, TenantCap: 1, TenantCursor: cursor,
 			TenantAfter: map[string]map[string]store.Bound{"q": after}})
 		require.NoError(t, err)
-		return jobs
+		maps.Copy(cursor, res.Cursors)
+		cut = res.VisitCut
+		return res.Jobs
 	}
 	require.Empty(t, claim(), "t00..t07: nothing after their bounds")
 	require.Equal(t, "t07", cursor["q"], "the cursor moved past the empty tenants visited")

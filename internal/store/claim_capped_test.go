@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"testing"
 	"time"
@@ -33,9 +34,11 @@ func TestCappedClaimServesEveryTenantInTurn(t *testing.T) {
 	claims := 0
 	for len(first) < small && claims < 30 {
 		claims++
-		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: batch, WorkerID: benchWorker,
-			Lease: time.Minute, TenantCap: 1, TenantCursor: cursor})
+		res, err := st.Claim(ctx, db.Pool, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Batch: batch,
+			WorkerID: benchWorker, Lease: time.Minute, TenantCap: 1, TenantCursor: cursor})
 		require.NoError(t, err)
+		jobs := res.Jobs
+		maps.Copy(cursor, res.Cursors)
 		require.NotEmpty(t, jobs)
 		for _, j := range jobs {
 			if _, seen := first[j.Tenant]; !seen && j.Tenant != "a-burst" {
@@ -71,9 +74,11 @@ func TestCappedClaimServesLowPriorityTenantsInTurn(t *testing.T) {
 	claims := 0
 	for len(first) < 150 && claims < 20 {
 		claims++
-		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 30, WorkerID: benchWorker,
-			Lease: time.Minute, TenantCap: 3, TenantCursor: cursor})
+		res, err := st.Claim(ctx, db.Pool, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Batch: 30,
+			WorkerID: benchWorker, Lease: time.Minute, TenantCap: 3, TenantCursor: cursor})
 		require.NoError(t, err)
+		jobs := res.Jobs
+		maps.Copy(cursor, res.Cursors)
 		require.Len(t, jobs, 30)
 		perTenant := map[string]int{}
 		for _, j := range jobs {
@@ -114,7 +119,7 @@ func TestCappedClaimLooksPastAnUnclaimableFirstJob(t *testing.T) {
 			tx, err := db.Pool.Begin(ctx)
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }()
-			jobs, err := st.Claim(ctx, tx, store.ClaimParams{Queues: []string{"q"}, Kinds: []string{"k"}, Batch: tc.batch,
+			jobs, err := claimJobs(ctx, st, tx, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Kinds: []string{"k"}, Batch: tc.batch,
 				WorkerID: benchWorker, Lease: time.Minute, TenantCap: tc.cap, TenantCursor: map[string]string{}})
 			require.NoError(t, err)
 			got := map[string]int{}
@@ -144,8 +149,8 @@ func TestCappedClaimGivesAWeightedTenantItsRoundInASmallBatch(t *testing.T) {
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	jobs, err := st.Claim(ctx, tx, store.ClaimParams{Queues: []string{"q"}, Batch: 2, WorkerID: benchWorker,
-		Lease: time.Minute, TenantCap: 1, TenantCursor: map[string]string{}})
+	jobs, err := claimJobs(ctx, st, tx, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Batch: 2,
+		WorkerID: benchWorker, Lease: time.Minute, TenantCap: 1, TenantCursor: map[string]string{}})
 	require.NoError(t, err)
 	require.Len(t, jobs, 2)
 	for _, j := range jobs {
@@ -170,9 +175,9 @@ func TestCappedClaimCostWithManyTenants(t *testing.T) {
 	measure := func(capped bool, cursor string) time.Duration {
 		var best time.Duration
 		for i := 0; i < 5; i++ {
-			p := store.ClaimParams{Queues: []string{"q"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
+			p := store.ClaimRequest{Queues: []string{"q"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
 			if capped {
-				p.TenantCap, p.TenantCursor = 1, map[string]string{"q": cursor}
+				p.Strategy, p.TenantCap, p.TenantCursor = store.ClaimCapped, 1, map[string]string{"q": cursor}
 			}
 			d := timedClaim(t, db, st, p, 50)
 			if i == 0 || d < best {
@@ -191,14 +196,14 @@ func TestCappedClaimCostWithManyTenants(t *testing.T) {
 
 // timedClaim times one claim, which must take want jobs, in a transaction
 // it rolls back (the table is left as it was).
-func timedClaim(t *testing.T, db *dbtest.DB, st *store.Store, p store.ClaimParams, want int) time.Duration {
+func timedClaim(t *testing.T, db *dbtest.DB, st *store.Store, p store.ClaimRequest, want int) time.Duration {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, tx.Rollback(ctx)) }()
 	start := time.Now()
-	jobs, err := st.Claim(ctx, tx, p)
+	jobs, err := claimJobs(ctx, st, tx, p)
 	d := time.Since(start)
 	require.NoError(t, err)
 	require.Len(t, jobs, want)
@@ -229,9 +234,9 @@ func TestCappedClaimCostAt100kTenants(t *testing.T) {
 	cursors := []string{"", "t025000", "t050000", "t099990"}
 	for i := 0; i < 40; i++ {
 		for _, isCapped := range []bool{false, true} {
-			p := store.ClaimParams{Queues: []string{"q"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
+			p := store.ClaimRequest{Queues: []string{"q"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
 			if isCapped {
-				p.TenantCap, p.TenantCursor = 5, map[string]string{"q": cursors[i%len(cursors)]}
+				p.Strategy, p.TenantCap, p.TenantCursor = store.ClaimCapped, 5, map[string]string{"q": cursors[i%len(cursors)]}
 			}
 			d := timedClaim(t, db, st, p, 50)
 			if isCapped {
@@ -262,8 +267,8 @@ func TestCappedClaimHonoursTenantWeights(t *testing.T) {
 	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "many", "t00", 3))
 	require.NoError(t, st.SetTenantWeight(ctx, db.Pool, "few", "t0", 3))
 	claim := func(queue string, batch, cap int) map[string]int {
-		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{queue}, Batch: batch, WorkerID: benchWorker,
-			Lease: time.Minute, TenantCap: cap, TenantCursor: map[string]string{}})
+		jobs, err := claimJobs(ctx, st, db.Pool, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{queue}, Batch: batch,
+			WorkerID: benchWorker, Lease: time.Minute, TenantCap: cap, TenantCursor: map[string]string{}})
 		require.NoError(t, err)
 		require.Len(t, jobs, batch)
 		per := map[string]int{}

@@ -33,32 +33,32 @@ func TestLimitedClaimUsesRoomThenFallsBack(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs WHERE state = 'running'`).Scan(&n))
 		return n
 	}
-	var room store.LimitRoom
+	tight := false // as a pool keeps it: the limits had no room at the last look
 	claim := func(batch int) int {
-		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: batch, WorkerID: benchWorker,
-			Lease: time.Minute, Limits: []string{"q"}, LimitRoom: &room})
+		res, err := st.Claim(ctx, db.Pool, limitedClaim(tight, batch))
 		require.NoError(t, err)
-		return len(jobs)
+		tight = tight || res.Tight
+		return len(res.Jobs)
 	}
 	// 0 running + 10 <= 25: room, the plain claim.
 	require.Equal(t, 10, claim(10))
-	require.False(t, room.Tight)
+	require.False(t, tight)
 	require.Equal(t, 10, claim(10))
-	require.False(t, room.Tight)
+	require.False(t, tight)
 	// 20 running + 10 > 25: no room; claim_limited takes the 5 left.
 	require.Equal(t, 5, claim(10))
-	require.True(t, room.Tight)
+	require.True(t, tight)
 	require.Equal(t, 25, running())
 	// Tight: claim_limited directly, which takes nothing more.
 	require.Equal(t, 0, claim(10))
 	require.Equal(t, 25, running())
 	// A cap below the batch has no room even with nothing running.
-	room.Tight = false
+	tight = false
 	require.NoError(t, st.SetLimit(ctx, db.Pool, store.Limit{Name: "q", Queue: "q", Partition: "tenant", Concurrency: 1}))
 	seed(t, db, `DELETE FROM skiplock.jobs WHERE state = 'ready'`) // jobs without a tenant: not limited by it
 	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant) SELECT 'q', 'k', 't' || (g % 3) FROM generate_series(1, 30) AS g`)
 	require.Equal(t, 3, claim(10))
-	require.True(t, room.Tight)
+	require.True(t, tight)
 }
 
 // Concurrent limited claimers, each starting with the plain claim under
@@ -76,15 +76,13 @@ func TestLimitedClaimersTogetherStayWithinTheLimit(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var room store.LimitRoom
 			for i := 0; i < 10; i++ {
-				room.Tight = i%3 == 0 && i > 0 // look again now and then, as a pool does
-				jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 5, WorkerID: benchWorker,
-					Lease: time.Minute, Limits: []string{"q"}, LimitRoom: &room})
+				tight := i%3 == 0 && i > 0 // look again now and then, as a pool does
+				res, err := st.Claim(ctx, db.Pool, limitedClaim(tight, 5))
 				if !assert.NoError(t, err) {
 					return
 				}
-				claimed.Add(int64(len(jobs)))
+				claimed.Add(int64(len(res.Jobs)))
 			}
 		}()
 	}
@@ -115,13 +113,15 @@ func TestLimitedClaimCost(t *testing.T) {
 	require.NoError(t, st.SetLimit(ctx, db.Pool, store.Limit{Name: "q", Queue: "q", Concurrency: 1000}))
 	variants := []struct {
 		name string
-		p    func() store.ClaimParams
+		p    func() store.ClaimRequest
 	}{
-		{"plain", func() store.ClaimParams { return store.ClaimParams{} }},
-		{"limited, limit_room", func() store.ClaimParams {
-			return store.ClaimParams{Limits: []string{"q"}, LimitRoom: &store.LimitRoom{}}
+		{"plain", func() store.ClaimRequest { return store.ClaimRequest{} }},
+		{"limited, limit_room", func() store.ClaimRequest {
+			return store.ClaimRequest{Strategy: store.ClaimWithinRoom, Limits: []string{"q"}}
 		}},
-		{"claim_limited", func() store.ClaimParams { return store.ClaimParams{Limits: []string{"q"}} }},
+		{"claim_limited", func() store.ClaimRequest {
+			return store.ClaimRequest{Strategy: store.ClaimLimited, Limits: []string{"q"}}
+		}},
 	}
 	times := make([][]time.Duration, len(variants))
 	for i := 0; i < 60; i++ {
@@ -136,6 +136,18 @@ func TestLimitedClaimCost(t *testing.T) {
 		m := median(times[v])
 		t.Logf("%-20s claim of 50: median %v over %d (%.2fx plain)", variant.name, m.Round(time.Microsecond), len(times[v]), float64(m)/float64(plain))
 	}
+}
+
+// limitedClaim is a claim of batch jobs of queue "q" under limit "q", as a
+// pool makes it: claim_limited while the limits had no room at its last
+// look (tight), else the plain claim within their room.
+func limitedClaim(tight bool, batch int) store.ClaimRequest {
+	strategy := store.ClaimWithinRoom
+	if tight {
+		strategy = store.ClaimLimited
+	}
+	return store.ClaimRequest{Strategy: strategy, Queues: []string{"q"}, Batch: batch, WorkerID: benchWorker,
+		Lease: time.Minute, Limits: []string{"q"}}
 }
 
 func median(ds []time.Duration) time.Duration {

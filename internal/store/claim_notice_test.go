@@ -27,25 +27,25 @@ func TestClaimsSendNoNotices(t *testing.T) {
 	conn, notices := db.NoticeConn(t)
 
 	st := store.New("skiplock")
-	base := store.ClaimParams{Batch: 10, WorkerID: benchWorker, Lease: time.Minute}
-	variants := map[string]store.ClaimParams{}
+	base := store.ClaimRequest{Batch: 10, WorkerID: benchWorker, Lease: time.Minute}
+	variants := map[string]store.ClaimRequest{}
 	plain := base
 	plain.Queues = []string{"q"}
 	variants["plain"] = plain
 	capped := plain
-	capped.TenantCap, capped.TenantCursor = 2, map[string]string{}
+	capped.Strategy, capped.TenantCap, capped.TenantCursor = store.ClaimCapped, 2, map[string]string{}
 	variants["capped"] = capped
 	roomy := base
-	roomy.Queues, roomy.Limits, roomy.LimitRoom = []string{"lq"}, []string{"l"}, &store.LimitRoom{}
+	roomy.Strategy, roomy.Queues, roomy.Limits = store.ClaimWithinRoom, []string{"lq"}, []string{"l"}
 	variants["limit with room"] = roomy
 	tight := base
-	tight.Queues, tight.Limits = []string{"tq"}, []string{"tight"}
+	tight.Strategy, tight.Queues, tight.Limits = store.ClaimLimited, []string{"tq"}, []string{"tight"}
 	variants["limited"] = tight
 	for name, p := range variants {
 		// Twice: the second run of a prepared statement may take another
 		// plan (the generic one the capped claim forces).
 		for i := 0; i < 2; i++ {
-			jobs, err := st.Claim(ctx, conn, p)
+			jobs, err := claimJobs(ctx, st, conn, p)
 			require.NoError(t, err, name)
 			require.NotEmpty(t, jobs, name)
 		}

@@ -24,8 +24,8 @@ func TestWeightedRateLimitClaim(t *testing.T) {
 	st := store.New("skiplock")
 	require.NoError(t, st.SetLimit(ctx, db.Pool, store.Limit{Name: "api", Kind: "call", Rate: 10, Per: time.Hour}))
 	claim := func() []store.ClaimedJob {
-		jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 10, WorkerID: benchWorker,
-			Lease: time.Minute, Limits: []string{"api"}})
+		jobs, err := claimJobs(ctx, st, db.Pool, store.ClaimRequest{Strategy: store.ClaimLimited, Queues: []string{"q"}, Batch: 10,
+			WorkerID: benchWorker, Lease: time.Minute, Limits: []string{"api"}})
 		require.NoError(t, err)
 		return jobs
 	}
@@ -133,8 +133,8 @@ func TestWeightedClaimersTogetherStayWithinTheRate(t *testing.T) {
 		go func() {
 			var err error
 			for i := 0; i < 15 && err == nil; i++ {
-				_, err = st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 7, WorkerID: benchWorker,
-					Lease: time.Minute, Limits: []string{"api"}})
+				_, err = st.Claim(ctx, db.Pool, store.ClaimRequest{Strategy: store.ClaimLimited, Queues: []string{"q"}, Batch: 7,
+					WorkerID: benchWorker, Lease: time.Minute, Limits: []string{"api"}})
 			}
 			errs <- err
 		}()

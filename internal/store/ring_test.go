@@ -66,7 +66,7 @@ func TestRingMovesStragglersAndTruncatesUnderPin(t *testing.T) {
 	require.Equal(t, -1, gen(keyedU), "a unique job goes to jobs_keyed")
 
 	db.Pin(t)
-	jobs, err := st.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 2, WorkerID: "w", Lease: time.Minute})
+	jobs, err := claimJobs(ctx, st, db.Pool, store.ClaimRequest{Queues: []string{"q"}, Batch: 2, WorkerID: "w", Lease: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, jobs, 2)
 	leases := map[int64]store.Lease{}

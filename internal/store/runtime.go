@@ -24,9 +24,9 @@ type Runtime struct {
 	Pool  *pgxpool.Pool
 }
 
-// Claim claims a batch (Store.Claim).
-func (r Runtime) Claim(ctx context.Context, p ClaimParams) ([]ClaimedJob, error) {
-	return r.Store.Claim(ctx, r.Pool, p)
+// Claim runs one claim (Store.Claim).
+func (r Runtime) Claim(ctx context.Context, req ClaimRequest) (ClaimResult, error) {
+	return r.Store.Claim(ctx, r.Pool, req)
 }
 
 // LimitsCovering returns the limits covering queues and kinds.

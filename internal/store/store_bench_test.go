@@ -35,7 +35,7 @@ func claimAll(tb testing.TB, st *store.Store, pool *pgxpool.Pool, queue string, 
 	tb.Helper()
 	out := make([]store.Lease, 0, n)
 	for len(out) < n {
-		jobs, err := st.Claim(context.Background(), pool, store.ClaimParams{Queues: []string{queue}, Batch: min(batch, n-len(out)),
+		jobs, err := claimJobs(context.Background(), st, pool, store.ClaimRequest{Queues: []string{queue}, Batch: min(batch, n-len(out)),
 			WorkerID: benchWorker, Lease: time.Minute})
 		require.NoError(tb, err)
 		require.NotEmpty(tb, jobs, "ran out of jobs to claim")
@@ -53,12 +53,12 @@ func BenchmarkClaim50(b *testing.B) {
 	st := store.New("skiplock")
 	seedReady(b, db.Pool, "bench", 50*b.N+50)
 	ctx := context.Background()
-	p := store.ClaimParams{Queues: []string{"bench"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
+	p := store.ClaimRequest{Queues: []string{"bench"}, Batch: 50, WorkerID: benchWorker, Lease: time.Minute}
 	_, err := st.Claim(ctx, db.Pool, p) // warm the statement cache
 	require.NoError(b, err)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		jobs, err := st.Claim(ctx, db.Pool, p)
+		jobs, err := claimJobs(ctx, st, db.Pool, p)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -29,12 +29,12 @@ func claimTest(t *testing.T, n int) (*Runner, []*Job, *bytes.Buffer, *dbtest.DB)
 	logs := &bytes.Buffer{}
 	cfg := Config{Pool: db.Pool, Store: store.New("skiplock"), WorkerID: "w-test", Lease: time.Minute,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))}
-	jobs, err := cfg.Store.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: n, WorkerID: cfg.WorkerID, Lease: cfg.Lease})
+	res, err := cfg.Store.Claim(ctx, db.Pool, store.ClaimRequest{Queues: []string{"q"}, Batch: n, WorkerID: cfg.WorkerID, Lease: cfg.Lease})
 	require.NoError(t, err)
-	require.Len(t, jobs, n)
+	require.Len(t, res.Jobs, n)
 	r := New(cfg)
 	r.bgCtx = context.Background()
-	return r, r.track(jobs), logs, db
+	return r, r.track(res.Jobs), logs, db
 }
 
 // The database refusing one job's outcome for its data (here error text
@@ -182,11 +182,11 @@ func TestFlushSettlesASupersededAttemptAsLeaseLost(t *testing.T) {
 		back, _, err := r.cfg.Store.Reap(ctx, db.Pool, 10)
 		require.NoError(t, err)
 		require.Equal(t, 1, back)
-		again, err := r.cfg.Store.Claim(ctx, db.Pool, store.ClaimParams{Queues: []string{"q"}, Batch: 1,
+		again, err := r.cfg.Store.Claim(ctx, db.Pool, store.ClaimRequest{Queues: []string{"q"}, Batch: 1,
 			WorkerID: r.cfg.WorkerID, Lease: time.Minute})
 		require.NoError(t, err)
-		require.Len(t, again, 1)
-		newer := r.track(again)[0]
+		require.Len(t, again.Jobs, 1)
+		newer := r.track(again.Jobs)[0]
 		require.Equal(t, old.ID, newer.ID)
 		require.Greater(t, newer.LeaseToken, old.LeaseToken)
 

@@ -21,12 +21,13 @@ import (
 // job to the reaper, whose fencing then keeps its outcome from landing.
 func RunOne(ctx context.Context, cfg Config, queues, kinds []string, accept func(*Job) bool) (*Job, Outcome, Settled, error) {
 	data := cfg.data()
-	jobs, err := data.Claim(ctx, store.ClaimParams{
+	res, err := data.Claim(ctx, store.ClaimRequest{
 		Queues: queues, Kinds: kinds, Batch: 1, WorkerID: cfg.WorkerID, Lease: cfg.Lease,
 	})
 	if err != nil {
 		return nil, Outcome{}, 0, fmt.Errorf("claim: %w", err)
 	}
+	jobs := res.Jobs
 	if len(jobs) == 0 {
 		return nil, Outcome{}, 0, nil
 	}

@@ -9,7 +9,7 @@ import (
 
 // keyset decides where each of a pool's claims starts reading the ready
 // index: at the front, or after the last job the pool claimed from each
-// queue (store.ClaimParams.After).
+// queue (store.ClaimRequest.After).
 //
 // Claiming from the front is exact (a higher-priority job that just arrived
 // is the next one taken) and, on a healthy server, cheap: the index holds

@@ -38,22 +38,18 @@ type pool struct {
 	frontN int
 
 	// tenantCursor is, per queue, the last tenant the capped claim visited
-	// (round-robin fair share); the producer's alone.
+	// (round-robin fair share; store.ClaimResult.Cursors); the producer's
+	// alone.
 	tenantCursor map[string]string
 
 	// The limits covering this pool's work, re-read every limitsRefresh
 	// (the producer's alone).
-	limits    []string
-	limitsAt  time.Time
-	limitKind struct{ rate, concurrency bool } // which kinds of limit are among them
-	// rateWait, set by a limited claim that came back short while a rate
-	// window of its limits was full: how long until that window has room.
-	// The producer sleeps that long (at most PollInterval) before claiming.
-	rateWait  time.Duration
-	visitCut  bool            // the producer's last capped claim left tenants unvisited (store.ClaimParams.VisitCut)
-	limitRoom store.LimitRoom // whether they had room for a batch at the last look
-	heldBack  bool            // the last claim was limited and short: completions wake claimers
-	capAside  bool            // logged that limits set the tenant cap aside
+	limits      []string
+	limitsAt    time.Time
+	limitKind   struct{ rate, concurrency bool } // which kinds of limit are among them
+	limitsTight bool                             // they had no room for a batch at the last look (store.ClaimResult.Tight)
+	heldBack    bool                             // the last claim was limited and short: completions wake claimers
+	capAside    bool                             // logged that limits set the tenant cap aside
 }
 
 // limitsRefresh is how soon a limit set or removed anywhere is obeyed.
@@ -109,195 +105,271 @@ func (p *pool) executeLoop() {
 	}
 }
 
-// produce is the claim loop. It owns inflight (jobs claimed and not yet
-// finished by an executor).
+// produce is the claim loop: it claims while claims come back full and
+// slots are free, then waits for what makes it look again (await). What
+// it decides is named: how much to claim (claimSize), whether to claim on
+// at once (claimNext, claimOn), and, in plan, which claim.
 func (p *pool) produce() {
 	defer p.wg.Done()
 	defer close(p.jobs)
 	limit := p.cfg.Concurrency + p.cfg.BatchSize
-	// Claim when at least this many slots are free, so claims stay batched
-	// under load but an idle pool claims at once.
-	threshold := max(1, min(p.cfg.BatchSize, limit)/2)
-	inflight := 0
-	more := true // the last claim was full: more work is probably waiting
-	poll := time.NewTimer(0)
-	defer poll.Stop()
-	backoff := time.Duration(0)
-	entityRaces := 0
-	cutRun := 0 // capped claims in a row that came back short, their visits cut short
+	s := &producing{limit: limit, threshold: max(1, min(p.cfg.BatchSize, limit)/2), more: true, poll: time.NewTimer(0)}
+	defer s.poll.Stop()
 	for {
-		// Count every job finished so far before deciding. Executors report
-		// one token each; deciding after the first would, under load, claim
-		// exactly threshold jobs each time (half a batch), where the slots
-		// freed while the last claim was in flight allow a full one.
-		for counting := true; counting; {
-			select {
-			case <-p.done:
-				inflight--
-			case r := <-p.front:
-				inflight -= p.frontEnded(r)
-				more = true
-			default:
-				counting = false
-			}
-		}
-		free := limit - inflight
-		if more && free >= threshold && !p.stopping() && p.frontDue() {
-			n := min(free, p.cfg.BatchSize)
+		p.countFinished(s)
+		if n := p.claimSize(s); n > 0 && p.frontDue() {
 			p.startFront(n)
-			inflight += n // held for its batch until it ends
-			free -= n
+			s.inflight += n // held for its batch until it ends
 		}
-		if more && free >= threshold && !p.stopping() {
-			n := min(free, p.cfg.BatchSize)
-			got, err := p.claim(n)
-			if isEntityRace(err) && entityRaces < 3 {
-				// Another claimer took a job of the same entity first: the
-				// unique running index refused ours, as designed. Try again.
-				entityRaces++
-				continue
-			}
-			entityRaces = 0
-			if err != nil {
-				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-				if p.r.bgCtx.Err() == nil {
-					p.r.log.Warn("skiplock: claim failed; retrying", slog.String("pool", p.cfg.Name),
-						slog.String("error", err.Error()), slog.Duration("retry_in", backoff))
-				}
-				more = false
-				resetTimer(poll, backoff)
-			} else {
-				backoff = 0
-				for _, j := range got {
-					p.jobs <- j // never blocks: capacity is limit
-				}
-				inflight += len(got)
-				// A capped visit cut short at its step limit came back short
-				// with tenants left unvisited, where the jobs may be: claim
-				// on, once round the tenants this pool knows, rather than
-				// wait for a wake-up (a poll interval when none comes).
-				cut := p.visitCut && len(got) < n
-				if cut {
-					cutRun++
-				} else {
-					cutRun = 0
-				}
-				more = len(got) == n || cut && cutRun < p.keys.ringClaims(n)
-				if more {
-					continue
-				}
-				if p.rateWait > 0 {
-					// Wake when the full rate window has room, not a
-					// poll interval later (nor before: claiming sooner
-					// would find it full).
-					resetTimer(poll, min(p.rateWait, p.r.cfg.PollInterval))
-				}
-			}
+		if n := p.claimSize(s); n > 0 && p.claimNext(s, n) {
+			continue
 		}
-		select {
-		case <-p.stopCh:
-			if p.frontN > 0 { // its jobs are handed back below
-				inflight -= p.frontEnded(<-p.front)
-			}
-			// Hand back at once what was claimed ahead but not started: the
-			// executors are busy, and would only reach it once their running
-			// jobs finish, holding it from every other process meanwhile.
-			for handing := true; handing; {
-				select {
-				case j := <-p.jobs:
-					p.r.execute(j, true) // stopping: released, refunded
-					inflight--
-				default:
-					handing = false
-				}
-			}
-			// Drain: wait for the executors to finish what they hold.
-			for inflight > 0 {
-				<-p.done
-				inflight--
-			}
+		if !p.await(s) {
 			return
-		case <-p.done:
-			inflight--
-		case r := <-p.front:
-			inflight -= p.frontEnded(r)
-			more = true
-		case <-p.wakeCh:
-			more, cutRun = true, 0
-		case <-poll.C:
-			more, cutRun = true, 0
-			resetTimer(poll, p.r.cfg.PollInterval)
 		}
 	}
 }
 
-func (p *pool) claim(n int) ([]*Job, error) {
+// producing is the producer goroutine's own state between claims.
+type producing struct {
+	limit int // jobs in hand at most: Concurrency + BatchSize
+	// threshold: claim when at least this many slots are free, so claims
+	// stay batched under load but an idle pool claims at once.
+	threshold int
+	// inflight: jobs claimed and not yet finished by an executor; a claim
+	// from the front holds its batch's slots while it runs.
+	inflight    int
+	more        bool          // claim when slots are free: the last claim was full, or something woke the producer
+	backoff     time.Duration // the wait after a failed claim, doubled by each failure in a row
+	entityRaces int           // claims in a row refused by an entity race (retried at once, 3 times)
+	cutRun      int           // capped claims in a row that came back short, their visits cut short
+	poll        *time.Timer   // the poll backstop; the wait after a failure, or for a rate window's room
+}
+
+// countFinished counts every job finished so far, and every claim from the
+// front that ended, before the producer decides. Executors report one
+// token each; deciding after the first would, under load, claim exactly
+// threshold jobs each time (half a batch), where the slots freed while the
+// last claim was in flight allow a full one.
+func (p *pool) countFinished(s *producing) {
+	for {
+		select {
+		case <-p.done:
+			s.inflight--
+		case r := <-p.front:
+			s.inflight -= p.frontEnded(r)
+			s.more = true
+		default:
+			return
+		}
+	}
+}
+
+// claimSize is how many jobs to claim now (0: none): while more work is
+// probably waiting, enough slots are free and the pool is not stopping.
+func (p *pool) claimSize(s *producing) int {
+	free := s.limit - s.inflight
+	if !s.more || free < s.threshold || p.stopping() {
+		return 0
+	}
+	return min(free, p.cfg.BatchSize)
+}
+
+// claimNext claims n jobs and hands them to the executors; it reports
+// whether to claim again at once.
+func (p *pool) claimNext(s *producing, n int) bool {
+	got, err := p.claim(n)
+	if isEntityRace(err) && s.entityRaces < 3 {
+		// Another claimer took a job of the same entity first: the unique
+		// running index refused ours, as designed. Try again.
+		s.entityRaces++
+		return true
+	}
+	s.entityRaces = 0
+	if err != nil {
+		s.backoff = min(max(2*s.backoff, 50*time.Millisecond), 5*time.Second)
+		if p.r.bgCtx.Err() == nil {
+			p.r.log.Warn("skiplock: claim failed; retrying", slog.String("pool", p.cfg.Name),
+				slog.String("error", err.Error()), slog.Duration("retry_in", s.backoff))
+		}
+		s.more = false
+		resetTimer(s.poll, s.backoff)
+		return false
+	}
+	s.backoff = 0
+	for _, j := range got.jobs {
+		p.jobs <- j // never blocks: capacity is limit
+	}
+	s.inflight += len(got.jobs)
+	s.more = p.claimOn(s, got, n)
+	if !s.more && got.rateWait > 0 {
+		// Wake when the full rate window has room, not a poll interval
+		// later (nor before: claiming sooner would find it full).
+		resetTimer(s.poll, min(got.rateWait, p.r.cfg.PollInterval))
+	}
+	return s.more
+}
+
+// claimOn reports whether to claim again at once after a claim of n that
+// brought got: when it came back full (more work is probably waiting), or
+// when a capped visit cut short at its step limit came back short with
+// tenants left unvisited, where the jobs may be: then the producer claims
+// on, once round the tenants this pool knows, rather than wait for a
+// wake-up (a poll interval when none comes).
+func (p *pool) claimOn(s *producing, got claimResult, n int) bool {
+	if got.cut && len(got.jobs) < n {
+		s.cutRun++
+	} else {
+		s.cutRun = 0
+	}
+	return len(got.jobs) == n || s.cutRun > 0 && s.cutRun < p.keys.ringClaims(n)
+}
+
+// await waits for what makes the producer look again: a finished job, a
+// claim from the front that ended, a wake-up or the poll timer (each starts
+// a new round of claims), or the stop, after which it hands back what the
+// pool holds and reports false.
+func (p *pool) await(s *producing) bool {
+	select {
+	case <-p.stopCh:
+		p.handBack(s)
+		return false
+	case <-p.done:
+		s.inflight--
+	case r := <-p.front:
+		s.inflight -= p.frontEnded(r)
+		s.more = true
+	case <-p.wakeCh:
+		s.more, s.cutRun = true, 0
+	case <-s.poll.C:
+		s.more, s.cutRun = true, 0
+		resetTimer(s.poll, p.r.cfg.PollInterval)
+	}
+	return true
+}
+
+// handBack ends a stopped pool's work: it waits for a claim from the front
+// in flight, hands back at once what was claimed ahead but not started (the
+// executors are busy, and would only reach it once their running jobs
+// finish, holding it from every other process meanwhile), and waits for the
+// executors to finish what they hold.
+func (p *pool) handBack(s *producing) {
+	if p.frontN > 0 { // its jobs are handed back below
+		s.inflight -= p.frontEnded(<-p.front)
+	}
+	for handing := true; handing; {
+		select {
+		case j := <-p.jobs:
+			p.r.execute(j, true) // stopping: released, refunded
+			s.inflight--
+		default:
+			handing = false
+		}
+	}
+	for s.inflight > 0 {
+		<-p.done
+		s.inflight--
+	}
+}
+
+// claimResult is what one of the producer's claims brought back, and what it
+// learned for the next.
+type claimResult struct {
+	jobs []*Job // claimed, tracked
+	// cut: a capped visit stopped at its step limit, the tenants after the
+	// new cursor unvisited (store.ClaimResult.VisitCut).
+	cut bool
+	// rateWait, for a limited claim that came back short while a rate
+	// window of its limits was full: how long until that window has room.
+	// The producer sleeps that long (at most PollInterval) before claiming.
+	rateWait time.Duration
+}
+
+// claim runs the claim plan chooses and records what it learned: the
+// tenants' cursors, whether the limits had room, whether they hold the
+// pool's queues back, and where the next claims start (keyset).
+func (p *pool) claim(n int) (claimResult, error) {
 	ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
 	defer cancel()
 	start := time.Now()
 	limits := p.coveringLimits(ctx, start)
-	// Limits first look whether they have room for the whole batch (then
-	// the plain claim), unless they did not at the last look or one is a
-	// rate limit (only claim_limited records starts).
-	var room *store.LimitRoom
-	if len(limits) > 0 && !p.limitKind.rate {
-		room = &p.limitRoom
-	}
-	var after map[string]store.Bound
-	var tenantAfter map[string]map[string]store.Bound
-	switch {
-	case p.cfg.TenantCap == 0 && (len(limits) == 0 || room != nil && !room.Tight):
-		after = p.keys.bounds(start, p.frontN > 0)
-	case p.cfg.TenantCap > 0 && len(limits) == 0:
-		if p.keys.bounds(start, p.frontN > 0) != nil {
-			tenantAfter = p.keys.tenantWindow(p.tenantCursor, max(4*n, keysetTenantWindow))
-		}
-	}
-	params := p.claimParams(n)
-	params.TenantCap, params.After, params.TenantAfter, params.Limits, params.LimitRoom, params.TenantCursor =
-		p.cfg.TenantCap, after, tenantAfter, limits, room, p.tenantCursor
-	p.visitCut = false
-	params.VisitCut = &p.visitCut
-	jobs, err := p.r.data.Claim(ctx, params)
+	req := p.plan(n, limits, start)
+	res, err := p.r.data.Claim(ctx, req)
+	p.limitsTight = p.limitsTight || res.Tight // claim_limited from now on, until the next look
 	if err != nil {
-		return nil, err
+		return claimResult{}, err
 	}
-	if room != nil && room.Tight {
-		after = nil // claim_limited read from the front
-	}
-	bounded := after != nil || tenantAfter != nil
+	maps.Copy(p.tenantCursor, res.Cursors)
 	took := time.Since(start)
-	// A limited claim that came back short may have been held back by a
-	// full limit: then a completion of these queues may free the slot the
-	// ready jobs wait for (a concurrency limit's; a completion frees no
-	// rate window), and wakes their claimers (completer.flush). Pools
-	// without limits (the common case) never touch the map.
-	if held := p.limitKind.concurrency && len(jobs) < n; held != p.heldBack {
-		p.heldBack = held
-		for _, q := range p.cfg.Queues {
-			if held {
-				p.r.limitedQueues.Store(q, struct{}{})
-			} else {
-				p.r.limitedQueues.Delete(q)
-			}
-		}
-	}
+	p.holdBack(p.limitKind.concurrency && len(res.Jobs) < n)
+	out := claimResult{cut: res.VisitCut}
 	// Held back by a full rate window, the next claim waits until the
 	// window has room, known from its oldest start: no claim in between.
-	p.rateWait = 0
-	if p.limitKind.rate && len(jobs) < n {
+	if p.limitKind.rate && len(res.Jobs) < n {
 		if wait, full, err := p.r.data.LimitNextStart(ctx, limits); err == nil && full {
-			p.rateWait = wait + time.Millisecond
+			out.rateWait = wait + time.Millisecond
 		}
 	}
-	p.keys.observe(bounded, took, len(jobs) == n, jobs, start.Add(took))
-	return p.took(jobs, took), nil
+	bounded := (req.After != nil || req.TenantAfter != nil) && !res.Tight // a tight claim read from the front
+	p.keys.observe(bounded, took, len(res.Jobs) == n, res.Jobs, start.Add(took))
+	out.jobs = p.took(res.Jobs, took)
+	return out, nil
 }
 
-// claimParams is a claim of n jobs of this pool's queues and kinds from the
-// front, without limits or a tenant cap.
-func (p *pool) claimParams(n int) store.ClaimParams {
-	return store.ClaimParams{Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID, Lease: p.r.cfg.Lease}
+// plan chooses the next claim of n jobs: the one place the claim's strategy
+// and where it starts reading are decided. Limits come first (a limit is a
+// guarantee, the tenant cap a preference): while they had room for a batch
+// at the last look and none is a rate limit (only claim_limited records
+// starts), the claim looks again under their locks and then claims like an
+// unlimited one, after its bounds when the pool has no tenant cap;
+// otherwise it is claim_limited, from the front. A tenant-capped pool
+// claims after its tenants' bounds once its claims from the front got
+// expensive (keyset), a pool without a cap after its queues' bounds.
+func (p *pool) plan(n int, limits []string, now time.Time) store.ClaimRequest {
+	r := p.claimRequest(n)
+	switch {
+	case len(limits) > 0 && (p.limitKind.rate || p.limitsTight):
+		r.Strategy, r.Limits = store.ClaimLimited, limits
+	case len(limits) > 0:
+		r.Strategy, r.Limits = store.ClaimWithinRoom, limits
+		if p.cfg.TenantCap == 0 {
+			r.After = p.keys.bounds(now, p.frontN > 0)
+		}
+	case p.cfg.TenantCap > 0:
+		r.Strategy, r.TenantCap, r.TenantCursor = store.ClaimCapped, p.cfg.TenantCap, p.tenantCursor
+		if p.keys.bounds(now, p.frontN > 0) != nil {
+			r.Strategy, r.TenantAfter = store.ClaimCappedAfter, p.keys.tenantWindow(p.tenantCursor, max(4*n, keysetTenantWindow))
+		}
+	default:
+		r.After = p.keys.bounds(now, p.frontN > 0)
+	}
+	return r
+}
+
+// holdBack records whether a limited claim came back short: then it may
+// have been held back by a full concurrency limit, and a completion of
+// these queues may free the slot the ready jobs wait for (a completion
+// frees no rate window), so completions wake their claimers
+// (completer.flush). Pools without limits (the common case) never touch
+// the map.
+func (p *pool) holdBack(held bool) {
+	if held == p.heldBack {
+		return
+	}
+	p.heldBack = held
+	for _, q := range p.cfg.Queues {
+		if held {
+			p.r.limitedQueues.Store(q, struct{}{})
+		} else {
+			p.r.limitedQueues.Delete(q)
+		}
+	}
+}
+
+// claimRequest is a claim of n jobs of this pool's queues and kinds from
+// the front, without limits or a tenant cap (store.ClaimPlain).
+func (p *pool) claimRequest(n int) store.ClaimRequest {
+	return store.ClaimRequest{Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, Batch: n, WorkerID: p.r.cfg.WorkerID, Lease: p.r.cfg.Lease}
 }
 
 // took counts a claim that brought jobs in took and tracks its jobs (their
@@ -325,16 +397,16 @@ func (p *pool) frontDue() bool {
 	return p.frontN == 0 && len(p.limits) == 0 && p.keys.frontDue(time.Now())
 }
 
-// frontParams is the claim from the front of n jobs that runs beside the
+// frontRequest is the claim from the front of n jobs that runs beside the
 // producer: a tenant-capped pool's (claim_capped) starts at a copy of the
-// producer's cursors, since the producer goes on moving them; its own
-// cursor is dropped when it ends.
-func (p *pool) frontParams(n int) store.ClaimParams {
-	params := p.claimParams(n)
+// producer's cursors, since the producer goes on moving them; the cursors
+// it returns are dropped.
+func (p *pool) frontRequest(n int) store.ClaimRequest {
+	r := p.claimRequest(n)
 	if p.cfg.TenantCap > 0 {
-		params.TenantCap, params.TenantCursor = p.cfg.TenantCap, maps.Clone(p.tenantCursor)
+		r.Strategy, r.TenantCap, r.TenantCursor = store.ClaimCapped, p.cfg.TenantCap, maps.Clone(p.tenantCursor)
 	}
-	return params
+	return r
 }
 
 // startFront starts a claim of n jobs from the front on its own connection;
@@ -344,21 +416,21 @@ func (p *pool) frontParams(n int) store.ClaimParams {
 func (p *pool) startFront(n int) {
 	start := time.Now()
 	p.frontN = n
-	params := p.frontParams(n)
+	req := p.frontRequest(n)
 	go func() {
 		ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
 		defer cancel()
-		var claimed []store.ClaimedJob
+		var res store.ClaimResult
 		var err error
 		for races := 0; ; races++ {
-			claimed, err = p.r.data.Claim(ctx, params)
+			res, err = p.r.data.Claim(ctx, req)
 			if !isEntityRace(err) || races == 2 {
 				break
 			}
 		}
-		r := frontResult{claimed: claimed, start: start, took: time.Since(start), err: err}
+		r := frontResult{claimed: res.Jobs, start: start, took: time.Since(start), err: err}
 		if err == nil {
-			r.jobs = p.took(claimed, r.took)
+			r.jobs = p.took(res.Jobs, r.took)
 		}
 		p.front <- r // buffered: the producer takes it when it can
 	}()
@@ -402,7 +474,7 @@ func (p *pool) coveringLimits(ctx context.Context, now time.Time) []string {
 		names = nil
 	}
 	p.limits, p.limitsAt = names, now
-	p.limitRoom.Tight = false // look again whether they have room for a batch
+	p.limitsTight = false // look again whether they have room for a batch
 	if len(names) > 0 && p.cfg.TenantCap > 0 && !p.capAside {
 		p.capAside = true
 		p.r.log.Warn("skiplock: limits cover this pool: it obeys them and sets its tenant cap aside",

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"sort"
@@ -24,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/service"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -109,7 +109,7 @@ type PoolConfig struct {
 // data layer implements it (store.Runtime, over the pool); the runtime's
 // unit tests use a fake driven by channels.
 type Data interface {
-	Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error)
+	Claim(ctx context.Context, r store.ClaimRequest) (store.ClaimResult, error)
 	LimitsCovering(ctx context.Context, queues, kinds []string) ([]store.CoveringLimit, error)
 	LimitNextStart(ctx context.Context, limits []string) (wait time.Duration, full bool, err error)
 	Heartbeat(ctx context.Context, ls []store.Lease, lease time.Duration, worker string) (map[int64]bool, error)
@@ -283,10 +283,10 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.bgWG.Add(1)
 		go func() { defer r.bgWG.Done(); r.heartbeatLoop(r.bgCtx) }()
 		if r.cfg.ReaperInterval > 0 {
-			r.bgWG.Add(1)
-			go func() { defer r.bgWG.Done(); r.reapLoop(r.bgCtx) }()
-			r.bgWG.Add(1)
-			go func() { defer r.bgWG.Done(); r.ringLoop(r.bgCtx) }()
+			for _, loop := range []*service.Periodic{r.reaper(), r.ring()} {
+				r.bgWG.Add(1)
+				go func() { defer r.bgWG.Done(); loop.Run(r.bgCtx) }()
+			}
 		}
 		for _, p := range r.pools {
 			p.start()
@@ -605,84 +605,78 @@ func (r *Runner) beat(ctx context.Context, stopped bool) {
 	}
 }
 
-// reapLoop reaps every ReaperInterval (jittered), when this process takes
-// the fleet's turn: a reap reads the whole running set, and while a long
-// transaction pins the horizon that set is full of the dead entries of
-// every job finished since the pin, so N processes reaping on their own
-// timers paid for them N times per interval. The turn makes it about once
-// per interval for the fleet (ReaperInterval/2 since the last reap, by any
-// process), and a reap that took t puts the next turn off by
-// reapBackoff × t when that is longer than the gap, at most
-// max(Lease/2, ReaperInterval):
-// the reaper's share of the database stays bounded however long the pin,
-// and an expired lease still goes back within that bound.
-func (r *Runner) reapLoop(ctx context.Context) {
+// reaper is the reaper's loop: a turn (reapTurn) every ReaperInterval ±
+// 50 %, the jitter keeping many processes from reaping in lockstep.
+func (r *Runner) reaper() *service.Periodic {
+	return &service.Periodic{Name: "reaper", Interval: r.cfg.ReaperInterval, Jitter: 0.5, Logger: r.log, Tick: r.reapTurn}
+}
+
+// reapTurn reaps when this process takes the fleet's turn: a reap reads the
+// whole running set, and while a long transaction pins the horizon that set
+// is full of the dead entries of every job finished since the pin, so N
+// processes reaping on their own timers paid for them N times per interval.
+// The turn makes it about once per interval for the fleet
+// (ReaperInterval/2 since the last reap, by any process), and a reap that
+// took t puts the next turn off by reapBackoff × t when that is longer than
+// the gap, at most max(Lease/2, ReaperInterval): the reaper's share of the
+// database stays bounded however long the pin, and an expired lease still
+// goes back within that bound.
+func (r *Runner) reapTurn(ctx context.Context) error {
 	gap := r.cfg.ReaperInterval / 2
 	limit := max(r.cfg.Lease/2, r.cfg.ReaperInterval)
-	for {
-		// Jitter keeps many processes from reaping in lockstep.
-		d := r.cfg.ReaperInterval/2 + time.Duration(rand.Int64N(int64(r.cfg.ReaperInterval)))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	mine, err := r.data.ReapTurn(qctx, gap, r.cfg.WorkerID)
+	cancel()
+	if err == nil && !mine {
+		return nil // another process reaped less than gap ago
+	}
+	// On an error, reap anyway: reaping twice is harmless, not reaping
+	// strands jobs.
+	r.reaps.Add(1)
+	start := time.Now()
+	r.Reap(ctx)
+	if off := min(reapBackoff*time.Since(start), limit); off > gap && ctx.Err() == nil {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		mine, err := r.data.ReapTurn(qctx, gap, r.cfg.WorkerID)
-		cancel()
-		if err == nil && !mine {
-			continue // another process reaped less than gap ago
+		if err := r.data.ReapDefer(qctx, off); err != nil && ctx.Err() == nil {
+			r.log.Debug("skiplock: reaper turn not deferred", slog.String("error", err.Error()))
 		}
-		// On an error, reap anyway: reaping twice is harmless, not reaping
-		// strands jobs.
-		r.reaps.Add(1)
-		start := time.Now()
-		r.Reap(ctx)
-		if off := min(reapBackoff*time.Since(start), limit); off > gap && ctx.Err() == nil {
+		cancel()
+	}
+	return nil // Reap logged its own failure
+}
+
+// ring is the loop that turns the jobs table's ring of generations about
+// once a second, ± 20 % (migration 016): the generation that stopped taking
+// inserts a period ago gives its ready rows to jobs_keyed and is truncated
+// once empty, so the table holds about three periods of jobs whatever holds
+// the vacuum horizon back. Every process turns it; an advisory lock lets
+// one at a time do the work, and the others' turns return at once. A turn
+// that cannot have its lock within ringLockTimeout (a long reader of the
+// table) leaves the generation for the next turn: only the table's size
+// waits on it.
+func (r *Runner) ring() *service.Periodic {
+	failing := false // a failure is logged once per streak (an outage fails every turn); the loop's alone
+	return &service.Periodic{Name: "ring", Interval: ringEvery, Jitter: 0.2, Logger: r.log,
+		Tick: func(ctx context.Context) error {
 			qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := r.data.ReapDefer(qctx, off); err != nil && ctx.Err() == nil {
-				r.log.Debug("skiplock: reaper turn not deferred", slog.String("error", err.Error()))
-			}
+			moved, truncated, err := r.data.RotateRing(qctx, ringLockTimeout)
 			cancel()
-		}
-	}
+			switch {
+			case err != nil && ctx.Err() == nil && !failing:
+				failing = true
+				r.log.Warn("skiplock: ring turn failed; retrying every second", slog.String("error", err.Error()))
+			case err != nil:
+			case failing:
+				failing = false
+				r.log.Info("skiplock: ring turns again")
+			case moved > 0 || truncated >= 0:
+				r.log.Debug("skiplock: ring turned", slog.Int64("moved", moved), slog.Int("truncated", truncated))
+			}
+			return nil
+		}}
 }
 
-// ringLoop turns the jobs table's ring of generations about once a second
-// (migration 016): the generation that stopped taking inserts a period ago
-// gives its ready rows to jobs_keyed and is truncated once empty, so
-// the table holds about three periods of jobs whatever holds the vacuum
-// horizon back. Every process turns it; an advisory lock lets one at a time
-// do the work, and the others' turns return at once. A turn that cannot
-// have its lock within ringLockTimeout (a long reader of the table) leaves
-// the generation for the next turn: only the table's size waits on it.
-func (r *Runner) ringLoop(ctx context.Context) {
-	failing := false // a failure is logged once per streak (an outage fails every turn)
-	for {
-		d := ringEvery*4/5 + time.Duration(rand.Int64N(int64(ringEvery*2/5)))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(d):
-		}
-		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		moved, truncated, err := r.data.RotateRing(qctx, ringLockTimeout)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil && !failing:
-			failing = true
-			r.log.Warn("skiplock: ring turn failed; retrying every second", slog.String("error", err.Error()))
-		case err != nil:
-		case failing:
-			failing = false
-			r.log.Info("skiplock: ring turns again")
-		case moved > 0 || truncated >= 0:
-			r.log.Debug("skiplock: ring turned", slog.Int64("moved", moved), slog.Int("truncated", truncated))
-		}
-	}
-}
-
-// ringEvery is how often each process turns the ring (jittered ±20 %);
+// ringEvery is how often each process turns the ring (jittered ± 20 %);
 // ringLockTimeout is the longest a turn waits for a generation's lock, which
 // new statements on that generation queue behind meanwhile.
 const (
@@ -692,7 +686,7 @@ const (
 
 // reapBackoff bounds the reaper's share of the database: after a reap that
 // took t, the fleet's next one waits at least reapBackoff × t (a 5 % duty
-// cycle), within the bound reapLoop sets.
+// cycle), within the bound reapTurn sets.
 const reapBackoff = 20
 
 // Reap runs the reaper once, in bounded batches.

@@ -14,11 +14,15 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// claimCall is one Claim the fake received; the test answers on reply.
+// claimCall is one Claim the fake received; the test answers on reply
+// (give, for jobs alone).
 type claimCall struct {
-	p     store.ClaimParams
-	reply chan []store.ClaimedJob
+	req   store.ClaimRequest
+	reply chan store.ClaimResult
 }
+
+// give answers the claim with jobs js and nothing learned.
+func (c claimCall) give(js []store.ClaimedJob) { c.reply <- store.ClaimResult{Jobs: js} }
 
 // fakeData is the runtime's database, driven by the test through channels:
 // every Claim waits for the test's answer, every outcome write is handed
@@ -26,26 +30,27 @@ type claimCall struct {
 type fakeData struct {
 	claims   chan claimCall
 	writes   chan store.Outcomes
-	reapSlow time.Duration      // each Reap takes this long
-	defers   chan time.Duration // ReapDefer's delays, when not nil
+	reapSlow time.Duration         // each Reap takes this long
+	defers   chan time.Duration    // ReapDefer's delays, when not nil
+	limits   []store.CoveringLimit // what LimitsCovering returns
 }
 
 func newFakeData() *fakeData {
 	return &fakeData{claims: make(chan claimCall), writes: make(chan store.Outcomes, 64)}
 }
 
-func (f *fakeData) Claim(ctx context.Context, p store.ClaimParams) ([]store.ClaimedJob, error) {
-	c := claimCall{p: p, reply: make(chan []store.ClaimedJob, 1)}
+func (f *fakeData) Claim(ctx context.Context, r store.ClaimRequest) (store.ClaimResult, error) {
+	c := claimCall{req: r, reply: make(chan store.ClaimResult, 1)}
 	select {
 	case f.claims <- c:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return store.ClaimResult{}, ctx.Err()
 	}
 	select {
-	case jobs := <-c.reply:
-		return jobs, nil
+	case res := <-c.reply:
+		return res, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return store.ClaimResult{}, ctx.Err()
 	}
 }
 
@@ -54,7 +59,7 @@ func (f *fakeData) LimitNextStart(context.Context, []string) (time.Duration, boo
 }
 
 func (f *fakeData) LimitsCovering(context.Context, []string, []string) ([]store.CoveringLimit, error) {
-	return nil, nil
+	return f.limits, nil
 }
 
 func (f *fakeData) Heartbeat(_ context.Context, ls []store.Lease, _ time.Duration, _ string) (map[int64]bool, error) {
@@ -129,7 +134,7 @@ func (f *fakeData) noClaim(t *testing.T) {
 	t.Helper()
 	select {
 	case c := <-f.claims:
-		t.Fatalf("unexpected claim of %d", c.p.Batch)
+		t.Fatalf("unexpected claim of %d", c.req.Batch)
 	default:
 	}
 }
@@ -202,15 +207,15 @@ func TestProduceClaimsWhatIsFreeAndWritesOutcomes(t *testing.T) {
 	r := startFake(t, f, g, 2, 2)
 
 	c := f.nextClaim(t) // at start: the poll timer fires at once
-	require.Equal(t, 2, c.p.Batch)
-	require.Equal(t, []string{"q"}, c.p.Queues)
-	c.reply <- jobs(1, 2) // full: more is probably waiting
+	require.Equal(t, 2, c.req.Batch)
+	require.Equal(t, []string{"q"}, c.req.Queues)
+	c.give(jobs(1, 2)) // full: more is probably waiting
 	c = f.nextClaim(t)
-	require.Equal(t, 2, c.p.Batch, "two of four slots in hand are free")
-	c.reply <- nil     // short: wait for a wake-up
+	require.Equal(t, 2, c.req.Batch, "two of four slots in hand are free")
+	c.give(nil)        // short: wait for a wake-up
 	c = f.nextClaim(t) // the first poll tick (its timer started at zero) was pending
-	require.Equal(t, 2, c.p.Batch)
-	c.reply <- nil
+	require.Equal(t, 2, c.req.Batch)
+	c.give(nil)
 	started := []int64{g.waitStarted(t), g.waitStarted(t)}
 	slices.Sort(started)
 	require.Equal(t, []int64{1, 2}, started)
@@ -218,8 +223,8 @@ func TestProduceClaimsWhatIsFreeAndWritesOutcomes(t *testing.T) {
 
 	r.pools[0].wake()
 	c = f.nextClaim(t)
-	require.Equal(t, 2, c.p.Batch)
-	c.reply <- jobs(3) // held until an executor is free
+	require.Equal(t, 2, c.req.Batch)
+	c.give(jobs(3)) // held until an executor is free
 
 	close(g.release[1])
 	o := f.nextWrite(t)
@@ -252,13 +257,13 @@ func TestStopHandsBackJobsClaimedAhead(t *testing.T) {
 	r := startFake(t, f, g, 1, 2)
 
 	c := f.nextClaim(t)
-	require.Equal(t, 2, c.p.Batch)
-	c.reply <- jobs(1, 2)
+	require.Equal(t, 2, c.req.Batch)
+	c.give(jobs(1, 2))
 	c = f.nextClaim(t)
-	require.Equal(t, 1, c.p.Batch, "one slot of three is free")
-	c.reply <- nil
+	require.Equal(t, 1, c.req.Batch, "one slot of three is free")
+	c.give(nil)
 	c = f.nextClaim(t) // the first poll tick
-	c.reply <- nil
+	c.give(nil)
 	first := g.waitStarted(t)
 
 	stopped := make(chan error, 1)
@@ -304,7 +309,7 @@ func TestSlowReapPutsTheNextTurnOff(t *testing.T) {
 				for {
 					select {
 					case c := <-f.claims:
-						c.reply <- nil
+						c.give(nil)
 					case <-served:
 						return
 					}
@@ -332,7 +337,7 @@ func serveClaims(f *fakeData, replies ...[]store.ClaimedJob) (front <-chan claim
 		for {
 			select {
 			case c := <-f.claims:
-				if c.p.After == nil && c.p.TenantAfter == nil {
+				if c.req.After == nil && c.req.TenantAfter == nil {
 					fronts <- c
 					continue
 				}
@@ -340,7 +345,7 @@ func serveClaims(f *fakeData, replies ...[]store.ClaimedJob) (front <-chan claim
 				if len(replies) > 0 {
 					reply, replies = replies[0], replies[1:]
 				}
-				c.reply <- reply
+				c.give(reply)
 			case <-quit:
 				return
 			}
@@ -381,11 +386,11 @@ func TestCappedFrontClaimRunsBesideClaimsAfterTheBounds(t *testing.T) {
 	require.NoError(t, r.Start(context.Background()))
 
 	front := recv(t, fronts, "no claim from the front")
-	require.Equal(t, 1, front.p.TenantCap)
-	require.Equal(t, map[string]string{"q": "t1"}, front.p.TenantCursor, "from the producer's cursor")
+	require.Equal(t, 1, front.req.TenantCap)
+	require.Equal(t, map[string]string{"q": "t1"}, front.req.TenantCursor, "from the producer's cursor")
 	require.Equal(t, int64(1), g.waitStarted(t), "a job claimed after the tenants' bounds ran while the front claim was in flight")
-	front.p.TenantCursor["q"] = "t9" // the claim moves its own copy
-	front.reply <- jobs(2)
+	front.req.TenantCursor["q"] = "t9"                                                     // the claim reads its own copy
+	front.reply <- store.ClaimResult{Jobs: jobs(2), Cursors: map[string]string{"q": "t9"}} // and its cursors are dropped
 	require.Equal(t, int64(2), g.waitStarted(t), "the front claim's job runs once it ends")
 	close(g.release[1])
 	close(g.release[2])
@@ -406,10 +411,10 @@ func TestFrontClaimRunsBesideClaimsAfterTheBound(t *testing.T) {
 	r := startPinned(t, f, g)
 
 	front := recv(t, fronts, "no claim from the front")
-	require.Equal(t, 2, front.p.Batch)
+	require.Equal(t, 2, front.req.Batch)
 	require.Equal(t, int64(1), g.waitStarted(t), "a job claimed after the bound ran while the front claim was in flight")
 
-	front.reply <- jobs(2)
+	front.give(jobs(2))
 	require.Equal(t, int64(2), g.waitStarted(t), "the front claim's job runs once it ends")
 	close(g.release[1])
 	close(g.release[2])
@@ -443,7 +448,7 @@ func TestStopWaitsForTheFrontClaimAndHandsItsJobsBack(t *testing.T) {
 		t.Fatalf("Stop returned (%v) with a claim in flight", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	front.reply <- jobs(7)
+	front.give(jobs(7))
 	o := f.nextWrite(t)
 	require.Equal(t, []store.Reschedule{{Lease: store.Lease{ID: 7, Token: 7}, Refund: true}}, o.Resched)
 	require.NoError(t, recv(t, stopped, "Stop did not return"))
@@ -474,17 +479,16 @@ func TestCappedClaimsGoRoundTheTenantsWhenVisitsAreCutShort(t *testing.T) {
 
 	cutShort := func(c claimCall) {
 		t.Helper()
-		require.NotNil(t, c.p.TenantAfter, "a claim after the tenants' bounds")
-		require.NotNil(t, c.p.VisitCut)
-		*c.p.VisitCut = true
-		c.reply <- nil
+		require.Equal(t, store.ClaimCappedAfter, c.req.Strategy, "a claim after the tenants' bounds")
+		require.NotNil(t, c.req.TenantAfter)
+		c.reply <- store.ClaimResult{VisitCut: true}
 	}
 	// The claims at start (the first, and the first poll's) find nothing
 	// and are not cut short: the producer waits.
 	for range 2 {
 		c := f.nextClaim(t)
-		require.NotNil(t, c.p.TenantAfter)
-		c.reply <- nil
+		require.NotNil(t, c.req.TenantAfter)
+		c.give(nil)
 	}
 	time.Sleep(50 * time.Millisecond)
 	f.noClaim(t)
@@ -498,12 +502,136 @@ func TestCappedClaimsGoRoundTheTenantsWhenVisitsAreCutShort(t *testing.T) {
 
 	p.wake() // each wake-up starts a round of its own
 	c := f.nextClaim(t)
-	*c.p.VisitCut = true
-	c.reply <- jobs(1) // short, cut short: claim on
+	c.reply <- store.ClaimResult{Jobs: jobs(1), VisitCut: true} // short, cut short: claim on
 	cutShort(f.nextClaim(t))
 	cutShort(f.nextClaim(t))
 	time.Sleep(50 * time.Millisecond)
 	f.noClaim(t)
 	require.Equal(t, int64(1), g.waitStarted(t))
 	close(g.release[1])
+}
+
+// plan is the one place a claim's strategy is chosen: limits first (room
+// for a batch at the last look and no rate limit: the plain claim within
+// their room, after the bounds unless the pool has a tenant cap; else
+// claim_limited from the front), then the tenant cap (after the tenants'
+// bounds once claims from the front got expensive), then the plain claim
+// (after the queues' bounds likewise).
+func TestPlanChoosesTheClaim(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name      string
+		tenantCap int
+		pinned    bool // claims from the front cost a second: bounds in use
+		limits    []string
+		rate      bool // a rate limit among them
+		tight     bool // they had no room for a batch at the last look
+		want      store.ClaimStrategy
+		after     bool // After set
+		tenants   bool // TenantAfter set
+	}{
+		{name: "plain", want: store.ClaimPlain},
+		{name: "plain, pinned", pinned: true, want: store.ClaimPlain, after: true},
+		{name: "capped", tenantCap: 2, want: store.ClaimCapped},
+		{name: "capped, pinned", tenantCap: 2, pinned: true, want: store.ClaimCappedAfter, tenants: true},
+		{name: "limits with room", limits: []string{"l"}, want: store.ClaimWithinRoom},
+		{name: "limits with room, pinned", limits: []string{"l"}, pinned: true, want: store.ClaimWithinRoom, after: true},
+		{name: "limits with room, capped and pinned", tenantCap: 2, limits: []string{"l"}, pinned: true, want: store.ClaimWithinRoom},
+		{name: "limits without room", limits: []string{"l"}, tight: true, pinned: true, want: store.ClaimLimited},
+		{name: "rate limit", limits: []string{"l"}, rate: true, pinned: true, want: store.ClaimLimited},
+		{name: "rate limit, capped", tenantCap: 2, limits: []string{"l"}, rate: true, want: store.ClaimLimited},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFake(newFakeData(), newGate(), 2, 2)
+			p := r.pools[0]
+			p.cfg.TenantCap, p.keys = tc.tenantCap, newKeyset(tc.tenantCap > 0)
+			p.limitKind.rate, p.limitsTight = tc.rate, tc.tight
+			p.tenantCursor["q"] = "t0"
+			if tc.pinned {
+				p.keys.observe(false, time.Second, true, []store.ClaimedJob{tenantJob("q", "t1", time.Unix(0, 0), 10)}, now)
+				p.keys.observe(false, time.Second, true, nil, now)
+			}
+			req := p.plan(2, tc.limits, now)
+			require.Equal(t, tc.want, req.Strategy)
+			require.Equal(t, tc.after, req.After != nil, "After")
+			require.Equal(t, tc.tenants, req.TenantAfter != nil, "TenantAfter")
+			if tc.tenants {
+				require.Contains(t, req.TenantAfter["q"], "t1")
+			}
+			require.Equal(t, tc.limits, req.Limits)
+			capped := req.Strategy == store.ClaimCapped || req.Strategy == store.ClaimCappedAfter
+			if capped {
+				require.Equal(t, tc.tenantCap, req.TenantCap)
+				require.Equal(t, map[string]string{"q": "t0"}, req.TenantCursor)
+			} else {
+				require.Zero(t, req.TenantCap, "limits set the tenant cap aside")
+			}
+			require.Equal(t, 2, req.Batch)
+			require.Equal(t, []string{"q"}, req.Queues)
+		})
+	}
+}
+
+// What a claim learned comes back in its result, and the producer acts on
+// it: a capped claim's cursors are where the next capped claim starts, and
+// a claim within the limits' room that found none (Tight) makes the next
+// claims claim_limited, without looking again, until the limits are re-read.
+func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
+	t.Run("cursors", func(t *testing.T) {
+		f := newFakeData()
+		r := New(Config{Data: f, WorkerID: "w", Handler: newGate().handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+			PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 2, BatchSize: 2, TenantCap: 1}}})
+		require.NoError(t, r.Start(context.Background()))
+		defer func() { require.NoError(t, r.Stop(context.Background())) }()
+		c := f.nextClaim(t)
+		require.Equal(t, store.ClaimCapped, c.req.Strategy)
+		require.Empty(t, c.req.TenantCursor, "no tenant visited yet")
+		c.reply <- store.ClaimResult{Cursors: map[string]string{"q": "t5"}, VisitCut: false}
+		c = f.nextClaim(t) // the first poll tick
+		require.Equal(t, map[string]string{"q": "t5"}, c.req.TenantCursor, "the next visit starts after the last one's cursor")
+		c.reply <- store.ClaimResult{Cursors: map[string]string{"q": "t9"}}
+		r.pools[0].wake()
+		c = f.nextClaim(t)
+		require.Equal(t, map[string]string{"q": "t9"}, c.req.TenantCursor)
+		c.give(nil)
+	})
+	t.Run("tight", func(t *testing.T) {
+		f := newFakeData()
+		f.limits = []store.CoveringLimit{{Name: "l"}} // a concurrency limit
+		g := newGate(1, 2, 3, 4, 5, 6)
+		r := newFake(f, g, 4, 2)
+		// A short limited claim makes completions wake the queue's claimers,
+		// through the store's channel name.
+		r.cfg.Store = store.New("skiplock")
+		require.NoError(t, r.Start(context.Background()))
+		c := f.nextClaim(t)
+		require.Equal(t, store.ClaimWithinRoom, c.req.Strategy, "room for a batch until told otherwise")
+		require.Equal(t, []string{"l"}, c.req.Limits)
+		c.reply <- store.ClaimResult{Jobs: jobs(1, 2), Tight: true} // no room: claimed with claim_limited
+		c = f.nextClaim(t)                                          // full: claims on
+		require.Equal(t, store.ClaimLimited, c.req.Strategy, "no room at the last look: claim_limited without looking")
+		c.give(jobs(3, 4))
+		c = f.nextClaim(t)
+		require.Equal(t, store.ClaimLimited, c.req.Strategy, "still, until the limits are re-read")
+		c.give(jobs(5, 6))            // full, and no slot free: the producer waits
+		served := make(chan struct{}) // then answer every claim: nothing more to run
+		go func() {
+			for {
+				select {
+				case c := <-f.claims:
+					c.give(nil)
+				case <-served:
+					return
+				}
+			}
+		}()
+		defer close(served)
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Stop(context.Background()) }()
+		for id := range int64(6) {
+			close(g.release[id+1])
+		}
+		require.NoError(t, recv(t, stopped, "Stop did not return"))
+	})
 }

@@ -316,11 +316,13 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 	// partitions' order, not the ids'; claimed apart, the n get the same
 	// tokens in the same order on both timelines whatever generation the
 	// late one landed in.
-	old, err := st.Claim(ctx, pool, store.ClaimParams{Queues: []string{skiplock.DefaultQueue}, Batch: n, WorkerID: "w1", Lease: time.Minute})
+	res, err := st.Claim(ctx, pool, store.ClaimRequest{Queues: []string{skiplock.DefaultQueue}, Batch: n, WorkerID: "w1", Lease: time.Minute})
 	require.NoError(t, err)
+	old := res.Jobs
 	require.Equal(t, n, len(old))
-	lateClaim, err := st.Claim(ctx, pool, store.ClaimParams{Queues: []string{skiplock.DefaultQueue}, Batch: 1, WorkerID: "w1", Lease: time.Minute})
+	res, err = st.Claim(ctx, pool, store.ClaimRequest{Queues: []string{skiplock.DefaultQueue}, Batch: 1, WorkerID: "w1", Lease: time.Minute})
 	require.NoError(t, err)
+	lateClaim := res.Jobs
 	require.Len(t, lateClaim, 1)
 	require.Equal(t, late.ID, lateClaim[0].ID)
 	old = append(old, lateClaim[0])
@@ -338,8 +340,9 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 	// The same worker claims again on the new primary: the sequence hands
 	// out the same tokens, so the new leases equal the lost ones, and the
 	// fence cannot tell the lost timeline's holder from the current one.
-	again, err := st.Claim(ctx, pool, store.ClaimParams{Queues: []string{skiplock.DefaultQueue}, Batch: n + 1, WorkerID: "w1", Lease: time.Minute})
+	res, err = st.Claim(ctx, pool, store.ClaimRequest{Queues: []string{skiplock.DefaultQueue}, Batch: n + 1, WorkerID: "w1", Lease: time.Minute})
 	require.NoError(t, err)
+	again := res.Jobs
 	oldToken := map[int64]int64{}
 	var staleLeases []store.Lease
 	for _, j := range old {
@@ -366,8 +369,9 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "UPDATE skiplock.jobs SET state = 'ready', locked_by = NULL, lease_token = NULL, lease_expires_at = NULL")
 	require.NoError(t, err) // as the reaper would once the leases expire
-	fresh, err := st.Claim(ctx, pool, store.ClaimParams{Queues: []string{skiplock.DefaultQueue}, Batch: n + 1, WorkerID: "w1", Lease: time.Minute})
+	res, err = st.Claim(ctx, pool, store.ClaimRequest{Queues: []string{skiplock.DefaultQueue}, Batch: n + 1, WorkerID: "w1", Lease: time.Minute})
 	require.NoError(t, err)
+	fresh := res.Jobs
 	require.Equal(t, n, len(fresh))
 	var maxOld int64
 	for _, tok := range oldToken {

@@ -28,8 +28,9 @@ func TestCheckerCatchesViolations(t *testing.T) {
 
 	// Claim the first job as "fw-holder.1", then complete it from a
 	// connection of another process, bypassing the fence.
-	jobs, err := st.Claim(ctx, e.pool, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: "fw-holder.1", Lease: lease})
+	res, err := st.Claim(ctx, e.pool, store.ClaimRequest{Queues: []string{"default"}, Batch: 1, WorkerID: "fw-holder.1", Lease: lease})
 	require.NoError(t, err)
+	jobs := res.Jobs
 	require.Len(t, jobs, 1)
 	e.own("fw-holder.1")
 	stale, err := pgx.Connect(ctx, e.appURL("fw-stale.1"))
@@ -65,16 +66,18 @@ func TestCheckerFencesPerLeaseToken(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 
-	first, err := st.Claim(ctx, conn, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: holder, Lease: time.Millisecond})
+	res, err := st.Claim(ctx, conn, store.ClaimRequest{Queues: []string{"default"}, Batch: 1, WorkerID: holder, Lease: time.Millisecond})
 	require.NoError(t, err)
+	first := res.Jobs
 	require.Len(t, first, 1)
 	waitFor(t, 5*time.Second, "the first lease to be reaped", func() bool {
 		back, _, err := st.Reap(ctx, e.pool, 10)
 		require.NoError(t, err)
 		return back == 1
 	})
-	second, err := st.Claim(ctx, conn, store.ClaimParams{Queues: []string{"default"}, Batch: 1, WorkerID: holder, Lease: lease})
+	res, err = st.Claim(ctx, conn, store.ClaimRequest{Queues: []string{"default"}, Batch: 1, WorkerID: holder, Lease: lease})
 	require.NoError(t, err)
+	second := res.Jobs
 	require.Len(t, second, 1)
 	require.NotEqual(t, first[0].LeaseToken, second[0].LeaseToken)
 	// The second lease's run succeeds, so only the token betrays the write.

@@ -1,5 +1,5 @@
 -- Concurrency limits (migration 009): stored in the database so every
--- process obeys the same ones; enforced by claim_limited (claim.sql).
+-- process obeys the same ones; enforced by claim_limited (claim_limited.sql).
 
 -- name: limit_set
 -- Creates or replaces the limit $1: a concurrency limit ($5) or a rate

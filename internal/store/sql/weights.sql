@@ -1,5 +1,5 @@
 -- Fair-share weights of tenants (migration 013), read by claim_capped
--- (claim.sql) for queues that have any.
+-- (claim_capped.sql, claim_capped_after.sql) for queues that have any.
 
 -- name: tenant_weight_set
 -- Sets tenant $2's weight in queue $1 to $3; weight 1 (the default) removes
