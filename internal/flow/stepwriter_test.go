@@ -1,4 +1,4 @@
-package skiplock
+package flow
 
 import (
 	"context"
@@ -12,15 +12,15 @@ import (
 
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/worker"
 )
 
 // runningJobs makes a database with n jobs running under worker "w" with
-// lease token 7, and a Client of that worker.
-func runningJobs(t *testing.T, n int) (*dbtest.DB, *Client, []int64) {
+// lease token 7, and the engine of a client of that worker.
+func runningJobs(t *testing.T, n int) (*dbtest.DB, *Engine, []int64) {
 	t.Helper()
 	db := dbtest.New(t)
-	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
-	require.NoError(t, err)
+	c := New(store.New("skiplock"), db.Pool, "w")
 	rows, err := db.Pool.Query(context.Background(), `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
 		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, $1) RETURNING id`, n)
 	require.NoError(t, err)
@@ -107,13 +107,13 @@ func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
 	db, c, ids := runningJobs(t, 2)
 	ctx := context.Background()
 
-	run := &jobRun{client: c, id: ids[0], token: 7, worker: "w"}
-	other := &jobRun{client: c, id: ids[1], token: 7, worker: "w"}
+	run := &Run{engine: c, id: ids[0], token: 7, worker: "w"}
+	other := &Run{engine: c, id: ids[1], token: 7, worker: "w"}
 	// Hold the writer busy so that all four go in one batch.
 	c.steps.mu.Lock()
 	c.steps.busy = true
 	c.steps.mu.Unlock()
-	cp := func(r *jobRun, name, out string) store.StepCheckpoint {
+	cp := func(r *Run, name, out string) store.StepCheckpoint {
 		return store.StepCheckpoint{Lease: r.lease(), Name: name, Output: []byte(out)}
 	}
 	c.steps.submit(ctx, c, cp(run, "a", `{"ok": 1}`), &run.pending)
@@ -142,28 +142,29 @@ func TestStepReportsARefusedCheckpointAtTheNextCall(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
-	require.NoError(t, err)
+	c := New(store.New("skiplock"), db.Pool, "w")
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
 		VALUES ('q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour') RETURNING id`).Scan(&id))
 
-	run := &jobRun{client: c, id: id, token: 8, worker: "w"} // a lease this worker no longer holds
+	run := &Run{engine: c, id: id, token: 8, worker: "w"} // a lease this worker no longer holds
 	run.steps.none()
-	rctx := context.WithValue(ctx, runKey{}, run)
-	v, err := Step(rctx, "a", func(context.Context) (int, error) { return 1, nil })
-	require.NoError(t, err, "Step does not wait for its checkpoint")
-	require.Equal(t, 1, v)
-	require.ErrorIs(t, run.pending.flush(run), ErrLeaseLost)
-
 	ran := false
-	_, err = Step(rctx, "b", func(context.Context) (int, error) { ran = true; return 2, nil })
-	require.ErrorIs(t, err, ErrLeaseLost)
+	_, recorded, err := run.Step(ctx, "a", func(context.Context) ([]byte, error) { ran = true; return []byte("1"), nil })
+	require.NoError(t, err, "Step does not wait for its checkpoint")
+	require.True(t, ran)
+	require.False(t, recorded)
+	require.ErrorIs(t, run.pending.flush(run), worker.ErrLeaseLost)
+
+	ran = false
+	_, _, err = run.Step(ctx, "b", func(context.Context) ([]byte, error) { ran = true; return []byte("2"), nil })
+	require.ErrorIs(t, err, worker.ErrLeaseLost)
 	require.False(t, ran, "a step after a refused checkpoint does not run")
-	_, err = StepTx(rctx, "c", func(context.Context, pgx.Tx) (int, error) { ran = true; return 3, nil })
-	require.ErrorIs(t, err, ErrLeaseLost)
+	_, _, err = run.StepTx(ctx, "c", func(context.Context, pgx.Tx) ([]byte, error) { ran = true; return []byte("3"), nil })
+	require.ErrorIs(t, err, worker.ErrLeaseLost)
 	require.False(t, ran)
-	require.ErrorIs(t, Sleep(rctx, "nap", time.Second), ErrLeaseLost)
+	_, err = run.Timer(ctx, "sleep:nap", time.Second, nil)
+	require.ErrorIs(t, err, worker.ErrLeaseLost)
 	var steps int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.job_steps").Scan(&steps))
 	require.Zero(t, steps)
@@ -178,9 +179,9 @@ func TestStepWriterWithdrawsACompletingRunsQueuedCheckpoints(t *testing.T) {
 	t.Parallel()
 	db, c, ids := runningJobs(t, 2)
 	ctx := context.Background()
-	run := &jobRun{client: c, id: ids[0], token: 7, worker: "w"}
-	other := &jobRun{client: c, id: ids[1], token: 7, worker: "w"}
-	cp := func(r *jobRun, name string) store.StepCheckpoint {
+	run := &Run{engine: c, id: ids[0], token: 7, worker: "w"}
+	other := &Run{engine: c, id: ids[1], token: 7, worker: "w"}
+	cp := func(r *Run, name string) store.StepCheckpoint {
 		return store.StepCheckpoint{Lease: r.lease(), Name: name, Output: []byte(`{"ok": 1}`)}
 	}
 
