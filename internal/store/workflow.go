@@ -42,15 +42,16 @@ func (s *Store) TaskContext(ctx context.Context, db DBTX, l Lease, worker string
 	return tc, true, nil
 }
 
-// AddTasks adds tasks (a JSON array) to the workflow of the task job l runs;
-// held is false when the lease is gone or the job is no task.
-func (s *Store) AddTasks(ctx context.Context, db Querier, l Lease, worker string, tasks []byte) (ids []int64, held bool, err error) {
+// AddTasks adds tasks (a JSON array) to the workflow of the task job l runs
+// and returns how many it added (a name the workflow has already is
+// skipped); held is false when the lease is gone or the job is no task.
+func (s *Store) AddTasks(ctx context.Context, db Querier, l Lease, worker string, tasks []byte) (added int, held bool, err error) {
 	var wf int64
-	err = db.QueryRow(ctx, s.SQL("task_add"), l.ID, l.Token, worker, string(tasks)).Scan(&wf, &ids)
+	err = db.QueryRow(ctx, s.SQL("task_add"), l.ID, l.Token, worker, string(tasks)).Scan(&wf, &added)
 	if isNoRows(err) {
-		return nil, false, nil
+		return 0, false, nil
 	}
-	return ids, err == nil, err
+	return added, err == nil, err
 }
 
 // SetTaskOutput stores the output of the task job l runs; held is false
