@@ -38,9 +38,6 @@ func RunFrom(ctx context.Context) (*Run, error) {
 	return run, nil
 }
 
-// JobID is the id of the run's job.
-func (r *Run) JobID() int64 { return r.id }
-
 func (r *Run) lease() store.Lease { return store.Lease{ID: r.id, Token: r.token} }
 
 // BeforeCompleteTx waits for the run's checkpoints on their way: the job
