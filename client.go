@@ -31,7 +31,7 @@ type Client struct {
 	runner   *worker.Runner
 	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard, priority aging
 
-	steps stepWriter // Step's group commit (stepwriter.go)
+	runHook worker.RunHook // called around each handler run: the workflow engine (workflow.go)
 }
 
 // NewClient returns a Client using pool, which the caller owns and closes
@@ -46,7 +46,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, cfg: cfg, store: store.New(cfg.Schema), handlers: map[string]*handlerEntry{}}, nil
+	st := store.New(cfg.Schema)
+	return &Client{pool: pool, cfg: cfg, store: st, handlers: map[string]*handlerEntry{},
+		runHook: workflowHook(st, pool, cfg.WorkerID)}, nil
 }
 
 // Config returns the client's configuration with defaults filled in.
@@ -341,7 +343,7 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error
 	if run.returned.Load() {
 		return fmt.Errorf("skiplock: CompleteTx: job %d: its handler already returned: %w", run.id, ErrLeaseLost)
 	}
-	if err := run.pending.flush(run); err != nil { // the job's checkpoints before its end; err names the step and job
+	if err := run.hooked.BeforeCompleteTx(); err != nil { // the job's checkpoints before its end; err names the step and job
 		return err
 	}
 	err := c.store.CompleteOne(ctx, tx, store.Lease{ID: run.id, Token: run.token}, run.worker, c.cfg.keepCompleted())

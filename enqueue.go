@@ -252,37 +252,14 @@ func sqlArgs(args []any) []any {
 // enqueueError turns the SQL function's validation errors into FieldErrors
 // and strips PostgreSQL's detail (which can echo row values).
 func enqueueError(err error) error {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "22023" {
-		if f, m, ok := cutField(pg.Message); ok {
-			return &FieldError{Field: f, Message: m, base: ErrInvalidJob}
-		}
+	if f, m, ok := store.InvalidField(err); ok {
+		return &FieldError{Field: f, Message: m, base: ErrInvalidJob}
 	}
+	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		return fmt.Errorf("skiplock: enqueue: %s (SQLSTATE %s)", pg.Message, pg.Code)
 	}
 	return fmt.Errorf("skiplock: enqueue: %w", err)
-}
-
-func cutField(msg string) (field, rest string, ok bool) {
-	const prefix = "skiplock: "
-	if len(msg) <= len(prefix) || msg[:len(prefix)] != prefix {
-		return "", "", false
-	}
-	msg = msg[len(prefix):]
-	for i := 0; i < len(msg); i++ {
-		if msg[i] == ':' {
-			return msg[:i], trimSpace(msg[i+1:]), true
-		}
-	}
-	return "", "", false
-}
-
-func trimSpace(s string) string {
-	for len(s) > 0 && s[0] == ' ' {
-		s = s[1:]
-	}
-	return s
 }
 
 // copyColumns are the columns EnqueueMany's COPY fills.

@@ -8,11 +8,10 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/jsonerr"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
 )
@@ -50,13 +49,23 @@ type jobRun struct {
 	completedTx atomic.Bool // a CompleteTx succeeded (its transaction may still roll back)
 	leaseLost   atomic.Bool // a CompleteTx found the lease gone
 	returned    atomic.Bool // the handler returned: CompleteTx is refused from now on
-	snoozedTx   atomic.Bool // WaitSignal returned the job to ready in its own transaction
 
-	taskState taskState // the workflow task the job runs, looked up once (workflow.go)
-	steps     stepCache // the job's checkpoints, read once per run (durable.go)
-	pending   runSteps  // Step's checkpoints on their way (stepwriter.go)
+	hooked worker.HookedRun // the run hook's side of the run (the workflow engine's)
 
 	meta Metadata // the job's metadata, decoded once per run (metadata.go)
+}
+
+// runKey is the context key of a handler's jobRun.
+type runKey struct{}
+
+// clientFrom returns the client whose handler's context ctx is; ok is
+// false when ctx is no handler's.
+func clientFrom(ctx context.Context) (c *Client, ok bool) {
+	run, _ := ctx.Value(runKey{}).(*jobRun)
+	if run == nil {
+		return nil, false
+	}
+	return run.client, true
 }
 
 // LogValue keeps accidental logging of a job safe: id, queue, kind and
@@ -155,31 +164,9 @@ func decodeArgs[T any](raw []byte, dst *T) error {
 
 type decodeError struct{ err error }
 
-// Error says why without quoting the payload (see jsonErrorText).
+// Error says why without quoting the payload (see jsonerr.Text).
 func (e *decodeError) Error() string {
-	return "payload does not decode into the handler's type: " + jsonErrorText(e.err)
-}
-
-// jsonErrorText describes a decoding error of encoding/json without quoting
-// the document: its own messages can (a syntax error names the offending
-// character, a type error the number it could not store), so those two are
-// described by position and type only. Payloads, task outputs and step
-// results all go through it before an error text can be stored or logged.
-func jsonErrorText(err error) string {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return "invalid JSON at byte offset " + strconv.FormatInt(se.Offset, 10)
-	case errors.As(err, &te):
-		what, _, _ := strings.Cut(te.Value, " ") // "number 1.5" names the number
-		msg := "cannot store a JSON " + what + " in Go type " + te.Type.String()
-		if te.Field != "" {
-			msg += " (field " + te.Field + ")"
-		}
-		return msg + " at byte offset " + strconv.FormatInt(te.Offset, 10)
-	}
-	return err.Error()
+	return "payload does not decode into the handler's type: " + jsonerr.Text(e.err)
 }
 
 // Snooze reschedules the job after d without spending an attempt.
@@ -243,10 +230,9 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		defer cancel()
 	}
 	run := &jobRun{client: c, id: j.ID, token: j.LeaseToken, worker: c.cfg.WorkerID}
-	if !j.Durable {
-		run.steps.none() // no checkpoint to read: Step runs without a round trip first
-	}
-	// Workflow and durable-step functions find the run through ctx.
+	// The run hook (the workflow engine: durable steps, workflow tasks)
+	// finds its run through ctx, and so do the workflow functions.
+	ctx, run.hooked = c.runHook.BeginRun(ctx, j)
 	ctx = context.WithValue(ctx, runKey{}, run)
 	err, panicked := func() (err error, panicked bool) {
 		defer func() {
@@ -258,23 +244,13 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		panicked, err = c.callHandler(ctx, h, j, run)
 		return err, panicked
 	}()
-	// The job leaves the handler with its checkpoints written: a retry
-	// skips the steps that completed. A refused one fails a run that
-	// returned nil, unless it completed in its own transaction. A run that
-	// returned nil is about to complete: its checkpoints not yet carried by
-	// a write are withdrawn, as the completion supersedes them.
-	if err == nil && !run.completedTx.Load() && !run.snoozedTx.Load() && !run.leaseLost.Load() {
-		run.pending.withdraw(&c.steps)
-	}
-	if ferr := run.pending.flush(run); ferr != nil && err == nil && !run.completedTx.Load() {
-		err = ferr
-	}
+	// The hook settles its part of the run (its writes for the job, which
+	// can fail a run that returned nil) before CompleteTx is refused.
+	res := run.hooked.EndRun(worker.Result{Err: err, CompletedTx: run.completedTx.Load(), LeaseLostInTx: run.leaseLost.Load()})
 	run.returned.Store(true)
-	res := worker.Result{
-		Err: err, Panicked: panicked, CompletedTx: run.completedTx.Load(), LeaseLostInTx: run.leaseLost.Load(),
-		SnoozedTx:   run.snoozedTx.Load(),
-		MaxAttempts: h.maxAttempts, Backoff: c.cfg.Backoff,
-	}
+	err = res.Err
+	res.Panicked, res.CompletedTx, res.LeaseLostInTx = panicked, run.completedTx.Load(), run.leaseLost.Load()
+	res.MaxAttempts, res.Backoff = h.maxAttempts, c.cfg.Backoff
 	if h.backoff != nil {
 		res.Backoff = h.backoff
 	}

@@ -11,8 +11,8 @@ import (
 )
 
 // Tx is the caller's transaction that EnqueueTx, EnqueueManyTx, CompleteTx,
-// EnqueueNext, EnqueueWorkflowTx and EnqueueBatchTx write in, checked by the
-// compiler: a pgx.Tx satisfies it as it is (so do *pgxpool.Pool and
+// EnqueueNext, EnqueueWorkflowTx, EnqueueBatchTx, SignalTx, SetOutputTx and
+// AddTasksTx write in, checked by the compiler: a pgx.Tx satisfies it as it is (so do *pgxpool.Pool and
 // *pgx.Conn, for a write outside a transaction of yours); a database/sql
 // transaction is wrapped with SQLTx.
 type Tx interface {

@@ -6,13 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/flow"
+	"github.com/skiplock/skiplock/internal/jsonerr"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/worker"
 )
 
 // MaxOutputBytes bounds a task's output and a durable step's result, as
@@ -69,21 +71,6 @@ type Workflow struct {
 	Metadata Metadata
 }
 
-// taskSpec is a task as add_tasks (migration 007) takes it.
-type taskSpec struct {
-	Name        string          `json:"name"`
-	Queue       string          `json:"queue"`
-	Kind        string          `json:"kind"`
-	Payload     json.RawMessage `json:"payload"`
-	Priority    int             `json:"priority"`
-	MaxAttempts *int            `json:"max_attempts,omitempty"`
-	Tenant      *string         `json:"tenant,omitempty"`
-	Entity      *string         `json:"entity,omitempty"`
-	Metadata    json.RawMessage `json:"metadata,omitempty"`
-	DependsOn   []string        `json:"depends_on,omitempty"`
-	Callback    bool            `json:"callback,omitempty"`
-}
-
 func validateTaskName(field, v string) error {
 	switch {
 	case v == "":
@@ -97,25 +84,25 @@ func validateTaskName(field, v string) error {
 }
 
 // specs validates tasks as Enqueue would validate their jobs and returns
-// them in an order where every task follows its parents. known reports
-// whether a name outside tasks may be depended on (a task added at run
-// time may depend on the workflow's existing tasks, which the database
-// checks).
-func (c *Client) specs(tasks []Task, known bool) ([]taskSpec, error) {
+// them in an order where every task follows its parents (flow.Order).
+// known reports whether a name outside tasks may be depended on (a task
+// added at run time may depend on the workflow's existing tasks, which the
+// database checks).
+func (c *Client) specs(tasks []Task, known bool) ([]flow.TaskSpec, error) {
 	if len(tasks) == 0 {
 		return nil, invalidJob("tasks", "must not be empty")
 	}
-	index := make(map[string]int, len(tasks))
-	out := make([]taskSpec, len(tasks))
+	names := make(map[string]bool, len(tasks))
+	out := make([]flow.TaskSpec, len(tasks))
 	for i, t := range tasks {
 		field := fmt.Sprintf("tasks[%d]", i)
 		if err := validateTaskName(field+".name", t.Name); err != nil {
 			return nil, err
 		}
-		if _, dup := index[t.Name]; dup {
+		if names[t.Name] {
 			return nil, invalidJob(field+".name", "%q is named twice", t.Name)
 		}
-		index[t.Name] = i
+		names[t.Name] = true
 		a, err := c.prepare(EnqueueParams{Queue: t.Queue, Kind: t.Kind, Payload: t.Args, Priority: t.Priority,
 			MaxAttempts: t.MaxAttempts, Tenant: t.Tenant, Entity: t.Entity, Metadata: t.Metadata})
 		if err != nil {
@@ -125,63 +112,15 @@ func (c *Client) specs(tasks []Task, known bool) ([]taskSpec, error) {
 			}
 			return nil, err
 		}
-		s := taskSpec{Name: t.Name, Queue: a.Queue, Kind: a.Kind, Payload: json.RawMessage(a.Payload),
+		s := flow.TaskSpec{Name: t.Name, Queue: a.Queue, Kind: a.Kind, Payload: json.RawMessage(a.Payload),
 			Priority: a.Priority, MaxAttempts: a.MaxAttempts, Tenant: a.Tenant, Entity: a.Entity, DependsOn: t.DependsOn}
 		if a.Metadata != nil {
 			s.Metadata = json.RawMessage(*a.Metadata)
 		}
 		out[i] = s
 	}
-	for i, t := range tasks {
-		for _, d := range t.DependsOn {
-			if _, ok := index[d]; !ok && !known {
-				return nil, invalidJob(fmt.Sprintf("tasks[%d].depends_on", i), "%q names no task of the workflow", d)
-			}
-			if d == t.Name {
-				return nil, invalidJob(fmt.Sprintf("tasks[%d].depends_on", i), "a task cannot depend on itself")
-			}
-		}
-	}
-	return topoSort(out, index)
-}
-
-// topoSort orders specs so that every task follows its parents in the list
-// (what add_tasks requires, which makes a cycle impossible to store), keeping
-// the given order where it can; a cycle is reported by the name of a task on it.
-func topoSort(specs []taskSpec, index map[string]int) ([]taskSpec, error) {
-	const (
-		unseen = iota
-		visiting
-		done
-	)
-	mark := make([]int, len(specs))
-	out := make([]taskSpec, 0, len(specs))
-	var visit func(i int) error
-	visit = func(i int) error {
-		switch mark[i] {
-		case done:
-			return nil
-		case visiting:
-			return invalidJob(fmt.Sprintf("tasks[%d].depends_on", i), "the tasks form a cycle through %q", specs[i].Name)
-		}
-		mark[i] = visiting
-		for _, d := range specs[i].DependsOn {
-			if j, ok := index[d]; ok {
-				if err := visit(j); err != nil {
-					return err
-				}
-			}
-		}
-		mark[i] = done
-		out = append(out, specs[i])
-		return nil
-	}
-	for i := range specs {
-		if err := visit(i); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	ordered, err := flow.Order(out, known)
+	return ordered, flowError(err)
 }
 
 func validatePolicy(p FailurePolicy) (string, error) {
@@ -223,6 +162,7 @@ func (c *Client) createWorkflow(ctx context.Context, tx Tx, name, policy string,
 	if err != nil {
 		return 0, err
 	}
+	wf := flow.Workflow{Name: name, OnFailure: policy, Tasks: specs}
 	if callback != nil {
 		cb, err := c.specs([]Task{*callback}, true)
 		var fe *FieldError
@@ -231,28 +171,13 @@ func (c *Client) createWorkflow(ctx context.Context, tx Tx, name, policy string,
 		} else if err != nil {
 			return 0, err
 		}
-		cb[0].Callback = true
-		for _, s := range specs {
-			if s.Name == cb[0].Name {
-				return 0, invalidJob("callback.name", "%q is also a member's name", s.Name)
-			}
-			cb[0].DependsOn = append(cb[0].DependsOn, s.Name)
-		}
-		specs = append(specs, cb[0])
+		wf.Callback = &cb[0]
 	}
-	raw, err := json.Marshal(specs)
-	if err != nil {
+	if wf.Metadata, err = encodeMetadata(meta); err != nil {
 		return 0, err
 	}
-	m, err := encodeMetadata(meta)
-	if err != nil {
-		return 0, err
-	}
-	id, err := c.store.CreateWorkflow(ctx, tx, name, policy, raw, m, callback != nil)
-	if err != nil {
-		return 0, workflowError("enqueue", err)
-	}
-	return id, nil
+	id, err := flow.Create(ctx, c.store, tx, wf)
+	return id, flowError(err)
 }
 
 // Batch is a set of jobs with a callback: the callback job is enqueued
@@ -291,51 +216,32 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx Tx, b Batch) (int64, err
 // Errors of the workflow functions called from a handler.
 var (
 	// ErrNotInHandler: the context is not a handler's, run by a Client.
-	ErrNotInHandler = errors.New("skiplock: not called with the context of a running handler")
+	ErrNotInHandler = flow.ErrNotInHandler
 	// ErrNotATask: the running job is not a workflow task.
-	ErrNotATask = errors.New("skiplock: the running job is not a workflow task")
+	ErrNotATask = flow.ErrNotATask
 	// ErrTaskNotFinished: TaskOutput asked for a task that has not completed.
-	ErrTaskNotFinished = errors.New("skiplock: the task has not completed")
+	ErrTaskNotFinished = flow.ErrTaskNotFinished
 	// ErrWorkflowNotFound: no workflow has this id.
-	ErrWorkflowNotFound = errors.New("skiplock: workflow not found")
+	ErrWorkflowNotFound = flow.ErrWorkflowNotFound
 )
 
-type runKey struct{}
-
-// runFrom returns the run of the handler whose context ctx is.
-func runFrom(ctx context.Context) (*jobRun, error) {
-	run, _ := ctx.Value(runKey{}).(*jobRun)
-	if run == nil {
-		return nil, ErrNotInHandler
+// flowError turns the workflow engine's *flow.FieldError into the public
+// *FieldError (errors.Is(err, ErrInvalidJob)); other errors pass as they
+// are (the engine's sentinels are the public ones).
+func flowError(err error) error {
+	var fe *flow.FieldError
+	if errors.As(err, &fe) {
+		return &FieldError{Field: fe.Field, Message: fe.Message, base: ErrInvalidJob}
 	}
-	return run, nil
+	return err
 }
 
-func (r *jobRun) lease() store.Lease { return store.Lease{ID: r.id, Token: r.token} }
-
-// taskState is a run's workflow task, looked up once (taskMu guards it).
-type taskState struct {
-	mu     sync.Mutex
-	loaded bool
-	tc     store.TaskContext
-}
-
-// task returns the workflow task the run's job executes (TaskID 0: none).
-func (r *jobRun) task(ctx context.Context) (store.TaskContext, error) {
-	r.taskState.mu.Lock()
-	defer r.taskState.mu.Unlock()
-	if r.taskState.loaded {
-		return r.taskState.tc, nil
-	}
-	tc, held, err := r.client.store.TaskContext(ctx, r.client.pool, r.lease(), r.worker)
-	switch {
-	case err != nil:
-		return tc, fmt.Errorf("skiplock: job %d: %w", r.id, err)
-	case !held:
-		return tc, fmt.Errorf("skiplock: job %d: %w", r.id, ErrLeaseLost)
-	}
-	r.taskState.loaded, r.taskState.tc = true, tc
-	return tc, nil
+// workflowHook is the workflow engine of a client with store st, pool and
+// worker id, as the one hook NewClient gives the handler runner (runJob):
+// durable steps, timers, signal waits and workflow tasks find their run
+// through it.
+func workflowHook(st *store.Store, pool *pgxpool.Pool, workerID string) worker.RunHook {
+	return flow.New(st, pool, workerID)
 }
 
 // TaskInfo is where a running task stands in its workflow.
@@ -348,18 +254,12 @@ type TaskInfo struct {
 // CurrentTask returns the workflow task the handler of ctx runs;
 // ErrNotATask when its job is a plain job.
 func CurrentTask(ctx context.Context) (TaskInfo, error) {
-	run, err := runFrom(ctx)
+	run, err := flow.RunFrom(ctx)
 	if err != nil {
 		return TaskInfo{}, err
 	}
-	tc, err := run.task(ctx)
-	if err != nil {
-		return TaskInfo{}, err
-	}
-	if tc.TaskID == 0 {
-		return TaskInfo{}, ErrNotATask
-	}
-	return TaskInfo{WorkflowID: tc.WorkflowID, TaskID: tc.TaskID, Name: tc.Name}, nil
+	ti, err := run.CurrentTask(ctx)
+	return TaskInfo(ti), err
 }
 
 // TaskOutput decodes into T the output of task name of the workflow the
@@ -369,30 +269,16 @@ func CurrentTask(ctx context.Context) (TaskInfo, error) {
 // run and see this), and the zero T when it completed without an output.
 func TaskOutput[T any](ctx context.Context, name string) (T, error) {
 	var v T
-	run, err := runFrom(ctx)
+	run, err := flow.RunFrom(ctx)
 	if err != nil {
 		return v, err
 	}
-	tc, err := run.task(ctx)
-	if err != nil {
+	out, err := run.TaskOutput(ctx, name)
+	if err != nil || len(out) == 0 {
 		return v, err
-	}
-	if tc.TaskID == 0 {
-		return v, ErrNotATask
-	}
-	state, out, found, err := run.client.store.TaskOutput(ctx, run.client.pool, tc.WorkflowID, name)
-	switch {
-	case err != nil:
-		return v, fmt.Errorf("skiplock: TaskOutput %q: %w", name, err)
-	case !found:
-		return v, fmt.Errorf("skiplock: TaskOutput: workflow %d has no task %q", tc.WorkflowID, name)
-	case state != "completed":
-		return v, fmt.Errorf("skiplock: TaskOutput %q: it is %s: %w", name, state, ErrTaskNotFinished)
-	case len(out) == 0:
-		return v, nil
 	}
 	if err := json.Unmarshal(out, &v); err != nil {
-		return v, fmt.Errorf("skiplock: TaskOutput %q: the output does not decode into %T: %s", name, v, jsonErrorText(err))
+		return v, fmt.Errorf("skiplock: TaskOutput %q: the output does not decode into %T: %s", name, v, jsonerr.Text(err))
 	}
 	return v, nil
 }
@@ -428,40 +314,32 @@ func isObjectError(err error) bool {
 // call replaces it, and a retried task writes it again. For an output that
 // commits exactly when the task's own writes do, use SetOutputTx.
 func SetOutput(ctx context.Context, v any) error {
-	run, err := runFrom(ctx)
+	run, err := flow.RunFrom(ctx)
 	if err != nil {
 		return err
 	}
-	return setOutput(ctx, run, run.client.pool, v)
-}
-
-// SetOutputTx is SetOutput inside tx (a pgx.Tx), typically the transaction
-// that also calls CompleteTx: the output, the task's writes and its
-// completion commit together.
-func SetOutputTx(ctx context.Context, tx store.DBTX, v any) error {
-	run, err := runFrom(ctx)
-	if err != nil {
-		return err
-	}
-	return setOutput(ctx, run, tx, v)
-}
-
-func setOutput(ctx context.Context, run *jobRun, db store.DBTX, v any) error {
 	raw, err := marshalOutput("output", v)
 	if err != nil {
 		return err
 	}
-	held, err := run.client.store.SetTaskOutput(ctx, db, run.lease(), run.worker, raw)
-	switch {
-	case err != nil:
-		return fmt.Errorf("skiplock: SetOutput: job %d: %w", run.id, err)
-	case !held:
-		if _, terr := run.task(ctx); terr != nil {
-			return fmt.Errorf("skiplock: SetOutput: %w", terr)
-		}
-		return fmt.Errorf("skiplock: SetOutput: job %d: %w", run.id, ErrNotATask)
+	return run.SetOutput(ctx, raw)
+}
+
+// SetOutputTx is SetOutput inside tx, the caller's transaction (a pgx.Tx,
+// or a *sql.Tx wrapped with SQLTx, as CompleteTx takes), typically the one
+// that also calls CompleteTx: the output, the task's writes and its
+// completion commit together. Like CompleteTx it puts the transaction's
+// planner settings back after its write.
+func SetOutputTx(ctx context.Context, tx Tx, v any) error {
+	run, err := flow.RunFrom(ctx)
+	if err != nil {
+		return err
 	}
-	return nil
+	raw, err := marshalOutput("output", v)
+	if err != nil {
+		return err
+	}
+	return run.SetOutputTx(ctx, tx, raw)
 }
 
 // AddTasks adds tasks to the workflow of the task the handler of ctx runs:
@@ -472,42 +350,36 @@ func setOutput(ctx context.Context, run *jobRun, db store.DBTX, v any) error {
 // nothing twice. Use AddTasksTx to add them in the transaction that
 // completes the task.
 func AddTasks(ctx context.Context, tasks ...Task) error {
-	run, err := runFrom(ctx)
+	run, specs, err := runTasks(ctx, tasks)
 	if err != nil {
 		return err
 	}
-	return addTasks(ctx, run, run.client.pool, tasks)
+	return flowError(run.AddTasks(ctx, specs))
 }
 
-// AddTasksTx is AddTasks inside tx (a pgx.Tx).
-func AddTasksTx(ctx context.Context, tx store.DBTX, tasks ...Task) error {
-	run, err := runFrom(ctx)
+// AddTasksTx is AddTasks inside tx, the caller's transaction (a pgx.Tx, or
+// a *sql.Tx wrapped with SQLTx).
+func AddTasksTx(ctx context.Context, tx Tx, tasks ...Task) error {
+	run, specs, err := runTasks(ctx, tasks)
 	if err != nil {
 		return err
 	}
-	return addTasks(ctx, run, tx, tasks)
+	return flowError(run.AddTasksTx(ctx, tx, specs))
 }
 
-func addTasks(ctx context.Context, run *jobRun, db store.DBTX, tasks []Task) error {
-	specs, err := run.client.specs(tasks, true)
+// runTasks finds the run of the handler of ctx and validates tasks as its
+// client validates a job.
+func runTasks(ctx context.Context, tasks []Task) (*flow.Run, []flow.TaskSpec, error) {
+	run, err := flow.RunFrom(ctx)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	raw, err := json.Marshal(specs)
-	if err != nil {
-		return err
+	c, ok := clientFrom(ctx)
+	if !ok {
+		return nil, nil, ErrNotInHandler
 	}
-	_, held, err := run.client.store.AddTasks(ctx, db, run.lease(), run.worker, raw)
-	switch {
-	case err != nil:
-		return workflowError("AddTasks", err)
-	case !held:
-		if _, terr := run.task(ctx); terr != nil {
-			return fmt.Errorf("skiplock: AddTasks: %w", terr)
-		}
-		return fmt.Errorf("skiplock: AddTasks: job %d: %w", run.id, ErrNotATask)
-	}
-	return nil
+	specs, err := c.specs(tasks, true)
+	return run, specs, err
 }
 
 // BatchCounts are a batch's members by how they finished.
@@ -522,23 +394,12 @@ type BatchCounts struct {
 // BatchResult returns the counts of the batch whose callback the handler of
 // ctx runs. Every member has finished by then, so they are final.
 func BatchResult(ctx context.Context) (BatchCounts, error) {
-	run, err := runFrom(ctx)
+	run, err := flow.RunFrom(ctx)
 	if err != nil {
 		return BatchCounts{}, err
 	}
-	tc, err := run.task(ctx)
-	if err != nil {
-		return BatchCounts{}, err
-	}
-	if tc.TaskID == 0 {
-		return BatchCounts{}, ErrNotATask
-	}
-	w, found, err := run.client.store.WorkflowGet(ctx, run.client.pool, tc.WorkflowID)
-	if err != nil || !found {
-		return BatchCounts{}, fmt.Errorf("skiplock: BatchResult: workflow %d: %w", tc.WorkflowID, errors.Join(err, ErrWorkflowNotFound))
-	}
-	// The callback itself is the one open task.
-	return BatchCounts{BatchID: w.ID, Members: w.Total - 1, Completed: w.Completed, Dead: w.Dead, Cancelled: w.Cancelled}, nil
+	bc, err := run.BatchCounts(ctx)
+	return BatchCounts(bc), err
 }
 
 // WorkflowStatus is a workflow and its tasks, as WorkflowGet returns it.
@@ -587,16 +448,9 @@ func workflowStatus(w store.WorkflowRow) WorkflowStatus {
 // WorkflowGet returns a workflow with its tasks; their outputs only when
 // withOutputs is set. ErrWorkflowNotFound when there is none.
 func (c *Client) WorkflowGet(ctx context.Context, id int64, withOutputs bool) (WorkflowStatus, error) {
-	w, found, err := c.store.WorkflowGet(ctx, c.pool, id)
+	w, ts, err := flow.Get(ctx, c.store, c.pool, id, withOutputs)
 	if err != nil {
-		return WorkflowStatus{}, fmt.Errorf("skiplock: workflow get: %w", err)
-	}
-	if !found {
-		return WorkflowStatus{}, ErrWorkflowNotFound
-	}
-	ts, err := c.store.WorkflowTasks(ctx, c.pool, id, withOutputs)
-	if err != nil {
-		return WorkflowStatus{}, fmt.Errorf("skiplock: workflow get: %w", err)
+		return WorkflowStatus{}, err
 	}
 	st := workflowStatus(w)
 	st.States = map[string]int{}
@@ -631,9 +485,9 @@ func (c *Client) WorkflowList(ctx context.Context, f WorkflowFilter) ([]Workflow
 	if f.Limit <= 0 {
 		f.Limit = 50
 	}
-	rows, err := c.store.WorkflowList(ctx, c.pool, store.WorkflowFilter{State: f.State, Name: f.Name, BeforeID: f.BeforeID, Limit: f.Limit})
+	rows, err := flow.List(ctx, c.store, c.pool, store.WorkflowFilter{State: f.State, Name: f.Name, BeforeID: f.BeforeID, Limit: f.Limit})
 	if err != nil {
-		return nil, fmt.Errorf("skiplock: workflow list: %w", err)
+		return nil, err
 	}
 	out := make([]WorkflowStatus, 0, len(rows))
 	for _, w := range rows {
@@ -648,37 +502,14 @@ func (c *Client) WorkflowList(ctx context.Context, f WorkflowFilter) ([]Workflow
 // they return). It returns how many tasks it stopped or asked to stop (0
 // for a workflow that already finished); ErrWorkflowNotFound when there is none.
 func (c *Client) WorkflowCancel(ctx context.Context, id int64) (int, error) {
-	n, err := c.store.WorkflowCancel(ctx, c.pool, id)
-	if err != nil {
-		return 0, workflowError("cancel", err)
-	}
-	return n, nil
+	n, err := flow.Cancel(ctx, c.store, c.pool, id)
+	return n, flowError(err)
 }
 
 // WorkflowRetry runs a finished workflow's dead and cancelled tasks again
 // (completed ones keep their outputs and do not run again) and returns how
 // many. A running workflow is refused.
 func (c *Client) WorkflowRetry(ctx context.Context, id int64) (int, error) {
-	n, err := c.store.WorkflowRetry(ctx, c.pool, id)
-	if err != nil {
-		return 0, workflowError("retry", err)
-	}
-	return n, nil
-}
-
-func workflowError(op string, err error) error {
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) && pg.Code == "22023" {
-		if f, m, ok := cutField(pg.Message); ok {
-			if f == "id" {
-				return fmt.Errorf("skiplock: workflow %s: %w (%s)", op, ErrWorkflowNotFound, m)
-			}
-			return &FieldError{Field: f, Message: m, base: ErrInvalidJob}
-		}
-	}
-	if errors.As(err, &pg) {
-		// The message only: PostgreSQL's detail can echo row values.
-		return fmt.Errorf("skiplock: workflow %s: %s (SQLSTATE %s)", op, strings.TrimPrefix(pg.Message, "skiplock: "), pg.Code)
-	}
-	return fmt.Errorf("skiplock: workflow %s: %w", op, err)
+	n, err := flow.Retry(ctx, c.store, c.pool, id)
+	return n, flowError(err)
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -24,4 +25,24 @@ func Annotate(what string, err error) error {
 		return fmt.Errorf("%s: %w (%s)", what, ErrNotMigrated, pe.Message)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// InvalidField reads the field and the message out of a validation error
+// of skiplock's SQL functions (enqueue_job, add_tasks, signal, ...): SQLSTATE
+// 22023 with a message "skiplock: FIELD: MESSAGE". ok is false for any
+// other error.
+func InvalidField(err error) (field, message string, ok bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "22023" {
+		return "", "", false
+	}
+	msg, found := strings.CutPrefix(pe.Message, "skiplock: ")
+	if !found || msg == "" {
+		return "", "", false
+	}
+	field, message, found = strings.Cut(msg, ":")
+	if !found {
+		return "", "", false
+	}
+	return field, strings.TrimLeft(message, " "), true
 }

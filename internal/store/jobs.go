@@ -243,28 +243,10 @@ func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker str
 	if archive {
 		q = s.SQL("complete_one_archive")
 	}
-	// In the caller's transaction, after write_settings and with the
-	// caller's planner setting put back after: see lease.sql. One round trip
-	// through a pgx transaction; three statements through any other driver.
+	// In the caller's transaction, with the caller's planner settings put
+	// back after: see fencedRowInTx.
 	var id int64
-	if b, ok := db.(interface {
-		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-	}); ok {
-		batch := &pgx.Batch{}
-		batch.Queue(s.SQL("write_settings_save"))
-		batch.Queue(q, l.ID, l.Token, worker).QueryRow(func(r pgx.Row) error { return r.Scan(&id) })
-		batch.Queue(s.SQL("write_settings_restore"))
-		return b.SendBatch(ctx, batch).Close()
-	}
-	var saved, savedMat, off, offMat, restored, restoredMat string
-	if err := db.QueryRow(ctx, s.SQL("write_settings_save")).Scan(&saved, &savedMat, &off, &offMat); err != nil {
-		return err
-	}
-	err := db.QueryRow(ctx, q, l.ID, l.Token, worker).Scan(&id)
-	if rerr := db.QueryRow(ctx, s.SQL("write_settings_restore")).Scan(&restored, &restoredMat); rerr != nil && err == nil {
-		err = rerr
-	}
-	return err
+	return s.fencedRowInTx(ctx, db, q, []any{l.ID, l.Token, worker}, &id)
 }
 
 // Args returns the positional arguments of the "enqueue" statement.

@@ -42,15 +42,16 @@ func (s *Store) TaskContext(ctx context.Context, db DBTX, l Lease, worker string
 	return tc, true, nil
 }
 
-// AddTasks adds tasks (a JSON array) to the workflow of the task job l runs;
-// held is false when the lease is gone or the job is no task.
-func (s *Store) AddTasks(ctx context.Context, db DBTX, l Lease, worker string, tasks []byte) (ids []int64, held bool, err error) {
+// AddTasks adds tasks (a JSON array) to the workflow of the task job l runs
+// and returns how many it added (a name the workflow has already is
+// skipped); held is false when the lease is gone or the job is no task.
+func (s *Store) AddTasks(ctx context.Context, db Querier, l Lease, worker string, tasks []byte) (added int, held bool, err error) {
 	var wf int64
-	err = db.QueryRow(ctx, s.SQL("task_add"), l.ID, l.Token, worker, string(tasks)).Scan(&wf, &ids)
+	err = db.QueryRow(ctx, s.SQL("task_add"), l.ID, l.Token, worker, string(tasks)).Scan(&wf, &added)
 	if isNoRows(err) {
-		return nil, false, nil
+		return 0, false, nil
 	}
-	return ids, err == nil, err
+	return added, err == nil, err
 }
 
 // SetTaskOutput stores the output of the task job l runs; held is false
@@ -58,6 +59,17 @@ func (s *Store) AddTasks(ctx context.Context, db DBTX, l Lease, worker string, t
 func (s *Store) SetTaskOutput(ctx context.Context, db DBTX, l Lease, worker string, output []byte) (held bool, err error) {
 	var id int64
 	err = s.fencedRow(ctx, db, "task_set_output", []any{l.ID, l.Token, worker, string(output)}, &id)
+	if isNoRows(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// SetTaskOutputTx is SetTaskOutput inside the caller's own transaction
+// (SetOutputTx), which may be a database/sql one: see fencedRowInTx.
+func (s *Store) SetTaskOutputTx(ctx context.Context, db Querier, l Lease, worker string, output []byte) (held bool, err error) {
+	var id int64
+	err = s.fencedRowInTx(ctx, db, s.SQL("task_set_output"), []any{l.ID, l.Token, worker, string(output)}, &id)
 	if isNoRows(err) {
 		return false, nil
 	}
@@ -181,7 +193,7 @@ func (s *Store) WaitSleep(ctx context.Context, db DBTX, l Lease, worker string, 
 
 // SendSignal sends a signal to a workflow or a job (exactly one non-nil)
 // and returns its id.
-func (s *Store) SendSignal(ctx context.Context, db DBTX, name string, workflowID, jobID *int64, payload string) (int64, error) {
+func (s *Store) SendSignal(ctx context.Context, db Querier, name string, workflowID, jobID *int64, payload string) (int64, error) {
 	var id int64
 	err := db.QueryRow(ctx, s.SQL("signal_send"), name, workflowID, jobID, payload).Scan(&id)
 	return id, err
@@ -412,4 +424,32 @@ func (s *Store) fencedRow(ctx context.Context, db DBTX, name string, args []any,
 	b.Queue(s.SQL("write_settings"))
 	b.Queue(s.SQL(name), args...).QueryRow(func(r pgx.Row) error { return r.Scan(dest...) })
 	return db.SendBatch(ctx, b).Close()
+}
+
+// fencedRowInTx runs the fenced write q inside the caller's own transaction
+// (CompleteTx's, SetOutputTx's) and scans its one row into dest
+// (pgx.ErrNoRows when it returns none: the lease is gone). It runs after
+// write_settings_save and before write_settings_restore, which put the
+// caller's planner settings back for the statements it runs next (see
+// lease.sql). One round trip through a pgx transaction; three statements
+// through any other driver (database/sql, which has no pipeline).
+func (s *Store) fencedRowInTx(ctx context.Context, db Querier, q string, args []any, dest ...any) error {
+	if b, ok := db.(interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}); ok {
+		batch := &pgx.Batch{}
+		batch.Queue(s.SQL("write_settings_save"))
+		batch.Queue(q, args...).QueryRow(func(r pgx.Row) error { return r.Scan(dest...) })
+		batch.Queue(s.SQL("write_settings_restore"))
+		return b.SendBatch(ctx, batch).Close()
+	}
+	var saved, savedMat, off, offMat, restored, restoredMat string
+	if err := db.QueryRow(ctx, s.SQL("write_settings_save")).Scan(&saved, &savedMat, &off, &offMat); err != nil {
+		return err
+	}
+	err := db.QueryRow(ctx, q, args...).Scan(dest...)
+	if rerr := db.QueryRow(ctx, s.SQL("write_settings_restore")).Scan(&restored, &restoredMat); rerr != nil && err == nil {
+		err = rerr
+	}
+	return err
 }

@@ -20,10 +20,12 @@ WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3;
 
 -- name: task_add
 -- Fan-out: a running task adds tasks to its own workflow. One row when the
--- lease is held, with the ids of the tasks added (names already present are
--- skipped, so a retried task adds nothing twice).
+-- lease is held, with how many tasks it added (names already present are
+-- skipped, so a retried task adds nothing twice): a count, not the ids, so
+-- that a database/sql transaction (SQLTx), which cannot scan an array, can
+-- run it too.
 --   $1 job id  $2 token  $3 worker id  $4 tasks
-SELECT t.workflow_id, ARRAY(SELECT {{schema}}.add_tasks(t.workflow_id, $4::jsonb))
+SELECT t.workflow_id, cardinality(ARRAY(SELECT {{schema}}.add_tasks(t.workflow_id, $4::jsonb)))
 FROM {{schema}}.jobs AS j
 JOIN {{schema}}.workflow_tasks AS t ON t.id = j.task_id
 WHERE j.id = $1 AND j.lease_token = $2 AND j.locked_by = $3;

@@ -1,4 +1,4 @@
-package skiplock
+package flow
 
 import (
 	"context"
@@ -12,21 +12,21 @@ import (
 
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/worker"
 )
 
 // runningJobs makes a database with n jobs running under worker "w" with
-// lease token 7, and a Client of that worker.
-func runningJobs(t *testing.T, n int) (*dbtest.DB, *Client, []int64) {
+// lease token 7, and the engine of a client of that worker.
+func runningJobs(t *testing.T, n int) (*dbtest.DB, *Engine, []int64) {
 	t.Helper()
 	db := dbtest.New(t)
-	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
-	require.NoError(t, err)
+	e := New(store.New("skiplock"), db.Pool, "w")
 	rows, err := db.Pool.Query(context.Background(), `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
 		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, $1) RETURNING id`, n)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
-	return db, c, ids
+	return db, e, ids
 }
 
 // checkpoints lists db's checkpoints as "job:step", in order.
@@ -45,7 +45,7 @@ func checkpoints(t *testing.T, db *dbtest.DB) []string {
 func TestStepWriterGroupsCheckpoints(t *testing.T) {
 	t.Parallel()
 	const n = 60
-	db, c, ids := runningJobs(t, n)
+	db, e, ids := runningJobs(t, n)
 	ctx := context.Background()
 	// Job 0's step "s" is recorded already.
 	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.job_steps (job_id, name, output) VALUES ($1, 's', '1')`, ids[0])
@@ -67,7 +67,7 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 			default:
 				cp.Lease = store.Lease{ID: ids[i], Token: 7}
 			}
-			r := c.steps.submit(ctx, c, cp, &runSteps{})
+			r := e.steps.submit(ctx, e, cp, &runSteps{})
 			<-r.done
 			require.NoError(t, r.err)
 			got[i] = answer{r.held, r.dup}
@@ -87,14 +87,14 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 	require.Equal(t, steps, marked, "every job with a checkpoint is marked to shed it when it ends")
 	// The writer goroutine ends its busy spell just after the last answer.
 	require.Eventually(t, func() bool {
-		c.steps.mu.Lock()
-		defer c.steps.mu.Unlock()
-		return !c.steps.busy
+		e.steps.mu.Lock()
+		defer e.steps.mu.Unlock()
+		return !e.steps.busy
 	}, 5*time.Second, time.Millisecond)
-	c.steps.mu.Lock()
-	defer c.steps.mu.Unlock()
-	require.Less(t, c.steps.writes, n, "checkpoints asked for together were written together")
-	t.Logf("%d checkpoints in %d writes", n+1, c.steps.writes)
+	e.steps.mu.Lock()
+	defer e.steps.mu.Unlock()
+	require.Less(t, e.steps.writes, n, "checkpoints asked for together were written together")
+	t.Logf("%d checkpoints in %d writes", n+1, e.steps.writes)
 }
 
 // A run's checkpoints are written in the order its steps returned, and none
@@ -104,24 +104,24 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 // the first refusal.
 func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
 	t.Parallel()
-	db, c, ids := runningJobs(t, 2)
+	db, e, ids := runningJobs(t, 2)
 	ctx := context.Background()
 
-	run := &jobRun{client: c, id: ids[0], token: 7, worker: "w"}
-	other := &jobRun{client: c, id: ids[1], token: 7, worker: "w"}
+	run := &Run{engine: e, id: ids[0], token: 7, worker: "w"}
+	other := &Run{engine: e, id: ids[1], token: 7, worker: "w"}
 	// Hold the writer busy so that all four go in one batch.
-	c.steps.mu.Lock()
-	c.steps.busy = true
-	c.steps.mu.Unlock()
-	cp := func(r *jobRun, name, out string) store.StepCheckpoint {
+	e.steps.mu.Lock()
+	e.steps.busy = true
+	e.steps.mu.Unlock()
+	cp := func(r *Run, name, out string) store.StepCheckpoint {
 		return store.StepCheckpoint{Lease: r.lease(), Name: name, Output: []byte(out)}
 	}
-	c.steps.submit(ctx, c, cp(run, "a", `{"ok": 1}`), &run.pending)
-	c.steps.submit(ctx, c, cp(run, "b", `not json`), &run.pending)
-	c.steps.submit(ctx, c, cp(run, "c", `{"ok": 3}`), &run.pending)
-	c.steps.submit(ctx, c, cp(other, "a", `{"ok": 1}`), &other.pending)
+	e.steps.submit(ctx, e, cp(run, "a", `{"ok": 1}`), &run.pending)
+	e.steps.submit(ctx, e, cp(run, "b", `not json`), &run.pending)
+	e.steps.submit(ctx, e, cp(run, "c", `{"ok": 3}`), &run.pending)
+	e.steps.submit(ctx, e, cp(other, "a", `{"ok": 1}`), &other.pending)
 	require.NoError(t, run.pending.check(run), "nothing written yet: nothing to report")
-	c.steps.drain(ctx, c)
+	e.steps.drain(ctx, e)
 
 	err := run.pending.flush(run)
 	require.Error(t, err)
@@ -130,9 +130,9 @@ func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
 	require.NoError(t, other.pending.flush(other))
 
 	require.Equal(t, []string{fmt.Sprintf("%d:a", ids[0]), fmt.Sprintf("%d:a", ids[1])}, checkpoints(t, db), "c came after the refused b: not written")
-	c.steps.mu.Lock()
-	defer c.steps.mu.Unlock()
-	require.False(t, c.steps.busy, "the busy spell ended with the queue")
+	e.steps.mu.Lock()
+	defer e.steps.mu.Unlock()
+	require.False(t, e.steps.busy, "the busy spell ended with the queue")
 }
 
 // Step returns before its checkpoint is written; a refused checkpoint (the
@@ -142,28 +142,29 @@ func TestStepReportsARefusedCheckpointAtTheNextCall(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	c, err := NewClient(db.Pool, Config{WorkerID: "w"})
-	require.NoError(t, err)
+	e := New(store.New("skiplock"), db.Pool, "w")
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
 		VALUES ('q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour') RETURNING id`).Scan(&id))
 
-	run := &jobRun{client: c, id: id, token: 8, worker: "w"} // a lease this worker no longer holds
+	run := &Run{engine: e, id: id, token: 8, worker: "w"} // a lease this worker no longer holds
 	run.steps.none()
-	rctx := context.WithValue(ctx, runKey{}, run)
-	v, err := Step(rctx, "a", func(context.Context) (int, error) { return 1, nil })
-	require.NoError(t, err, "Step does not wait for its checkpoint")
-	require.Equal(t, 1, v)
-	require.ErrorIs(t, run.pending.flush(run), ErrLeaseLost)
-
 	ran := false
-	_, err = Step(rctx, "b", func(context.Context) (int, error) { ran = true; return 2, nil })
-	require.ErrorIs(t, err, ErrLeaseLost)
+	_, recorded, err := run.Step(ctx, "a", func(context.Context) ([]byte, error) { ran = true; return []byte("1"), nil })
+	require.NoError(t, err, "Step does not wait for its checkpoint")
+	require.True(t, ran)
+	require.False(t, recorded)
+	require.ErrorIs(t, run.pending.flush(run), worker.ErrLeaseLost)
+
+	ran = false
+	_, _, err = run.Step(ctx, "b", func(context.Context) ([]byte, error) { ran = true; return []byte("2"), nil })
+	require.ErrorIs(t, err, worker.ErrLeaseLost)
 	require.False(t, ran, "a step after a refused checkpoint does not run")
-	_, err = StepTx(rctx, "c", func(context.Context, pgx.Tx) (int, error) { ran = true; return 3, nil })
-	require.ErrorIs(t, err, ErrLeaseLost)
+	_, _, err = run.StepTx(ctx, "c", func(context.Context, pgx.Tx) ([]byte, error) { ran = true; return []byte("3"), nil })
+	require.ErrorIs(t, err, worker.ErrLeaseLost)
 	require.False(t, ran)
-	require.ErrorIs(t, Sleep(rctx, "nap", time.Second), ErrLeaseLost)
+	_, err = run.Timer(ctx, "sleep:nap", time.Second, nil)
+	require.ErrorIs(t, err, worker.ErrLeaseLost)
 	var steps int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.job_steps").Scan(&steps))
 	require.Zero(t, steps)
@@ -176,11 +177,11 @@ func TestStepReportsARefusedCheckpointAtTheNextCall(t *testing.T) {
 // queue is written as before.
 func TestStepWriterWithdrawsACompletingRunsQueuedCheckpoints(t *testing.T) {
 	t.Parallel()
-	db, c, ids := runningJobs(t, 2)
+	db, e, ids := runningJobs(t, 2)
 	ctx := context.Background()
-	run := &jobRun{client: c, id: ids[0], token: 7, worker: "w"}
-	other := &jobRun{client: c, id: ids[1], token: 7, worker: "w"}
-	cp := func(r *jobRun, name string) store.StepCheckpoint {
+	run := &Run{engine: e, id: ids[0], token: 7, worker: "w"}
+	other := &Run{engine: e, id: ids[1], token: 7, worker: "w"}
+	cp := func(r *Run, name string) store.StepCheckpoint {
 		return store.StepCheckpoint{Lease: r.lease(), Name: name, Output: []byte(`{"ok": 1}`)}
 	}
 
@@ -190,17 +191,17 @@ func TestStepWriterWithdrawsACompletingRunsQueuedCheckpoints(t *testing.T) {
 	_, err = lock.Exec(ctx, "SELECT 1 FROM skiplock.jobs WHERE id = $1 FOR UPDATE", ids[0])
 	require.NoError(t, err)
 
-	inFlight := c.steps.submit(ctx, c, cp(run, "a"), &run.pending)
+	inFlight := e.steps.submit(ctx, e, cp(run, "a"), &run.pending)
 	// "a" is in flight once the writer took it off the queue.
 	require.Eventually(t, func() bool {
-		c.steps.mu.Lock()
-		defer c.steps.mu.Unlock()
-		return len(c.steps.queue) == 0
+		e.steps.mu.Lock()
+		defer e.steps.mu.Unlock()
+		return len(e.steps.queue) == 0
 	}, 5*time.Second, time.Millisecond)
-	queued := c.steps.submit(ctx, c, cp(run, "b"), &run.pending)
-	c.steps.submit(ctx, c, cp(other, "a"), &other.pending)
+	queued := e.steps.submit(ctx, e, cp(run, "b"), &run.pending)
+	e.steps.submit(ctx, e, cp(other, "a"), &other.pending)
 
-	run.pending.withdraw(&c.steps)
+	run.pending.withdraw(&e.steps)
 	<-queued.done
 	require.True(t, queued.withdrawn)
 	flushed := make(chan error, 1)

@@ -1,4 +1,4 @@
-package skiplock
+package jsonerr
 
 import (
 	"encoding/json"
@@ -11,16 +11,16 @@ import (
 // reader's type is described by position and type, never quoted: it is the
 // application's data, and the error text may be stored as the job's error
 // and logged.
-func TestJSONErrorTextDoesNotQuoteTheDocument(t *testing.T) {
+func TestTextDoesNotQuoteTheDocument(t *testing.T) {
 	var target struct{ N int }
 	err := json.Unmarshal([]byte(`{"N": 4111111111111111.5}`), &target)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "4111111111111111.5", "encoding/json quotes the number itself")
-	text := jsonErrorText(err)
+	text := Text(err)
 	require.NotContains(t, text, "4111111111111111")
 	require.Equal(t, "cannot store a JSON number in Go type int (field N) at byte offset 24", text)
 
 	err = json.Unmarshal([]byte(`{"N": secret}`), &target)
 	require.Error(t, err)
-	require.Equal(t, "invalid JSON at byte offset 7", jsonErrorText(err))
+	require.Equal(t, "invalid JSON at byte offset 7", Text(err))
 }

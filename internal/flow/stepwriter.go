@@ -1,4 +1,4 @@
-package skiplock
+package flow
 
 import (
 	"context"
@@ -52,11 +52,11 @@ const stepWriteTimeout = 30 * time.Second
 // its steps returned, and none after one that failed.
 var errEarlierStepUnwritten = errors.New("an earlier step's checkpoint was not written")
 
-// submit queues cp for c's worker id (the one every run of c holds its
+// submit queues cp for e's worker id (the one every run of e holds its
 // leases under), notes it among owner's checkpoints on their way, and
 // returns at once; the write's done closes when it has been written, or
 // refused.
-func (w *stepWriter) submit(ctx context.Context, c *Client, cp store.StepCheckpoint, owner *runSteps) *stepWrite {
+func (w *stepWriter) submit(ctx context.Context, e *Engine, cp store.StepCheckpoint, owner *runSteps) *stepWrite {
 	r := &stepWrite{cp: cp, owner: owner, done: make(chan struct{})}
 	owner.add(r)
 	w.mu.Lock()
@@ -65,21 +65,21 @@ func (w *stepWriter) submit(ctx context.Context, c *Client, cp store.StepCheckpo
 	w.busy = true
 	w.mu.Unlock()
 	if start {
-		go w.drain(context.WithoutCancel(ctx), c)
+		go w.drain(context.WithoutCancel(ctx), e)
 	}
 	return r
 }
 
 // drain writes batches until the queue is empty.
-func (w *stepWriter) drain(ctx context.Context, c *Client) {
-	for w.write(ctx, c) {
+func (w *stepWriter) drain(ctx context.Context, e *Engine) {
+	for w.write(ctx, e) {
 	}
 }
 
 // write writes the next batch: at most maxStepBatch of the queue's
 // checkpoints, each (job, step) once (a second one waits for the next). It
 // reports false, and ends the busy spell, when the queue was empty.
-func (w *stepWriter) write(ctx context.Context, c *Client) bool {
+func (w *stepWriter) write(ctx context.Context, e *Engine) bool {
 	w.mu.Lock()
 	if len(w.queue) == 0 {
 		w.busy = false
@@ -119,12 +119,11 @@ func (w *stepWriter) write(ctx context.Context, c *Client) bool {
 		}
 		close(r.done)
 	}
-	worker := c.cfg.WorkerID
 	cps := make([]store.StepCheckpoint, len(batch))
 	for i, r := range batch {
 		cps[i] = r.cp
 	}
-	held, dup, err := c.store.StepPutMany(ctx, c.pool, worker, cps)
+	held, dup, err := e.store.StepPutMany(ctx, e.pool, e.worker, cps)
 	if err != nil && len(batch) > 1 {
 		// The batch failed as a whole: write each on its own, in order, so
 		// that one checkpoint the database refuses fails only its own run.
@@ -132,7 +131,7 @@ func (w *stepWriter) write(ctx context.Context, c *Client) bool {
 			if r.owner.failed.Load() {
 				r.err = errEarlierStepUnwritten
 			} else {
-				_, r.held, r.err = c.store.StepPut(ctx, c.pool, r.cp.Lease, worker, r.cp.Name, r.cp.Output)
+				_, r.held, r.err = e.store.StepPut(ctx, e.pool, r.cp.Lease, e.worker, r.cp.Name, r.cp.Output)
 			}
 			settle(r)
 		}
@@ -153,7 +152,7 @@ func (w *stepWriter) write(ctx context.Context, c *Client) bool {
 }
 
 // runSteps is one run's checkpoints on their way (Step's, through the
-// client's stepWriter).
+// engine's stepWriter).
 type runSteps struct {
 	mu      sync.Mutex
 	pending []*stepWrite
@@ -192,7 +191,7 @@ func (s *runSteps) withdraw(w *stepWriter) {
 
 // check returns the error of the first of the run's checkpoints that was
 // refused, without waiting for those still on their way.
-func (s *runSteps) check(run *jobRun) error {
+func (s *runSteps) check(run *Run) error {
 	if !s.failed.Load() {
 		return nil
 	}
@@ -201,14 +200,14 @@ func (s *runSteps) check(run *jobRun) error {
 
 // flush waits until each of the run's checkpoints on their way has been
 // written or refused, and returns the error of the first one refused.
-func (s *runSteps) flush(run *jobRun) error {
+func (s *runSteps) flush(run *Run) error {
 	return s.settle(run, true)
 }
 
 // settle drops the written checkpoints from pending (waiting for each when
 // wait is set) and returns the first one's error that was refused; the
 // refused one stays, so later calls report it again.
-func (s *runSteps) settle(run *jobRun, wait bool) error {
+func (s *runSteps) settle(run *Run, wait bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.pending) > 0 {
@@ -223,7 +222,7 @@ func (s *runSteps) settle(run *jobRun, wait bool) error {
 			}
 		}
 		if !r.withdrawn {
-			if err := stepPutError(run, r.cp.Name, r.held, r.dup, r.err); err != nil {
+			if err := run.stepPutError(r.cp.Name, r.held, r.dup, r.err); err != nil {
 				return err
 			}
 		}
