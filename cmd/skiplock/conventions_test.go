@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -75,10 +74,12 @@ func TestLogFlagsAreValidated(t *testing.T) {
 		{nil, [2]string{"SKIPLOCK_LOG_FORMAT", "logfmt"}, "SKIPLOCK_LOG_FORMAT"},
 	} {
 		t.Run(c.flag, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{}
 			if c.env[0] != "" {
-				t.Setenv(c.env[0], c.env[1])
+				env[c.env[0]] = c.env[1]
 			}
-			code, out, stderr := runCLI(t, append(c.args, "migrate", "sql")...)
+			code, out, stderr := runCLIEnv(t, env, append(c.args, "migrate", "sql")...)
 			require.Equal(t, 2, code, stderr)
 			require.Empty(t, out, "nothing ran")
 			require.Contains(t, stderr, c.flag)
@@ -91,10 +92,9 @@ func TestLogFlagsAreValidated(t *testing.T) {
 }
 
 func TestLoggerFormat(t *testing.T) {
-	t.Cleanup(func() { g = globals{} })
 	var buf bytes.Buffer
-	g = globals{logLevel: "debug", logFormat: "json"}
-	logger(&buf).Debug("skiplock: job failed", "job_id", 7)
+	g := &globals{logLevel: "debug", logFormat: "json"}
+	g.logger(&buf).Debug("skiplock: job failed", "job_id", 7)
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec), buf.String())
 	require.Equal(t, "DEBUG", rec["level"])
@@ -102,9 +102,9 @@ func TestLoggerFormat(t *testing.T) {
 	require.Equal(t, float64(7), rec["job_id"])
 
 	buf.Reset()
-	g = globals{logLevel: "warn", logFormat: "text"}
-	logger(&buf).Info("hidden")
-	logger(&buf).Warn("shown", "job_id", 7)
+	g = &globals{logLevel: "warn", logFormat: "text"}
+	g.logger(&buf).Info("hidden")
+	g.logger(&buf).Warn("shown", "job_id", 7)
 	require.NotContains(t, buf.String(), "hidden")
 	require.Contains(t, buf.String(), "level=WARN msg=shown job_id=7")
 }
@@ -113,28 +113,21 @@ func TestLoggerFormat(t *testing.T) {
 // JSON object (for log pipelines), from start to drain.
 func TestWorkLogFormatJSON(t *testing.T) {
 	db := dbtest.New(t)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	done := make(chan int, 1)
-	go func() {
-		done <- run(context.Background(), []string{"work", "--database-url", db.URL, "--exec", "true",
-			"--log-format", "json", "--metrics-addr", freeAddr(t)}, outF, errF)
-	}()
+	bg := startCLI(context.Background(), t, "work", "--database-url", db.URL, "--exec", "true",
+		"--log-format", "json", "--metrics-addr", freeAddr(t))
 	// The metrics server logs once it is up, after the signal handler.
 	require.Eventually(t, func() bool {
-		b, _ := os.ReadFile(errF.Name())
+		b, _ := os.ReadFile(bg.stderr)
 		return len(b) > 0
 	}, 20*time.Second, 20*time.Millisecond)
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	bg.terminate(t)
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		require.Equal(t, 0, code)
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not drain after SIGTERM")
 	}
-	b, _ := os.ReadFile(errF.Name())
+	b, _ := os.ReadFile(bg.stderr)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	require.GreaterOrEqual(t, len(lines), 2, "started and draining: %s", b)
 	for _, line := range lines {
@@ -273,14 +266,13 @@ func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
 // skiplock work keeps retrying on a schema that is not migrated yet (a deploy
 // may migrate while workers start) but says so once, with the fix.
 func TestWarnNotMigrated(t *testing.T) {
-	t.Cleanup(func() { g = globals{} })
-	g = globals{schema: "skiplock", logLevel: "info", logFormat: "text"}
+	g := testGlobals()
 	var buf bytes.Buffer
-	warnNotMigrated(context.Background(), dbtest.NewEmpty(t).Pool, logger(&buf))
+	g.warnNotMigrated(context.Background(), dbtest.NewEmpty(t).Pool, g.logger(&buf))
 	require.Contains(t, buf.String(), "schema is not fully migrated")
 	require.Contains(t, buf.String(), `fix="skiplock migrate up"`)
 
 	buf.Reset()
-	warnNotMigrated(context.Background(), dbtest.New(t).Pool, logger(&buf))
+	g.warnNotMigrated(context.Background(), dbtest.New(t).Pool, g.logger(&buf))
 	require.Empty(t, buf.String())
 }
