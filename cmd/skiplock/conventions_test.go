@@ -32,6 +32,7 @@ func requireOnePrefix(t *testing.T, stderr string) {
 // Unknown subcommands and arguments are usage errors: exit 2, the error
 // naming what was wrong, then the command's usage. None needs a database.
 func TestUnknownCommandsExit2WithUsage(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -63,6 +64,7 @@ func TestUnknownCommandsExit2WithUsage(t *testing.T) {
 }
 
 func TestLogFlagsAreValidated(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		env  [2]string
@@ -92,6 +94,7 @@ func TestLogFlagsAreValidated(t *testing.T) {
 }
 
 func TestLoggerFormat(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	g := &globals{logLevel: "debug", logFormat: "json"}
 	g.logger(&buf).Debug("skiplock: job failed", "job_id", 7)
@@ -112,6 +115,7 @@ func TestLoggerFormat(t *testing.T) {
 // skiplock work --log-format json: every line the worker logs on stderr is a
 // JSON object (for log pipelines), from start to drain.
 func TestWorkLogFormatJSON(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	bg := startCLI(context.Background(), t, "work", "--database-url", db.URL, "--exec", "true",
 		"--log-format", "json", "--metrics-addr", freeAddr(t))
@@ -139,6 +143,7 @@ func TestWorkLogFormatJSON(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	code, out, stderr := runCLI(t, "--version")
 	require.Equal(t, 0, code, stderr)
 	require.True(t, strings.HasPrefix(out, "skiplock "), out)
@@ -157,6 +162,7 @@ func TestVersion(t *testing.T) {
 // Before the first migration, errors say so and name the fix, with one
 // prefix; they are runtime errors (exit 1), not usage errors.
 func TestNotMigratedHint(t *testing.T) {
+	t.Parallel()
 	db := dbtest.NewEmpty(t)
 	for _, c := range []struct {
 		args []string
@@ -179,6 +185,7 @@ func TestNotMigratedHint(t *testing.T) {
 // Pausing a queue nothing has seen works (a queue may be paused before its
 // first job) but warns on stderr, naming it, in case it is a typo.
 func TestQueuePauseUnseenWarns(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	paused := func(q string) bool {
 		return opsCount(t, db, `SELECT count(*) FROM skiplock.queues WHERE name = $1 AND paused`, q) == 1
@@ -207,6 +214,7 @@ func TestQueuePauseUnseenWarns(t *testing.T) {
 // golang-migrate or atlas would run it) ends with a schema the CLI calls
 // migrated: status all applied, up a no-op, doctor's schema check passes.
 func TestMigrateSQLAppliedByPsql(t *testing.T) {
+	t.Parallel()
 	db := dbtest.NewEmpty(t)
 	code, script, stderr := runCLI(t, "--schema", "ecosql", "migrate", "sql")
 	require.Equal(t, 0, code, stderr)
@@ -254,6 +262,7 @@ func TestMigrateSQLAppliedByPsql(t *testing.T) {
 // A schema built by an export that did not record its versions: up fails
 // (the tables exist) and says how to get out.
 func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	opsExec(t, db, `DELETE FROM skiplock.schema_migrations`)
 	code, _, stderr := runCLI(t, "migrate", "up", "--database-url", db.URL)
@@ -266,6 +275,7 @@ func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
 // skiplock work keeps retrying on a schema that is not migrated yet (a deploy
 // may migrate while workers start) but says so once, with the fix.
 func TestWarnNotMigrated(t *testing.T) {
+	t.Parallel()
 	g := testGlobals()
 	var buf bytes.Buffer
 	g.warnNotMigrated(context.Background(), dbtest.NewEmpty(t).Pool, g.logger(&buf))

@@ -14,6 +14,7 @@ import (
 )
 
 func TestEnqueueCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, out, _ := runCLI(t, "enqueue", "--database-url", db.URL, "--queue", "q", "--kind", "k",
 		"--payload", `{"a":1}`, "--unique-key", "u", "--json")
@@ -54,6 +55,7 @@ func TestEnqueueCLI(t *testing.T) {
 }
 
 func TestEnqueueFileCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.ndjson")

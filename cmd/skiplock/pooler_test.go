@@ -25,6 +25,7 @@ import (
 // failed here intermittently with 42P05), a COPY bulk load and the
 // read-side commands.
 func TestCLIThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	url := b.URL(t, db.URL)
@@ -63,6 +64,7 @@ func TestCLIThroughPgBouncer(t *testing.T) {
 // once at warn level that it polls and which flag fixes it, and drains
 // every job; its scheduler fires a schedule added through the pooler too.
 func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	url := b.URL(t, db.URL)
@@ -109,6 +111,7 @@ func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
 
 // The dashboard's pages read through a transaction-mode PgBouncer.
 func TestServeThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	var id int64
@@ -148,6 +151,7 @@ func TestServeThroughPgBouncer(t *testing.T) {
 // skiplock dev's client logs errors only, but never hides that its
 // workers poll behind a pooler.
 func TestDevClientLogShowsPolling(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := slog.New(devClientLog{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})}).With("pool", "p")
 	log.Warn("job failed; retrying")
@@ -164,6 +168,7 @@ func TestDevClientLogShowsPolling(t *testing.T) {
 // skiplock work behind the pooler with --listen-url: LISTEN runs on the
 // direct URL, so with a one-hour poll interval jobs still arrive.
 func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	ctx := context.Background()
@@ -206,6 +211,7 @@ func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
 // so with a one-hour poll interval both databases' jobs still arrive.
 // Counts that do not match are a usage error naming --listen-url.
 func TestWorkManyDatabasesThroughPgBouncerWithListenURLs(t *testing.T) {
+	t.Parallel()
 	dbs := []*dbtest.DB{dbtest.New(t), dbtest.New(t)}
 	b := pgbouncertest.Start(t)
 	ctx := context.Background()

@@ -29,6 +29,7 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestServeUsageErrors(t *testing.T) {
+	t.Parallel()
 	// Each is refused at startup, before any connection (the database URL
 	// leads nowhere), with exit 2 and a message naming what to change.
 	env := map[string]string{"SKIPLOCK_DASHBOARD_USER": "", "SKIPLOCK_DASHBOARD_PASSWORD": "", "SKIPLOCK_DASHBOARD_TOKEN": ""}
@@ -60,6 +61,7 @@ func TestServeUsageErrors(t *testing.T) {
 }
 
 func TestDashboardSecurityRules(t *testing.T) {
+	t.Parallel()
 	open := dashboard.Options{}
 	withUser := dashboard.Options{User: "u", Password: "p"}
 	withToken := dashboard.Options{Token: "t"}
@@ -80,6 +82,7 @@ func TestDashboardSecurityRules(t *testing.T) {
 }
 
 func TestAllowedHosts(t *testing.T) {
+	t.Parallel()
 	assert.ElementsMatch(t, []string{"localhost", "127.0.0.1", "::1", "127.0.0.1"}, allowedHosts("127.0.0.1:8080", nil))
 	assert.ElementsMatch(t, []string{"localhost", "127.0.0.1", "::1", "localhost", "q.example"},
 		allowedHosts("localhost:8080", []string{"q.example"}))
@@ -102,6 +105,7 @@ func TestAllowedHosts(t *testing.T) {
 // body, response and idle times, so an idle or slow client cannot hold a
 // connection forever.
 func TestHTTPServersHaveTimeouts(t *testing.T) {
+	t.Parallel()
 	g := testGlobals()
 	srv := newHTTPServer(http.NotFoundHandler(), g.logger(io.Discard))
 	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": srv.ReadHeaderTimeout,
@@ -121,6 +125,7 @@ func TestHTTPServersHaveTimeouts(t *testing.T) {
 }
 
 func TestServeAuthMetricsAndShutdown(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -171,6 +176,7 @@ func TestServeAuthMetricsAndShutdown(t *testing.T) {
 // itself, and only to an authenticated user: on a configured database, or
 // without credentials, they stay hidden, as with serve.
 func TestDevDashboardRevealsOnlyThrowawayPayloads(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
@@ -214,6 +220,7 @@ func TestDevDashboardRevealsOnlyThrowawayPayloads(t *testing.T) {
 // serve answers only to its own host names (DNS rebinding), except for the
 // probes, and --allowed-host adds more.
 func TestServeHostCheck(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	addr := freeAddr(t)
 	_, port, err := net.SplitHostPort(addr)

@@ -26,6 +26,7 @@ import (
 // Before the fix the completer retried the refused batch forever and every
 // job of the process stayed running.
 func TestWorkExecHostileStderr(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})

@@ -25,6 +25,7 @@ import (
 // other (each database has its own slots), every job of both completes
 // exactly once, and the log lines say which database they are about.
 func TestWorkManyDatabases(t *testing.T) {
+	t.Parallel()
 	a, b := dbtest.New(t), dbtest.New(t)
 	ctx := context.Background()
 	enqueue := func(db *dbtest.DB, n int) {
@@ -113,6 +114,7 @@ func TestWorkManyDatabases(t *testing.T) {
 // TestStatsManyDatabases: `stats` over two databases prints each one's
 // figures and their sums, and the sums equal the parts added up.
 func TestStatsManyDatabases(t *testing.T) {
+	t.Parallel()
 	a, b := dbtest.New(t), dbtest.New(t)
 	opsReady(t, a, "mail", 3, -90*time.Second)
 	opsRunning(t, a, "mail", 2)
@@ -175,6 +177,7 @@ func TestStatsManyDatabases(t *testing.T) {
 // TestDoctorManyDatabases: `doctor` over two databases checks each, and a
 // failure in one fails the run (exit 3), naming that database.
 func TestDoctorManyDatabases(t *testing.T) {
+	t.Parallel()
 	a, b := dbtest.New(t), dbtest.New(t)
 	opsExec(t, b, `DROP INDEX skiplock.jobs_ready`)
 	code, out, stderr := runCLI(t, "doctor", "--database-url", a.URL, "--database-url", b.URL, "--json")
@@ -205,6 +208,7 @@ func TestDoctorManyDatabases(t *testing.T) {
 // TestManyDatabaseURLsRefused: a command that serves one database refuses
 // several --database-url instead of silently using one.
 func TestManyDatabaseURLsRefused(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"enqueue", "--kind", "k"}, {"migrate", "up"}, {"queue", "pause", "q"}} {
 		code, _, stderr := runCLI(t, append(args, "--database-url", "postgres://127.0.0.1:1/a", "--database-url", "postgres://127.0.0.1:1/b")...)
 		require.Equal(t, 2, code, "%v: %s", args, stderr)
@@ -232,6 +236,7 @@ func labelOf(t *testing.T, db *dbtest.DB) string {
 // TestTopManyDatabases: `top` over three databases prints a line per
 // database, and its figures are the sums of those lines.
 func TestTopManyDatabases(t *testing.T) {
+	t.Parallel()
 	dbs := []*dbtest.DB{dbtest.New(t), dbtest.New(t), dbtest.New(t)}
 	args := []string{"top", "--once"}
 	for i, db := range dbs {
@@ -288,6 +293,7 @@ func TestTopManyDatabases(t *testing.T) {
 // TestServeManyDatabases: `serve` over three databases adds the overview
 // up, scopes a page to one database and labels /metrics by database.
 func TestServeManyDatabases(t *testing.T) {
+	t.Parallel()
 	dbs := []*dbtest.DB{dbtest.New(t), dbtest.New(t), dbtest.New(t)}
 	addr := freeAddr(t)
 	args := []string{"serve", "--http-addr", addr}

@@ -18,6 +18,7 @@ import (
 // skiplock work --metrics-addr serves this process's counters and claim
 // histogram next to the queue's health, and SIGTERM drains and exits 0.
 func TestWorkMetricsAddr(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
