@@ -19,9 +19,6 @@ var checkerScaleSQL string
 // public.runs once per dependency took hours here, and failed the 20-minute
 // run after it had checked every job.
 func TestWorkflowChecksScale(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds 300k rows: the fault tier runs it")
-	}
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
