@@ -1,11 +1,21 @@
-# skiplock — the two commands that matter:
-#   make run    local PostgreSQL (unless DATABASE_URL is set), migrations, demo workload, workers, dashboard
-#   make test   lint + every test against real PostgreSQL, with the race detector
+# skiplock — the commands that matter:
+#   make run          local PostgreSQL (unless DATABASE_URL is set), migrations, demo workload, workers, dashboard
+#   make test-fast    the edit-test loop: every package but the fault tier, -short, no race detector (about a minute)
+#   make test         lint + every test but the fault tier against real PostgreSQL, with the race detector
+#   make test-faults  the fault tier: kill -9, restarts, failover and SIGSTOP on real worker processes
+# CI (.ci/run) runs test and test-faults, each against a private cluster with the image's settings.
 GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
 PKGS      := ./...
+# The fault tier: packages that build worker binaries and crash, restart or
+# freeze processes and databases. Their tests skip with -short.
+FAULT_PKGS := ./test/faults/... ./test/exactlyonce/...
+# Everything else. Most of its time is waiting on PostgreSQL, not CPU: more
+# tests in flight than cores (-parallel) pays on 2 cores.
+CORE_PKGS  = $(shell $(GO) list ./... | grep -v -e /test/faults -e /test/exactlyonce)
+PARALLEL  ?= 6
 
-.PHONY: run test lint test-go bench bench-peers pressure build chaos chaos-long chaos-failover fuzz e2e
+.PHONY: run test test-fast test-faults lint test-go bench bench-peers pressure build chaos chaos-long chaos-failover fuzz e2e
 
 run:
 	$(GO) run ./cmd/skiplock dev
@@ -17,8 +27,18 @@ test: lint test-go
 CONTRIB   := contrib/otelskiplock
 
 test-go:
-	$(GO) test -race -count=1 -p 2 -timeout 15m $(PKGS)
+	$(GO) test -race -count=1 -p 2 -parallel $(PARALLEL) -timeout 15m $(CORE_PKGS)
 	cd $(CONTRIB) && $(GO) test -race -count=1 -timeout 5m ./...
+
+# The fast tier: unit tests and the in-process database tests. Tests that
+# start clusters of their own or run for long are gated on testing.Short.
+test-fast:
+	$(GO) test -short -count=1 -p 2 -parallel $(PARALLEL) -timeout 5m $(CORE_PKGS)
+
+# The fault tier, one package at a time (each starts worker processes and
+# clusters of its own).
+test-faults:
+	$(GO) test -race -count=1 -p 1 -timeout 20m $(FAULT_PKGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -193,6 +193,7 @@ func (f *fixture) pages() map[string][]string {
 }
 
 func TestPagesRenderWithoutPayloads(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	require.NoError(t, f.d.sampler.take(context.Background()))
@@ -220,6 +221,7 @@ func TestPagesRenderWithoutPayloads(t *testing.T) {
 }
 
 func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	_, _, h := f.do(http.MethodGet, "/", nil, nil)
 	// The whole policy, exactly: a substring match would still pass with
@@ -253,6 +255,7 @@ func logBuffer() (*slog.Logger, *strings.Builder) {
 }
 
 func TestRevealPayloadWhenAllowed(t *testing.T) {
+	t.Parallel()
 	log, logs := logBuffer()
 	f := newFixture(t, Options{ShowPayloads: true, User: "alice", Password: "pw", Logger: log})
 	f.seed()
@@ -291,6 +294,7 @@ func TestRevealPayloadWhenAllowed(t *testing.T) {
 // A reveal is an audited action: refused cross-origin and without
 // credentials, with no audit line and no payload.
 func TestRevealRefusedCrossOriginOrAnonymous(t *testing.T) {
+	t.Parallel()
 	log, logs := logBuffer()
 	f := newFixture(t, Options{ShowPayloads: true, Token: "tok", Logger: log})
 	f.seed()
@@ -315,6 +319,7 @@ func TestRevealRefusedCrossOriginOrAnonymous(t *testing.T) {
 // Defence in depth: should ShowPayloads ever be on without credentials (New
 // refuses that), the reveal handler itself still refuses anonymous users.
 func TestRevealRefusedWithoutAuthentication(t *testing.T) {
+	t.Parallel()
 	log, logs := logBuffer()
 	f := newFixture(t, Options{Logger: log})
 	f.seed()
@@ -330,6 +335,7 @@ func TestRevealRefusedWithoutAuthentication(t *testing.T) {
 // DNS rebinding: a hostile page whose own name resolves to the dashboard's
 // address is same-origin with it, so only the Host header tells them apart.
 func TestHostCheck(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	for _, host := range []string{"evil.example", "evil.example:8080", "localhost.evil.example", "10.0.0.5", ""} {
@@ -370,6 +376,7 @@ func TestHostCheck(t *testing.T) {
 // the program's stderr, which may quote the job's data) nor unique keys and
 // entities; a read-write one shows them to the operator.
 func TestReadOnlyHidesErrorText(t *testing.T) {
+	t.Parallel()
 	const secret = "ERR-PII-31d7"
 	for _, readOnly := range []bool{true, false} {
 		f := newFixture(t, Options{ReadOnly: readOnly})
@@ -408,6 +415,7 @@ func TestReadOnlyHidesErrorText(t *testing.T) {
 }
 
 func TestOptionsValidation(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	for name, o := range map[string]Options{
 		"read-only with payloads": {ReadOnly: true, ShowPayloads: true, User: "a", Password: "b"},
@@ -434,6 +442,7 @@ func TestOptionsValidation(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
+	t.Parallel()
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "skiplock_up 1\n") })
 	f := newFixture(t, Options{User: "admin", Password: "s3cret", Token: "tok-123", Metrics: metrics})
 	basic := func(u, p string) http.Header {
@@ -471,6 +480,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestReadOnlyRefusesActions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{ReadOnly: true})
 	f.seed()
 	dead := f.deadIDs[0]
@@ -506,6 +516,7 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 }
 
 func TestCrossOriginPostRefused(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	for _, hdr := range []http.Header{
@@ -527,6 +538,7 @@ func TestCrossOriginPostRefused(t *testing.T) {
 }
 
 func TestPauseAndResume(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	paused := func() bool {
@@ -550,6 +562,7 @@ func TestPauseAndResume(t *testing.T) {
 }
 
 func TestReplayGroupMovesDeadLettersBack(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{ReplayRate: 1000})
 	f.seed()
 	f.insertDead(920000, "other.kind", "different failure")
@@ -586,6 +599,7 @@ func TestReplayGroupMovesDeadLettersBack(t *testing.T) {
 // The dead-letter page shows replays as they stood when it took their status
 // (before it read the groups), never as they stand while it renders.
 func TestReplayStatusIsASnapshot(t *testing.T) {
+	t.Parallel()
 	run := &replayRun{Kind: "k", Signature: "s", Total: 3, Started: time.Now(), finished: make(chan struct{})}
 	run.done.Store(1)
 	rs := &replays{list: []*replayRun{run}}
@@ -601,6 +615,7 @@ func TestReplayStatusIsASnapshot(t *testing.T) {
 }
 
 func TestReplayAndPurgeOne(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	code, _, _ := f.do(http.MethodPost, fmt.Sprintf("/jobs/%d/replay", f.deadIDs[0]), url.Values{}, nil)
@@ -624,6 +639,7 @@ func TestReplayAndPurgeOne(t *testing.T) {
 }
 
 func TestJobSearchKeysetPagination(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	ctx := context.Background()
 	var want []int64
@@ -666,6 +682,7 @@ func TestJobSearchKeysetPagination(t *testing.T) {
 }
 
 func TestReadyz(t *testing.T) {
+	t.Parallel()
 	empty := dbtest.NewEmpty(t)
 	h, err := New(empty.Pool, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
@@ -691,6 +708,7 @@ func TestReadyz(t *testing.T) {
 }
 
 func TestPrefix(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{Prefix: "/admin/queue/"})
 	f.seed()
 	code, body := f.get("/admin/queue/")
@@ -711,6 +729,7 @@ func TestPrefix(t *testing.T) {
 }
 
 func TestSamplerRatesFromHeartbeats(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.d.sampler.stop() // drive it by hand
 	ctx := context.Background()
@@ -745,6 +764,7 @@ func TestSamplerRatesFromHeartbeats(t *testing.T) {
 }
 
 func TestCloseIsIdempotent(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	require.NoError(t, f.d.Close())
 	require.NoError(t, f.d.Close())
@@ -756,6 +776,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 }
 
 func TestHelpers(t *testing.T) {
+	t.Parallel()
 	assert.Equal(t, "1,234,567", num(int64(1234567)))
 	assert.Equal(t, "-1,000", num(-1000))
 	assert.Equal(t, "+5", delta(10, 5))
@@ -768,6 +789,7 @@ func TestHelpers(t *testing.T) {
 // An action's body is bounded and must be a form: a body past the bound is
 // a 413 and a malformed one a 400 saying so, before any handler runs.
 func TestActionBodyBoundedAndParsed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	post := func(body string) (int, string) {
@@ -791,6 +813,7 @@ func TestActionBodyBoundedAndParsed(t *testing.T) {
 // make the dashboard say something it did not. They are cut to 300 bytes,
 // never through a character, and rendered escaped.
 func TestFlashOnlyFromTheServer(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	// Set by the server: shown.
@@ -835,6 +858,7 @@ func TestFlashOnlyFromTheServer(t *testing.T) {
 // naming the kind and linking to the jobs; it shows nothing when every
 // kind is handled.
 func TestOverviewNamesUnhandledKinds(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	_, body := f.get("/")
@@ -859,6 +883,7 @@ func TestOverviewNamesUnhandledKinds(t *testing.T) {
 // vacuum panel names its holder, its statement's first words (never a
 // literal) and the claim's p99 against its baseline.
 func TestOverviewNamesThePin(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	ctx := context.Background()
@@ -891,6 +916,7 @@ func TestOverviewNamesThePin(t *testing.T) {
 // (state "completed"; "done", the name before, still works), the id search
 // keeping the other filters, and the detail of a completed job.
 func TestJobSearchFindsCompletedJobs(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	ctx := context.Background()
 	require.NoError(t, skiplock.Handle(f.client, "done.test", func(context.Context, *skiplock.Job[struct{}]) error { return nil }))

@@ -128,6 +128,7 @@ func breakdown(t *testing.T, body string) map[string]map[string]int64 {
 }
 
 func TestDashboardOverManyDatabasesAddsUp(t *testing.T) {
+	t.Parallel()
 	f := newMultiFixture(t, Options{})
 	f.seed()
 	ctx := context.Background()
@@ -201,6 +202,7 @@ func TestDashboardOverManyDatabasesAddsUp(t *testing.T) {
 }
 
 func TestDashboardOverManyDatabasesScopesPagesAndActions(t *testing.T) {
+	t.Parallel()
 	f := newMultiFixture(t, Options{})
 	f.seed()
 	ctx := context.Background()
@@ -280,6 +282,7 @@ func TestDashboardOverManyDatabasesScopesPagesAndActions(t *testing.T) {
 }
 
 func TestNewForDatabasesRefusesBadOptions(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	quiet := Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for name, dbs := range map[string][]Database{
@@ -303,6 +306,7 @@ func TestNewForDatabasesRefusesBadOptions(t *testing.T) {
 // database's scope (with an escaped "/" in its name) sits below it, and
 // its links and redirects keep both.
 func TestDashboardOverManyDatabasesUnderPrefix(t *testing.T) {
+	t.Parallel()
 	f := newMultiFixture(t, Options{Prefix: "/admin"})
 	f.seed()
 	scoped := "/admin" + f.scope(1)

@@ -16,6 +16,7 @@ import (
 // (1 of 1 running) holding a due job back, and an idle rate limit; never a
 // payload, though a partition may read one of its fields.
 func TestLimitsPageShowsUse(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	ctx := context.Background()
 	require.NoError(t, f.client.SetLimit(ctx, skiplock.Limit{Name: "mail-one", Queue: "mail", Concurrency: 1}))

@@ -15,6 +15,7 @@ import (
 // The job page shows a job's metadata (escaped), in flight and dead, while
 // its payload stays hidden.
 func TestJobPageShowsMetadata(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	ctx := context.Background()
 	res, err := f.client.Enqueue(ctx, skiplock.EnqueueParams{Kind: "email.send",

@@ -13,6 +13,7 @@ import (
 // database's panels once per panelTTL; an action makes the next request
 // read afresh, so the panels show what it changed.
 func TestOverviewPanelsAreReadOncePerTTL(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, Options{})
 	f.seed()
 	reads := func() int {

@@ -16,6 +16,7 @@ import (
 // level with states and jobs, and its pending signals and timers; never an
 // output or a payload, and no error text on a read-only dashboard.
 func TestWorkflowPages(t *testing.T) {
+	t.Parallel()
 	for _, readOnly := range []bool{false, true} {
 		t.Run(fmt.Sprint("read-only=", readOnly), func(t *testing.T) {
 			f := newFixture(t, Options{ReadOnly: readOnly})
@@ -63,6 +64,7 @@ func TestWorkflowPages(t *testing.T) {
 // user of a dashboard that allows reveals, logged without the output, and
 // escaped; refused otherwise.
 func TestRevealTaskOutput(t *testing.T) {
+	t.Parallel()
 	log, logs := logBuffer()
 	f := newFixture(t, Options{ShowPayloads: true, User: "alice", Password: "pw", Logger: log})
 	ctx := context.Background()

@@ -15,8 +15,6 @@ import (
 	"github.com/skiplock/skiplock/bench"
 )
 
-func init() { register(newBenchCmd) }
-
 type benchFlags struct {
 	jobs, workers, batch int
 	handler              string
@@ -39,7 +37,7 @@ type benchFlags struct {
 	timeline                                     string
 }
 
-func newBenchCmd() *cobra.Command {
+func newBenchCmd(g *globals) *cobra.Command {
 	var f benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench [--jobs N] [--workers N] [--batch N] [--handler noop|sleep:2ms-5ms] | --latency [--samples N] | --workflow fanout:N",
@@ -84,7 +82,7 @@ pool).`,
   skiplock bench --pressure all --json > pressure.json
   skiplock bench --pressure idle-tx --pin-duration 10m --pressure-timeline pin.ndjson`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return g.runBench(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.jobs, "jobs", bench.DefaultJobs, "jobs to seed and drain")
@@ -114,7 +112,7 @@ pool).`,
 	fl.DurationVar(&f.drainCap, "drain-cap", bench.DefaultPressureDrainCap, "--pressure: longest wait after recovery for the last jobs")
 	fl.StringVar(&f.timeline, "pressure-timeline", "", "--pressure: write one JSON line per second to this file")
 	listenURLFlag(cmd, &f.listenURL)
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -122,7 +120,7 @@ pool).`,
 var pressureFlags = []string{"rate", "payload-bytes", "handler-time", "warmup", "clean", "stress", "recovery",
 	"pin-duration", "overload-factor", "readers", "drain-cap", "pressure-timeline"}
 
-func runPressure(cmd *cobra.Command, f benchFlags) error {
+func (g *globals) runPressure(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
 	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit", "burst"} {
 		if fl.Changed(name) {
@@ -134,7 +132,7 @@ func runPressure(cmd *cobra.Command, f benchFlags) error {
 		Recovery: f.recovery, PinDuration: f.pinDuration, OverloadFactor: f.overloadFactor, Readers: f.readers,
 		DrainCap: f.drainCap, DeleteCompleted: f.deleteCompleted, Tenants: f.tenants, TenantCap: f.tenantCap,
 		Schema: g.schema, Progress: cmd.ErrOrStderr(),
-		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL)}
+		Logger: g.loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: g.listenURL(f.listenURL)}
 	// Zero means "the default" in the options; on the command line it is
 	// what the user typed, so it is refused (or, for --clean and
 	// --recovery, skips the phase) before the options see it.
@@ -176,7 +174,7 @@ func runPressure(cmd *cobra.Command, f benchFlags) error {
 		defer tf.Close()
 		o.Timeline = tf
 	}
-	pool, err := connect(cmd.Context(), 4)
+	pool, err := g.connect(cmd.Context(), 4)
 	if err != nil {
 		return err
 	}
@@ -222,10 +220,10 @@ func printPressure(w io.Writer, r bench.PressureReport) {
 	}
 }
 
-func runBench(cmd *cobra.Command, f benchFlags) error {
+func (g *globals) runBench(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
 	if f.pressure != "" {
-		return runPressure(cmd, f)
+		return g.runPressure(cmd, f)
 	}
 	for _, name := range pressureFlags {
 		if fl.Changed(name) {
@@ -239,11 +237,11 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 			}
 		}
 		o := bench.LatencyOptions{Samples: f.samples, Schema: g.schema, Progress: cmd.ErrOrStderr(),
-			Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL)}
+			Logger: g.loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: g.listenURL(f.listenURL)}
 		if err := o.Validate(); err != nil {
 			return benchUsage(err)
 		}
-		pool, err := connect(cmd.Context(), 2)
+		pool, err := g.connect(cmd.Context(), 2)
 		if err != nil {
 			return err
 		}
@@ -262,11 +260,11 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		return usageError("--samples: only used with --latency")
 	}
 	if fl.Changed("workflow") {
-		return runWorkflowBench(cmd, f)
+		return g.runWorkflowBench(cmd, f)
 	}
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
 		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(),
-		Logger: loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: listenURL(f.listenURL),
+		Logger: g.loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: g.listenURL(f.listenURL),
 		Tenants: f.tenants, Burst: f.burst, TenantCap: f.tenantCap, Limit: f.limit}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
@@ -279,7 +277,7 @@ func runBench(cmd *cobra.Command, f benchFlags) error {
 		defer pf.Close()
 		o.CPUProfile = pf
 	}
-	pool, err := connect(cmd.Context(), 2)
+	pool, err := g.connect(cmd.Context(), 2)
 	if err != nil {
 		return err
 	}
@@ -351,7 +349,7 @@ func printLatency(w io.Writer, r bench.LatencyResult) {
 	fmt.Fprintf(w, "  enqueue call alone        p50 %.2f ms  p99 %.2f ms\n", r.EnqueueP50MS, r.EnqueueP99MS)
 }
 
-func runWorkflowBench(cmd *cobra.Command, f benchFlags) error {
+func (g *globals) runWorkflowBench(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
 	for _, name := range []string{"handler", "cpuprofile", "limit"} {
 		if fl.Changed(name) {
@@ -359,14 +357,14 @@ func runWorkflowBench(cmd *cobra.Command, f benchFlags) error {
 		}
 	}
 	o := bench.WorkflowOptions{Shape: f.workflow, Workers: f.workers, Batch: f.batch, Schema: g.schema,
-		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(), ListenURL: listenURL(f.listenURL)}
+		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(), ListenURL: g.listenURL(f.listenURL)}
 	if fl.Changed("jobs") {
 		o.Tasks = f.jobs
 	}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}
-	pool, err := connect(cmd.Context(), 2)
+	pool, err := g.connect(cmd.Context(), 2)
 	if err != nil {
 		return err
 	}

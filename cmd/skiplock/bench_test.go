@@ -13,6 +13,7 @@ import (
 // TestBenchPressureCLI runs one short pressure scenario through the CLI and
 // checks its usage errors name the flag.
 func TestBenchPressureCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, out, stderr := runCLI(t, "bench", "--database-url", db.URL, "--pressure", "overload", "--rate", "200",
 		"--workers", "4", "--warmup", "500ms", "--clean", "0", "--stress", "1s", "--recovery", "500ms", "--json")

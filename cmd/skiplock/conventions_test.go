@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +32,7 @@ func requireOnePrefix(t *testing.T, stderr string) {
 // Unknown subcommands and arguments are usage errors: exit 2, the error
 // naming what was wrong, then the command's usage. None needs a database.
 func TestUnknownCommandsExit2WithUsage(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -64,6 +64,7 @@ func TestUnknownCommandsExit2WithUsage(t *testing.T) {
 }
 
 func TestLogFlagsAreValidated(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		env  [2]string
@@ -75,10 +76,12 @@ func TestLogFlagsAreValidated(t *testing.T) {
 		{nil, [2]string{"SKIPLOCK_LOG_FORMAT", "logfmt"}, "SKIPLOCK_LOG_FORMAT"},
 	} {
 		t.Run(c.flag, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{}
 			if c.env[0] != "" {
-				t.Setenv(c.env[0], c.env[1])
+				env[c.env[0]] = c.env[1]
 			}
-			code, out, stderr := runCLI(t, append(c.args, "migrate", "sql")...)
+			code, out, stderr := runCLIEnv(t, env, append(c.args, "migrate", "sql")...)
 			require.Equal(t, 2, code, stderr)
 			require.Empty(t, out, "nothing ran")
 			require.Contains(t, stderr, c.flag)
@@ -91,10 +94,10 @@ func TestLogFlagsAreValidated(t *testing.T) {
 }
 
 func TestLoggerFormat(t *testing.T) {
-	t.Cleanup(func() { g = globals{} })
+	t.Parallel()
 	var buf bytes.Buffer
-	g = globals{logLevel: "debug", logFormat: "json"}
-	logger(&buf).Debug("skiplock: job failed", "job_id", 7)
+	g := &globals{logLevel: "debug", logFormat: "json"}
+	g.logger(&buf).Debug("skiplock: job failed", "job_id", 7)
 	var rec map[string]any
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &rec), buf.String())
 	require.Equal(t, "DEBUG", rec["level"])
@@ -102,9 +105,9 @@ func TestLoggerFormat(t *testing.T) {
 	require.Equal(t, float64(7), rec["job_id"])
 
 	buf.Reset()
-	g = globals{logLevel: "warn", logFormat: "text"}
-	logger(&buf).Info("hidden")
-	logger(&buf).Warn("shown", "job_id", 7)
+	g = &globals{logLevel: "warn", logFormat: "text"}
+	g.logger(&buf).Info("hidden")
+	g.logger(&buf).Warn("shown", "job_id", 7)
 	require.NotContains(t, buf.String(), "hidden")
 	require.Contains(t, buf.String(), "level=WARN msg=shown job_id=7")
 }
@@ -112,29 +115,23 @@ func TestLoggerFormat(t *testing.T) {
 // skiplock work --log-format json: every line the worker logs on stderr is a
 // JSON object (for log pipelines), from start to drain.
 func TestWorkLogFormatJSON(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	done := make(chan int, 1)
-	go func() {
-		done <- run(context.Background(), []string{"work", "--database-url", db.URL, "--exec", "true",
-			"--log-format", "json", "--metrics-addr", freeAddr(t)}, outF, errF)
-	}()
+	bg := startCLI(context.Background(), t, "work", "--database-url", db.URL, "--exec", "true",
+		"--log-format", "json", "--metrics-addr", freeAddr(t))
 	// The metrics server logs once it is up, after the signal handler.
 	require.Eventually(t, func() bool {
-		b, _ := os.ReadFile(errF.Name())
+		b, _ := os.ReadFile(bg.stderr)
 		return len(b) > 0
 	}, 20*time.Second, 20*time.Millisecond)
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	bg.terminate(t)
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		require.Equal(t, 0, code)
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not drain after SIGTERM")
 	}
-	b, _ := os.ReadFile(errF.Name())
+	b, _ := os.ReadFile(bg.stderr)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	require.GreaterOrEqual(t, len(lines), 2, "started and draining: %s", b)
 	for _, line := range lines {
@@ -146,6 +143,7 @@ func TestWorkLogFormatJSON(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	code, out, stderr := runCLI(t, "--version")
 	require.Equal(t, 0, code, stderr)
 	require.True(t, strings.HasPrefix(out, "skiplock "), out)
@@ -164,6 +162,7 @@ func TestVersion(t *testing.T) {
 // Before the first migration, errors say so and name the fix, with one
 // prefix; they are runtime errors (exit 1), not usage errors.
 func TestNotMigratedHint(t *testing.T) {
+	t.Parallel()
 	db := dbtest.NewEmpty(t)
 	for _, c := range []struct {
 		args []string
@@ -186,6 +185,7 @@ func TestNotMigratedHint(t *testing.T) {
 // Pausing a queue nothing has seen works (a queue may be paused before its
 // first job) but warns on stderr, naming it, in case it is a typo.
 func TestQueuePauseUnseenWarns(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	paused := func(q string) bool {
 		return opsCount(t, db, `SELECT count(*) FROM skiplock.queues WHERE name = $1 AND paused`, q) == 1
@@ -214,6 +214,7 @@ func TestQueuePauseUnseenWarns(t *testing.T) {
 // golang-migrate or atlas would run it) ends with a schema the CLI calls
 // migrated: status all applied, up a no-op, doctor's schema check passes.
 func TestMigrateSQLAppliedByPsql(t *testing.T) {
+	t.Parallel()
 	db := dbtest.NewEmpty(t)
 	code, script, stderr := runCLI(t, "--schema", "ecosql", "migrate", "sql")
 	require.Equal(t, 0, code, stderr)
@@ -261,6 +262,7 @@ func TestMigrateSQLAppliedByPsql(t *testing.T) {
 // A schema built by an export that did not record its versions: up fails
 // (the tables exist) and says how to get out.
 func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	opsExec(t, db, `DELETE FROM skiplock.schema_migrations`)
 	code, _, stderr := runCLI(t, "migrate", "up", "--database-url", db.URL)
@@ -273,14 +275,14 @@ func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
 // skiplock work keeps retrying on a schema that is not migrated yet (a deploy
 // may migrate while workers start) but says so once, with the fix.
 func TestWarnNotMigrated(t *testing.T) {
-	t.Cleanup(func() { g = globals{} })
-	g = globals{schema: "skiplock", logLevel: "info", logFormat: "text"}
+	t.Parallel()
+	g := testGlobals()
 	var buf bytes.Buffer
-	warnNotMigrated(context.Background(), dbtest.NewEmpty(t).Pool, logger(&buf))
+	g.warnNotMigrated(context.Background(), dbtest.NewEmpty(t).Pool, g.logger(&buf))
 	require.Contains(t, buf.String(), "schema is not fully migrated")
 	require.Contains(t, buf.String(), `fix="skiplock migrate up"`)
 
 	buf.Reset()
-	warnNotMigrated(context.Background(), dbtest.New(t).Pool, logger(&buf))
+	g.warnNotMigrated(context.Background(), dbtest.New(t).Pool, g.logger(&buf))
 	require.Empty(t, buf.String())
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -21,8 +20,6 @@ import (
 	"github.com/skiplock/skiplock/internal/health"
 )
 
-func init() { register(newDevCmd) }
-
 type devFlags struct {
 	httpAddr  string
 	rate      int
@@ -30,13 +27,13 @@ type devFlags struct {
 	listenURL string
 }
 
-func newDevCmd() *cobra.Command {
+func newDevCmd(g *globals) *cobra.Command {
 	var f devFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Local playground: a throwaway PostgreSQL (unless one is configured), migrations, a demo workload, workers and the dashboard",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runDev(cmd, f) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return g.runDev(cmd, f) },
 	}
 	cmd.Flags().StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "dashboard address")
 	cmd.Flags().IntVar(&f.rate, "rate", 200, "demo jobs enqueued per second")
@@ -45,16 +42,16 @@ func newDevCmd() *cobra.Command {
 	return cmd
 }
 
-func runDev(cmd *cobra.Command, f devFlags) error {
+func (g *globals) runDev(cmd *cobra.Command, f devFlags) error {
 	if f.rate < 1 || f.rate > 100000 {
 		return usageError("--rate: must be between 1 and 100000")
 	}
-	ctx, stop := signal.NotifyContext(context.WithoutCancel(cmd.Context()), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := g.notifyContext(context.WithoutCancel(cmd.Context()), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	stderr := cmd.ErrOrStderr()
-	log := logger(stderr)
+	log := g.logger(stderr)
 
-	throwaway := databaseURL() == ""
+	throwaway := g.databaseURL() == ""
 	if throwaway {
 		fmt.Fprintln(stderr, "dev: no DATABASE_URL configured; starting a throwaway PostgreSQL cluster")
 		cl, err := devdb.Start(ctx, devdb.Options{Logger: log})
@@ -70,9 +67,9 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 			_ = cl.Remove()
 		}()
 		g.databaseURLs = []string{cl.URL("postgres")}
-		fmt.Fprintln(stderr, "dev: PostgreSQL running:", databaseURL())
+		fmt.Fprintln(stderr, "dev: PostgreSQL running:", g.databaseURL())
 	}
-	pool, err := connect(ctx, 20)
+	pool, err := g.connect(ctx, 20)
 	if err != nil {
 		return err
 	}
@@ -84,8 +81,8 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 	fmt.Fprintf(stderr, "dev: schema %q migrated (%d applied)\n", g.schema, len(ran))
 
 	c, err := skiplock.NewClient(pool, skiplock.Config{
-		Schema: g.schema, Logger: slog.New(devClientLog{loggerAt(stderr, slog.LevelWarn).Handler()}),
-		ListenURL: listenURL(f.listenURL),
+		Schema: g.schema, Logger: slog.New(devClientLog{g.loggerAt(stderr, slog.LevelWarn).Handler()}),
+		ListenURL: g.listenURL(f.listenURL),
 		Pools: []skiplock.WorkerPool{
 			{Name: "interactive", Queues: []string{"default"}, Concurrency: 16},
 			{Name: "bulk", Queues: []string{"bulk"}, Concurrency: 4, TenantCap: 5},
@@ -105,7 +102,7 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 		defer cancel()
 		_ = c.Stop(sctx)
 	}()
-	stopServe, err := startDevDashboard(pool, f.httpAddr, throwaway, log)
+	stopServe, err := g.startDevDashboard(stderr, pool, f.httpAddr, throwaway, log)
 	if err != nil {
 		return err
 	}
@@ -123,7 +120,7 @@ func runDev(cmd *cobra.Command, f devFlags) error {
 			return nil
 		case <-t.C:
 			s := c.Stats()
-			printDevProgress(cmd.OutOrStdout(), ctx, pool, s, last)
+			g.printDevProgress(cmd.OutOrStdout(), ctx, pool, s, last)
 			last = s
 		}
 	}
@@ -226,7 +223,7 @@ func produceDemo(ctx context.Context, c *skiplock.Client, rate int, log *slog.Lo
 	}
 }
 
-func printDevProgress(w io.Writer, ctx context.Context, pool *pgxpool.Pool, s, last skiplock.Stats) {
+func (g *globals) printDevProgress(w io.Writer, ctx context.Context, pool *pgxpool.Pool, s, last skiplock.Stats) {
 	n, _ := health.CountJobs(ctx, pool, g.schema)
 	ready, running, dead := n.Ready, n.Running, n.Dead
 	fmt.Fprintf(w, "completed %-8d (%5.0f/s)  failed %-6d  ready %-6d  running %-4d  dead %-5d  claim p99 %s\n",

@@ -17,9 +17,7 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-func init() { register(newDLQCmd) }
-
-func newDLQCmd() *cobra.Command {
+func newDLQCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dlq list|replay|purge",
 		Short: "Triage the dead-letter table: group by kind and error signature, replay in a trickle, purge",
@@ -28,7 +26,7 @@ list groups dead letters by kind and error signature (errors normalised so that 
 do not split groups), then fix the cause and replay them at a controlled rate, or purge them.
 Payloads are never printed: look a sample id up in the jobs_dead table under access control.`,
 	}
-	cmd.AddCommand(newDLQListCmd(), newDLQReplayCmd(), newDLQPurgeCmd())
+	cmd.AddCommand(newDLQListCmd(g), newDLQReplayCmd(g), newDLQPurgeCmd(g))
 	return cmd
 }
 
@@ -38,7 +36,7 @@ type dlqListOut struct {
 	Groups []health.DeadGroup    `json:"groups"`
 }
 
-func newDLQListCmd() *cobra.Command {
+func newDLQListCmd(g *globals) *cobra.Command {
 	var kind string
 	var limit int
 	cmd := &cobra.Command{
@@ -49,7 +47,7 @@ func newDLQListCmd() *cobra.Command {
 			if limit < 1 || limit > 10000 {
 				return usageError("--limit: must be between 1 and 10000, got %d", limit)
 			}
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
@@ -81,7 +79,7 @@ func newDLQListCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&kind, "kind", "", "only this kind")
 	cmd.Flags().IntVar(&limit, "limit", 100, "most groups to print")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -173,7 +171,7 @@ func (f *dlqFilterFlags) describe() string {
 // matchingGroups returns the dead-letter groups a kind/signature filter
 // selects (nil when the filter also selects by id or age: the groups'
 // counts would not be what it selects).
-func matchingGroups(ctx context.Context, pool *pgxpool.Pool, f store.ReplayFilter) ([]health.DeadGroup, error) {
+func (g *globals) matchingGroups(ctx context.Context, pool *pgxpool.Pool, f store.ReplayFilter) ([]health.DeadGroup, error) {
 	if len(f.IDs) > 0 || f.OlderThan > 0 {
 		return nil, nil
 	}
@@ -210,8 +208,8 @@ type dlqPreviewOut struct {
 // preview is the dry run: it prints what replay or purge would do (data on
 // stdout), says on stderr that nothing was done and how to do it, and exits
 // 0, so a script can tell a preview from a mistake (exit 2).
-func preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf store.ReplayFilter, action string, n int64, extra string) error {
-	groups, err := matchingGroups(cmd.Context(), pool, hf)
+func (g *globals) preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf store.ReplayFilter, action string, n int64, extra string) error {
+	groups, err := g.matchingGroups(cmd.Context(), pool, hf)
 	if err != nil {
 		return err
 	}
@@ -232,7 +230,7 @@ func preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf store
 	return nil
 }
 
-func newDLQReplayCmd() *cobra.Command {
+func newDLQReplayCmd(g *globals) *cobra.Command {
 	var f dlqFilterFlags
 	var rate float64
 	cmd := &cobra.Command{
@@ -251,12 +249,12 @@ stays dead. Without --yes it is a dry run: it prints what it would replay and ex
 			if err != nil {
 				return err
 			}
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			n, err := countDead(cmd.Context(), pool, hf)
+			n, err := g.countDead(cmd.Context(), pool, hf)
 			if err != nil {
 				return err
 			}
@@ -265,7 +263,7 @@ stays dead. Without --yes it is a dry run: it prints what it would replay and ex
 				if n > 0 {
 					eta = fmt.Sprintf(", at %g/s: about %s", rate, humanDuration(time.Duration(float64(n)/rate*float64(time.Second))))
 				}
-				return preview(cmd, pool, &f, hf, "replay", n, eta)
+				return g.preview(cmd, pool, &f, hf, "replay", n, eta)
 			}
 			progress := newProgress(cmd.ErrOrStderr(), int(n), "replay")
 			last := 0
@@ -292,11 +290,11 @@ stays dead. Without --yes it is a dry run: it prints what it would replay and ex
 	}
 	f.add(cmd, false)
 	cmd.Flags().Float64Var(&rate, "rate", 10, "most jobs replayed per second")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newDLQPurgeCmd() *cobra.Command {
+func newDLQPurgeCmd(g *globals) *cobra.Command {
 	var f dlqFilterFlags
 	cmd := &cobra.Command{
 		Use:   "purge (--kind K | --signature S | --id N... | --older-than DUR) --yes",
@@ -310,17 +308,17 @@ Without --yes it is a dry run: it prints what it would delete and exits 0.`,
 			if err != nil {
 				return err
 			}
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			n, err := countDead(cmd.Context(), pool, hf)
+			n, err := g.countDead(cmd.Context(), pool, hf)
 			if err != nil {
 				return err
 			}
 			if !f.yes {
-				return preview(cmd, pool, &f, hf, "purge", n, "")
+				return g.preview(cmd, pool, &f, hf, "purge", n, "")
 			}
 			purged, err := store.New(g.schema).PurgeDead(cmd.Context(), pool, hf)
 			if err != nil {
@@ -334,12 +332,12 @@ Without --yes it is a dry run: it prints what it would delete and exits 0.`,
 		},
 	}
 	f.add(cmd, true)
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
 // countDead counts what a filter selects, capped by its Limit.
-func countDead(ctx context.Context, pool *pgxpool.Pool, hf store.ReplayFilter) (int64, error) {
+func (g *globals) countDead(ctx context.Context, pool *pgxpool.Pool, hf store.ReplayFilter) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
 	n, err := store.New(g.schema).CountDead(ctx, pool, hf)

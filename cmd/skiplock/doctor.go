@@ -11,8 +11,6 @@ import (
 	"github.com/skiplock/skiplock/internal/health"
 )
 
-func init() { register(newDoctorCmd) }
-
 // doctorOut is `skiplock doctor --json`.
 type doctorOut struct {
 	// Database is host:port/name when --database-url is repeated.
@@ -24,7 +22,7 @@ type doctorOut struct {
 	Checks   []health.Check `json:"checks"`
 }
 
-func newDoctorCmd() *cobra.Command {
+func newDoctorCmd(g *globals) *cobra.Command {
 	var o health.DoctorOptions
 	var replicaFlag string
 	cmd := &cobra.Command{
@@ -60,17 +58,17 @@ report with its database); exit 3 when any check of any database fails.`,
 				}
 			}
 			if len(g.databaseURLs) > 1 {
-				if replicaURL(replicaFlag) != "" {
+				if g.replicaURL(replicaFlag) != "" {
 					return usageError("--replica-url: not with several --database-url")
 				}
-				return runDoctorMany(cmd, g.databaseURLs, o)
+				return g.runDoctorMany(cmd, g.databaseURLs, o)
 			}
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			replica, err := connectReplica(cmd.Context(), replicaFlag, 2)
+			replica, err := g.connectReplica(cmd.Context(), replicaFlag, 2)
 			if err != nil {
 				return err
 			}
@@ -82,7 +80,7 @@ report with its database); exit 3 when any check of any database fails.`,
 			if err != nil {
 				return err
 			}
-			out := newDoctorOut(checks)
+			out := g.newDoctorOut(checks)
 			if g.jsonOut {
 				if err := printJSON(cmd.OutOrStdout(), out); err != nil {
 					return err
@@ -106,12 +104,12 @@ report with its database); exit 3 when any check of any database fails.`,
 	f.DurationVar(&o.ReplicaLagWarn, "replica-lag-warn", 0, "with --replica-url: warn when the replica is further behind (default 30s)")
 	f.DurationVar(&o.ReplicaLagFail, "replica-lag-fail", 0, "with --replica-url: fail when the replica is further behind (default 5m)")
 	replicaURLFlag(cmd, &replicaFlag)
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
 // newDoctorOut summarises one database's checks.
-func newDoctorOut(checks []health.Check) doctorOut {
+func (g *globals) newDoctorOut(checks []health.Check) doctorOut {
 	out := doctorOut{Schema: g.schema, OK: !health.Failed(checks), Failed: []string{}, Warn: []string{}, Checks: checks}
 	for _, c := range checks {
 		switch c.Status {
@@ -131,7 +129,7 @@ type doctorManyOut struct {
 }
 
 // runDoctorMany checks every database in turn.
-func runDoctorMany(cmd *cobra.Command, urls []string, o health.DoctorOptions) error {
+func (g *globals) runDoctorMany(cmd *cobra.Command, urls []string, o health.DoctorOptions) error {
 	ctx := cmd.Context()
 	all := doctorManyOut{OK: true}
 	var failed []string
@@ -146,7 +144,7 @@ func runDoctorMany(cmd *cobra.Command, urls []string, o health.DoctorOptions) er
 		if err != nil {
 			return fmt.Errorf("%s: %w", label, err)
 		}
-		out := newDoctorOut(checks)
+		out := g.newDoctorOut(checks)
 		out.Database = label
 		all.Databases = append(all.Databases, out)
 		if !out.OK {

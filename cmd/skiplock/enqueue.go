@@ -20,14 +20,12 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-func init() { register(newEnqueueCmd) }
-
 // jobFlags are enqueue's flags that describe one job: with --file each line
 // carries these fields itself, so setting one is refused rather than ignored.
 var jobFlags = []string{"queue", "kind", "payload", "priority", "run-at", "delay", "max-attempts",
 	"unique-key", "bump-schedule", "tenant", "entity", "metadata", "limit-weight"}
 
-func newEnqueueCmd() *cobra.Command {
+func newEnqueueCmd(g *globals) *cobra.Command {
 	var (
 		p                    skiplock.EnqueueParams
 		payload, runAt, file string
@@ -49,7 +47,7 @@ func newEnqueueCmd() *cobra.Command {
 						return usageError("--file: cannot be combined with --%s (each line carries its own job fields)", name)
 					}
 				}
-				return enqueueFile(ctx, cmd, file, batchSize)
+				return g.enqueueFile(ctx, cmd, file, batchSize)
 			}
 			if p.Kind == "" {
 				return usageError("--kind: required (or use --file)")
@@ -87,12 +85,12 @@ func newEnqueueCmd() *cobra.Command {
 				p.RunAt = t
 			}
 			p.Delay = delay
-			pool, err := connect(ctx, 2)
+			pool, err := g.connect(ctx, 2)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: logger(cmd.ErrOrStderr())})
+			c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr())})
 			if err != nil {
 				return err
 			}
@@ -127,7 +125,7 @@ func newEnqueueCmd() *cobra.Command {
 	f.StringVar(&metadata, "metadata", "", "metadata: a JSON object shown with the job and given to its handler (trace ids, tags; not secrets)")
 	f.StringVar(&file, "file", "", "bulk-load jobs from an NDJSON file (one job object per line; - for stdin)")
 	f.IntVar(&batchSize, "batch", 5000, "jobs per COPY transaction with --file")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -290,7 +288,7 @@ type bulkSummary struct {
 // enqueueFile validates the whole file first (a bad line is reported by
 // number and nothing is written), then loads it in COPY batches, one
 // transaction each.
-func enqueueFile(ctx context.Context, cmd *cobra.Command, path string, batchSize int) error {
+func (g *globals) enqueueFile(ctx context.Context, cmd *cobra.Command, path string, batchSize int) error {
 	if batchSize < 1 || batchSize > 100000 {
 		return usageError("--batch: must be between 1 and 100000")
 	}
@@ -300,12 +298,12 @@ func enqueueFile(ctx context.Context, cmd *cobra.Command, path string, batchSize
 		}
 		return os.Open(path)
 	}
-	pool, err := connect(ctx, 2)
+	pool, err := g.connect(ctx, 2)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: logger(cmd.ErrOrStderr())})
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr())})
 	if err != nil {
 		return err
 	}

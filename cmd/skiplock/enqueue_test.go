@@ -13,33 +13,8 @@ import (
 	"github.com/skiplock/skiplock/internal/dbtest"
 )
 
-// runCLI runs the CLI in-process and returns exit code, stdout and stderr.
-func runCLI(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	code := run(context.Background(), args, outF, errF)
-	out, _ := os.ReadFile(outF.Name())
-	errb, _ := os.ReadFile(errF.Name())
-	return code, string(out), string(errb)
-}
-
-// startCLI runs the CLI in the background until ctx ends (or a signal
-// stops it); done gets its exit code, stderr is the file its stderr goes to.
-func startCLI(ctx context.Context, t *testing.T, args ...string) (done <-chan int, stderr string) {
-	t.Helper()
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	ch := make(chan int, 1)
-	go func() { ch <- run(ctx, args, outF, errF) }()
-	return ch, errF.Name()
-}
-
 func TestEnqueueCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, out, _ := runCLI(t, "enqueue", "--database-url", db.URL, "--queue", "q", "--kind", "k",
 		"--payload", `{"a":1}`, "--unique-key", "u", "--json")
@@ -80,6 +55,7 @@ func TestEnqueueCLI(t *testing.T) {
 }
 
 func TestEnqueueFileCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.ndjson")

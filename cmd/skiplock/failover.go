@@ -6,18 +6,16 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { register(newFailoverCmd) }
-
-func newFailoverCmd() *cobra.Command {
+func newFailoverCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "failover advance-tokens",
 		Short: "Steps to run after a standby is promoted (see docs/operations.md, Failover)",
 	}
-	cmd.AddCommand(newAdvanceTokensCmd())
+	cmd.AddCommand(newAdvanceTokensCmd(g))
 	return cmd
 }
 
-func newAdvanceTokensCmd() *cobra.Command {
+func newAdvanceTokensCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "advance-tokens",
 		Short: "Move the lease-token sequence past anything the old primary handed out (run once on the new primary)",
@@ -30,7 +28,7 @@ received, and a lease held on the old primary could pass the fence. Harmless aft
 to a synchronous standby, and safe while workers run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -46,6 +44,6 @@ to a synchronous standby, and safe while workers run.`,
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }

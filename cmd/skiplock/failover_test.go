@@ -15,6 +15,7 @@ import (
 // microseconds, or a million past itself when it is ahead of the clock
 // (never backwards), and the next claim's token is above it.
 func TestFailoverAdvanceTokens(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	before := time.Now().UnixMicro()

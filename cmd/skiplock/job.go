@@ -16,9 +16,7 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-func init() { register(newJobCmd) }
-
-func newJobCmd() *cobra.Command {
+func newJobCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "job get|list|retry|cancel|delete",
 		Short: "Look up, retry, cancel or delete jobs by id or filter",
@@ -26,8 +24,8 @@ func newJobCmd() *cobra.Command {
 Completed jobs are kept for Config.CompletedRetention (24 hours by default) unless the workers
 run with Config.DeleteCompleted. Payloads are shown only by 'job get --payload'.`,
 	}
-	cmd.AddCommand(newJobGetCmd(), newJobListCmd(), newJobActionCmd("retry"), newJobActionCmd("cancel"),
-		newJobActionCmd("delete"))
+	cmd.AddCommand(newJobGetCmd(g), newJobListCmd(g), g.newJobActionCmd("retry"), g.newJobActionCmd("cancel"),
+		g.newJobActionCmd("delete"))
 	return cmd
 }
 
@@ -58,7 +56,7 @@ func jobUsage(err error) error {
 	return err
 }
 
-func newJobGetCmd() *cobra.Command {
+func newJobGetCmd(g *globals) *cobra.Command {
 	var payload bool
 	cmd := &cobra.Command{
 		Use:   "get ID",
@@ -75,7 +73,7 @@ hold personal data. Exit 1 when no such job exists.`,
 			if err != nil {
 				return err
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -103,7 +101,7 @@ hold personal data. Exit 1 when no such job exists.`,
 		},
 	}
 	cmd.Flags().BoolVar(&payload, "payload", false, "also show the payload (may hold personal data)")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -161,7 +159,7 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 // oneLine keeps a multi-line error on one table row.
 func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ") }
 
-func newJobListCmd() *cobra.Command {
+func newJobListCmd(g *globals) *cobra.Command {
 	var (
 		p      skiplock.JobListParams
 		state  string
@@ -188,7 +186,7 @@ completed in the last 24 hours. --before ID continues a listing below that id.`,
 				return usageError("--limit: must be between 1 and %d, got %d", skiplock.MaxJobListLimit, p.Limit)
 			}
 			p.BeforeID = before
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -213,7 +211,7 @@ completed in the last 24 hours. --before ID continues a listing below that id.`,
 	fl.StringVar(&state, "state", "", "only this state: ready, scheduled, running, dead or completed")
 	fl.IntVar(&p.Limit, "limit", skiplock.DefaultJobListLimit, fmt.Sprintf("most jobs listed (1 to %d)", skiplock.MaxJobListLimit))
 	fl.Int64Var(&before, "before", 0, "only ids below this one (the next page)")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -231,7 +229,7 @@ func printJobs(w io.Writer, jobs []skiplock.JobRecord) error {
 	return tw.Flush()
 }
 
-func newJobActionCmd(action string) *cobra.Command {
+func (g *globals) newJobActionCmd(action string) *cobra.Command {
 	short := map[string]string{
 		"retry":  "Give a dead or completed job a new attempt (one new ready job)",
 		"cancel": "Cancel a ready or running job (a running handler's context is cancelled)",
@@ -257,7 +255,7 @@ cancelled instead; completed jobs leave the history only when their day's partit
 			if err != nil {
 				return err
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -280,7 +278,7 @@ cancelled instead; completed jobs leave the history only when their day's partit
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 

@@ -19,6 +19,7 @@ import (
 // error; list, retry, cancel and delete act by id; bad input is a usage
 // error naming the flag or argument; payloads only with --payload.
 func TestJobCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{PollInterval: 20 * time.Millisecond,
@@ -144,6 +145,7 @@ func TestJobCLI(t *testing.T) {
 // work's history flags reach the Config; a bad retention is a usage error
 // naming the flag.
 func TestWorkHistoryFlags(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, _, stderr := runCLI(t, "work", "--database-url", db.URL, "--exec", "true", "--completed-retention", "10m")
 	require.Equal(t, 2, code, stderr)
@@ -152,6 +154,7 @@ func TestWorkHistoryFlags(t *testing.T) {
 
 // So is a bad workflow retention.
 func TestWorkWorkflowRetentionFlag(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, _, stderr := runCLI(t, "work", "--database-url", db.URL, "--exec", "true", "--workflow-retention", "30m")
 	require.Equal(t, 2, code, stderr)

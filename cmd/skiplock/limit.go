@@ -10,9 +10,7 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-func init() { register(newLimitCmd) }
-
-func newLimitCmd() *cobra.Command {
+func newLimitCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limit set|list|remove",
 		Short: "Concurrency and rate limits obeyed by every worker process",
@@ -22,11 +20,11 @@ at once (--concurrency), or at most N started within any window of DUR (--rate N
 They are stored in the database and enforced by the claim itself, exactly; workers re-read
 them every 2 seconds.`,
 	}
-	cmd.AddCommand(newLimitSetCmd(), newLimitListCmd(), newLimitRemoveCmd())
+	cmd.AddCommand(newLimitSetCmd(g), newLimitListCmd(g), newLimitRemoveCmd(g))
 	return cmd
 }
 
-func newLimitSetCmd() *cobra.Command {
+func newLimitSetCmd(g *globals) *cobra.Command {
 	var l skiplock.Limit
 	cmd := &cobra.Command{
 		Use:   "set NAME (--queue Q | --kind K) [--partition tenant|entity|arg:FIELD] (--concurrency N | --rate N --per DUR)",
@@ -44,7 +42,7 @@ func newLimitSetCmd() *cobra.Command {
 			if err := l.Validate(); err != nil {
 				return limitUsage(err)
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -65,17 +63,17 @@ func newLimitSetCmd() *cobra.Command {
 	cmd.Flags().IntVar(&l.Concurrency, "concurrency", 0, "most running jobs at once (per partition value)")
 	cmd.Flags().IntVar(&l.Rate, "rate", 0, "most job starts within any window of --per (per partition value)")
 	cmd.Flags().DurationVar(&l.Per, "per", 0, "the rate limit's sliding window (1s to 24h)")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newLimitListCmd() *cobra.Command {
+func newLimitListCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the limits and their use now",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -116,17 +114,17 @@ func newLimitListCmd() *cobra.Command {
 			return w.Flush()
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newLimitRemoveCmd() *cobra.Command {
+func newLimitRemoveCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "remove NAME",
 		Short: "Remove a limit (the jobs it held back are claimed within 2 seconds)",
 		Args:  oneName("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -145,7 +143,7 @@ func newLimitRemoveCmd() *cobra.Command {
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 

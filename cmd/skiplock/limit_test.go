@@ -12,6 +12,7 @@ import (
 )
 
 func TestLimitCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, out, errOut := runCLI(t, "limit", "set", "email", "--database-url", db.URL, "--kind", "send-email", "--concurrency", "5")
 	require.Equal(t, 0, code, errOut)
@@ -63,6 +64,7 @@ func TestLimitCLI(t *testing.T) {
 }
 
 func TestQueueAgingCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, out, errOut := runCLI(t, "queue", "aging", "reports", "--database-url", db.URL, "--after", "10m", "--to", "100")
 	require.Equal(t, 0, code, errOut)
@@ -92,6 +94,7 @@ func TestQueueAgingCLI(t *testing.T) {
 }
 
 func TestQueueWeightCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	code, out, errOut := runCLI(t, "queue", "weight", "sync", "carrier-a", "5", "--database-url", db.URL)
 	require.Equal(t, 0, code, errOut)

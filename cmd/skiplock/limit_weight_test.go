@@ -19,6 +19,7 @@ import (
 // naming the flag or key and writes nothing; limit list shows ready jobs
 // heavier than a rate.
 func TestEnqueueLimitWeightCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	code, out, stderr := runCLI(t, "enqueue", "--database-url", db.URL, "--kind", "k", "--limit-weight", "5")

@@ -23,9 +23,14 @@ func main() {
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run executes the CLI and maps errors to exit codes.
+// run executes the CLI in this process and maps errors to exit codes.
 func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
-	root := newRootCmd()
+	return runIn(ctx, osProcess(), args, stdout, stderr)
+}
+
+// runIn is run with the environment and signals of p.
+func runIn(ctx context.Context, p process, args []string, stdout, stderr *os.File) int {
+	root, g := newCommandTree(p)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -41,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 		code, usage = 2, true
 	}
 	if err != nil {
-		printError(stderr, err)
+		g.printError(stderr, err)
 	}
 	if usage && cmd != nil {
 		fmt.Fprint(stderr, cmd.UsageString())
@@ -52,14 +57,14 @@ func run(ctx context.Context, args []string, stdout, stderr *os.File) int {
 // printError writes one error line with exactly one "skiplock:" prefix (the
 // library's errors carry their own), plus the fix when the error says the
 // schema was never migrated.
-func printError(w io.Writer, err error) {
+func (g *globals) printError(w io.Writer, err error) {
 	msg := strings.TrimSpace(err.Error())
 	for strings.HasPrefix(msg, "skiplock: ") {
 		msg = strings.TrimPrefix(msg, "skiplock: ")
 	}
 	msg = strings.ReplaceAll(msg, ": skiplock: ", ": ")
 	fmt.Fprintln(w, "skiplock:", msg)
-	if hint := migrateHint(err); hint != "" {
+	if hint := g.migrateHint(err); hint != "" {
 		fmt.Fprintln(w, "skiplock:", hint)
 	}
 }
@@ -71,7 +76,7 @@ var sqlstateRe = regexp.MustCompile(`\(SQLSTATE ([0-9A-Z]{5})\)`)
 // migrateHint recognises the errors PostgreSQL returns before skiplock's
 // schema exists (3F000 invalid_schema_name, 42P01 undefined_table, 42883
 // undefined_function, each naming our schema) and says how to fix them.
-func migrateHint(err error) string {
+func (g *globals) migrateHint(err error) string {
 	msg := err.Error()
 	if strings.Contains(msg, "migrate up") {
 		return "" // the error already says it

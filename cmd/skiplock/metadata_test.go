@@ -16,6 +16,7 @@ import (
 // enqueue --metadata and the NDJSON "metadata" key store the object; bad
 // metadata is a usage error naming the field, and writes nothing.
 func TestEnqueueMetadataCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	code, out, stderr := runCLI(t, "enqueue", "--database-url", db.URL, "--kind", "k",

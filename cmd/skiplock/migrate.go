@@ -14,9 +14,7 @@ import (
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
-func init() { register(newMigrateCmd) }
-
-func newMigrateCmd() *cobra.Command {
+func newMigrateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "migrate", Short: "Apply, revert, inspect or export skiplock's schema migrations"}
 	var target int
 	up := &cobra.Command{
@@ -24,7 +22,7 @@ func newMigrateCmd() *cobra.Command {
 		Short: "Apply pending migrations (a no-op when current; concurrent runs serialize)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
@@ -51,7 +49,7 @@ func newMigrateCmd() *cobra.Command {
 		},
 	}
 	up.Flags().IntVar(&target, "to", 0, "stop at this version (default latest)")
-	addJSON(up)
+	g.addJSON(up)
 
 	var downTo int
 	var yes bool
@@ -63,7 +61,7 @@ func newMigrateCmd() *cobra.Command {
 			if downTo == 0 && !yes {
 				return usageError("migrate down --to 0 drops every job; add --yes to confirm")
 			}
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
@@ -88,7 +86,7 @@ func newMigrateCmd() *cobra.Command {
 	}
 	down.Flags().IntVar(&downTo, "to", 0, "target version")
 	down.Flags().BoolVar(&yes, "yes", false, "confirm a destructive revert")
-	addJSON(down)
+	g.addJSON(down)
 
 	var check bool
 	status := &cobra.Command{
@@ -96,7 +94,7 @@ func newMigrateCmd() *cobra.Command {
 		Short: "List migrations and whether each is applied (--check exits 3 when any is pending)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
@@ -138,7 +136,7 @@ func newMigrateCmd() *cobra.Command {
 		},
 	}
 	status.Flags().BoolVar(&check, "check", false, "exit 3 if any migration is pending")
-	addJSON(status)
+	g.addJSON(status)
 
 	var downSQL bool
 	var from, to int
@@ -166,7 +164,7 @@ func newMigrateCmd() *cobra.Command {
 // warnNotMigrated logs once that the schema lacks migrations, for the
 // long-running commands: they keep retrying (a deploy may migrate while
 // workers start), and their retries would only say "relation does not exist".
-func warnNotMigrated(ctx context.Context, db migrations.Executor, log *slog.Logger) {
+func (g *globals) warnNotMigrated(ctx context.Context, db migrations.Executor, log *slog.Logger) {
 	st, err := migrations.StatusOf(ctx, db, g.schema)
 	if err != nil {
 		return // the command's own errors say what is wrong with the connection

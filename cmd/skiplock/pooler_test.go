@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 // failed here intermittently with 42P05), a COPY bulk load and the
 // read-side commands.
 func TestCLIThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	url := b.URL(t, db.URL)
@@ -64,6 +64,7 @@ func TestCLIThroughPgBouncer(t *testing.T) {
 // once at warn level that it polls and which flag fixes it, and drains
 // every job; its scheduler fires a schedule added through the pooler too.
 func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	url := b.URL(t, db.URL)
@@ -75,15 +76,8 @@ func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 
 	kinds := filepath.Join(t.TempDir(), "kinds")
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"work", "--database-url", url, "--exec", `echo "$SKIPLOCK_JOB_KIND" >> ` + kinds,
-			"--poll-interval", "100ms", "--concurrency", "4"}, outF, errF)
-	}()
+	bg := startCLI(ctx, t, "work", "--database-url", url, "--exec", `echo "$SKIPLOCK_JOB_KIND" >> `+kinds,
+		"--poll-interval", "100ms", "--concurrency", "4")
 	ticked := func() bool {
 		data, _ := os.ReadFile(kinds)
 		return strings.Contains(string(data), "tick")
@@ -101,14 +95,14 @@ func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
 	}
 	require.Equal(t, n, ran, "every job ran once")
 
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	bg.terminate(t)
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		require.Equal(t, 0, code)
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not exit after SIGTERM")
 	}
-	logs, _ := os.ReadFile(errF.Name())
+	logs, _ := os.ReadFile(bg.stderr)
 	require.Equal(t, 1, strings.Count(string(logs), "POLLING ONLY"), "said once: %s", logs)
 	require.Contains(t, string(logs), "level=WARN")
 	require.Contains(t, string(logs), "--listen-url")
@@ -117,21 +111,15 @@ func TestWorkThroughPgBouncerPollOnly(t *testing.T) {
 
 // The dashboard's pages read through a transaction-mode PgBouncer.
 func TestServeThroughPgBouncer(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		`SELECT skiplock.enqueue(queue => 'default', kind => 'k', payload => '{}'::jsonb)`).Scan(&id))
 	addr := freeAddr(t)
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--database-url", b.URL(t, db.URL), "--http-addr", addr}, outF, errF)
-	}()
+	bg := startCLI(ctx, t, "serve", "--database-url", b.URL(t, db.URL), "--http-addr", addr)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		if err != nil {
@@ -153,7 +141,7 @@ func TestServeThroughPgBouncer(t *testing.T) {
 	}
 	cancel()
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		require.Equal(t, 0, code)
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
@@ -163,6 +151,7 @@ func TestServeThroughPgBouncer(t *testing.T) {
 // skiplock dev's client logs errors only, but never hides that its
 // workers poll behind a pooler.
 func TestDevClientLogShowsPolling(t *testing.T) {
+	t.Parallel()
 	var buf bytes.Buffer
 	log := slog.New(devClientLog{slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn})}).With("pool", "p")
 	log.Warn("job failed; retrying")
@@ -179,20 +168,14 @@ func TestDevClientLogShowsPolling(t *testing.T) {
 // skiplock work behind the pooler with --listen-url: LISTEN runs on the
 // direct URL, so with a one-hour poll interval jobs still arrive.
 func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	b := pgbouncertest.Start(t)
 	ctx := context.Background()
 	addr := freeAddr(t)
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	t.Setenv("SKIPLOCK_LISTEN_URL", db.URL) // the env form of --listen-url
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"work", "--database-url", b.URL(t, db.URL), "--exec", "cat >/dev/null",
-			"--poll-interval", "1h", "--metrics-addr", addr}, outF, errF)
-	}()
+	bg := startCLIEnv(ctx, t, map[string]string{"SKIPLOCK_LISTEN_URL": db.URL}, // the env form of --listen-url
+		"work", "--database-url", b.URL(t, db.URL), "--exec", "cat >/dev/null",
+		"--poll-interval", "1h", "--metrics-addr", addr)
 	scrape := func() string {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
@@ -211,14 +194,14 @@ func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
 	require.Eventually(t, func() bool { return opsCount(t, db, `SELECT count(*) FROM skiplock.jobs`) == 0 },
 		30*time.Second, 20*time.Millisecond, "jobs announced by NOTIFY were not picked up (poll interval 1h)")
 
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	bg.terminate(t)
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		require.Equal(t, 0, code)
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not exit after SIGTERM")
 	}
-	logs, _ := os.ReadFile(errF.Name())
+	logs, _ := os.ReadFile(bg.stderr)
 	require.NotContains(t, string(logs), "POLLING ONLY", "%s", logs)
 	require.NotContains(t, string(logs), "SQLSTATE", "%s", logs)
 }
@@ -228,6 +211,7 @@ func TestWorkThroughPgBouncerWithListenURL(t *testing.T) {
 // so with a one-hour poll interval both databases' jobs still arrive.
 // Counts that do not match are a usage error naming --listen-url.
 func TestWorkManyDatabasesThroughPgBouncerWithListenURLs(t *testing.T) {
+	t.Parallel()
 	dbs := []*dbtest.DB{dbtest.New(t), dbtest.New(t)}
 	b := pgbouncertest.Start(t)
 	ctx := context.Background()
@@ -249,14 +233,12 @@ func TestWorkManyDatabasesThroughPgBouncerWithListenURLs(t *testing.T) {
 		require.Equal(t, 2, code, stderr)
 		require.Contains(t, stderr, c.want)
 	}
-	t.Setenv("SKIPLOCK_LISTEN_URL", dbs[0].URL)
-	code, _, stderr := runCLI(t, "work", "--exec", "true", "--database-url", pooled[0], "--database-url", pooled[1])
+	code, _, stderr := runCLIEnv(t, map[string]string{"SKIPLOCK_LISTEN_URL": dbs[0].URL}, "work", "--exec", "true", "--database-url", pooled[0], "--database-url", pooled[1])
 	require.Equal(t, 2, code, stderr)
 	require.Contains(t, stderr, "SKIPLOCK_LISTEN_URL: not with several --database-url")
-	t.Setenv("SKIPLOCK_LISTEN_URL", "")
 
 	addr := freeAddr(t)
-	done, errFile := startCLI(ctx, t, "work", "--exec", "cat >/dev/null", "--poll-interval", "1h", "--metrics-addr", addr,
+	bg := startCLI(ctx, t, "work", "--exec", "cat >/dev/null", "--poll-interval", "1h", "--metrics-addr", addr,
 		"--database-url", pooled[0], "--database-url", pooled[1],
 		"--listen-url", dbs[0].URL, "--listen-url", dbs[1].URL)
 	listenersUp := regexp.MustCompile(`(?m)^skiplock_process_listener_up\{database="[^"]+"\} 1$`)
@@ -280,13 +262,13 @@ func TestWorkManyDatabasesThroughPgBouncerWithListenURLs(t *testing.T) {
 			30*time.Second, 20*time.Millisecond, "jobs announced by NOTIFY were not picked up (poll interval 1h)")
 		require.EqualValues(t, 3, opsCount(t, db, `SELECT count(*) FROM skiplock.jobs_done`))
 	}
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	bg.terminate(t)
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		require.Equal(t, 0, code)
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not exit after SIGTERM")
 	}
-	logs, _ := os.ReadFile(errFile)
+	logs, _ := os.ReadFile(bg.stderr)
 	require.NotContains(t, string(logs), "POLLING ONLY", "%s", logs)
 }

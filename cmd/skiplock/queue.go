@@ -14,18 +14,16 @@ import (
 	"github.com/skiplock/skiplock/internal/health"
 )
 
-func init() { register(newQueueCmd) }
-
-func newQueueCmd() *cobra.Command {
+func newQueueCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "queue pause|resume|aging|weight|weights Q",
 		Short: "Pause or resume a queue in every worker process, set its priority aging or its tenants' fair-share weights",
 	}
-	cmd.AddCommand(newQueuePauseCmd(true), newQueuePauseCmd(false), newQueueAgingCmd(), newQueueWeightCmd(), newQueueWeightsCmd())
+	cmd.AddCommand(g.newQueuePauseCmd(true), g.newQueuePauseCmd(false), newQueueAgingCmd(g), newQueueWeightCmd(g), newQueueWeightsCmd(g))
 	return cmd
 }
 
-func newQueueAgingCmd() *cobra.Command {
+func newQueueAgingCmd(g *globals) *cobra.Command {
 	var after time.Duration
 	var to int
 	var off bool
@@ -49,7 +47,7 @@ applies it every 10 seconds, at most 1,000 jobs per queue per pass, the longest-
 			case off:
 				after, to = 0, 0
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -79,11 +77,11 @@ applies it every 10 seconds, at most 1,000 jobs per queue per pass, the longest-
 	cmd.Flags().DurationVar(&after, "after", 0, "promote jobs due for longer than this (at least 1s)")
 	cmd.Flags().IntVar(&to, "to", 0, fmt.Sprintf("the priority they are promoted to (%d..%d)", skiplock.MinPriority, skiplock.MaxPriority))
 	cmd.Flags().BoolVar(&off, "off", false, "turn aging off")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newQueueWeightCmd() *cobra.Command {
+func newQueueWeightCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "weight QUEUE TENANT WEIGHT",
 		Short: "Give a tenant a fair-share weight in a queue (1, the default, removes it)",
@@ -101,7 +99,7 @@ next claim.`,
 			if err != nil {
 				return usageError("WEIGHT: not a whole number: %q", args[2])
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -120,11 +118,11 @@ next claim.`,
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newQueueWeightsCmd() *cobra.Command {
+func newQueueWeightsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "weights [QUEUE]",
 		Short: "List the tenants' fair-share weights (of one queue, or of all)",
@@ -136,7 +134,7 @@ func newQueueWeightsCmd() *cobra.Command {
 			if len(args) == 1 {
 				queue = args[0]
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -158,11 +156,11 @@ func newQueueWeightsCmd() *cobra.Command {
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newQueuePauseCmd(pause bool) *cobra.Command {
+func (g *globals) newQueuePauseCmd(pause bool) *cobra.Command {
 	use, short := "resume QUEUE", "Let every process claim from the queue again"
 	if pause {
 		use, short = "pause QUEUE", "Stop every process from claiming from the queue (running jobs finish)"
@@ -178,7 +176,7 @@ paused before its first job, but warns on stderr in case the name is a typo.`,
 		Args: oneName("QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			queue := args[0]
-			v, err := validatingClient(cmd.Context())
+			v, err := g.validatingClient(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -187,13 +185,13 @@ paused before its first job, but warns on stderr in case the name is a typo.`,
 			if err != nil {
 				return queueUsage(err)
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
 			defer closePool()
 			if pause {
-				if err := warnUnseen(cmd, c.Pool(), queue); err != nil {
+				if err := g.warnUnseen(cmd, c.Pool(), queue); err != nil {
 					return err
 				}
 				err = c.PauseQueue(cmd.Context(), queue)
@@ -214,14 +212,14 @@ paused before its first job, but warns on stderr in case the name is a typo.`,
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
 // warnUnseen warns on stderr when nothing has ever named queue. It warns
 // rather than refuses: pausing a queue before the deploy that first feeds
 // it is legitimate, and a refusal would need a --force flag for that case.
-func warnUnseen(cmd *cobra.Command, db health.DBTX, queue string) error {
+func (g *globals) warnUnseen(cmd *cobra.Command, db health.DBTX, queue string) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), opsStatementTimeout)
 	defer cancel()
 	seen, err := health.QueueSeen(ctx, db, g.schema, queue)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -18,11 +17,11 @@ func replicaURLFlag(cmd *cobra.Command, v *string) {
 }
 
 // replicaURL resolves --replica-url, then $SKIPLOCK_REPLICA_URL.
-func replicaURL(flag string) string {
+func (g *globals) replicaURL(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	return os.Getenv("SKIPLOCK_REPLICA_URL")
+	return g.getenv("SKIPLOCK_REPLICA_URL")
 }
 
 // connectReplica opens a pool on the replica URL, or returns nil when none
@@ -30,8 +29,8 @@ func replicaURL(flag string) string {
 // so a write sent there by mistake fails instead of landing on whatever
 // primary the URL reaches. A multi-host URL with
 // target_session_attrs=prefer-standby keeps reading after a failover.
-func connectReplica(ctx context.Context, flag string, maxConns int32) (*pgxpool.Pool, error) {
-	u := replicaURL(flag)
+func (g *globals) connectReplica(ctx context.Context, flag string, maxConns int32) (*pgxpool.Pool, error) {
+	u := g.replicaURL(flag)
 	if u == "" {
 		return nil, nil
 	}
@@ -45,7 +44,7 @@ func connectReplica(ctx context.Context, flag string, maxConns int32) (*pgxpool.
 
 // readReplicaStatus reads how stale the replica is, with the operations
 // commands' statement timeout; nil when there is no replica.
-func readReplicaStatus(ctx context.Context, replica *pgxpool.Pool) (*health.ReplicaStatus, error) {
+func (g *globals) readReplicaStatus(ctx context.Context, replica *pgxpool.Pool) (*health.ReplicaStatus, error) {
 	if replica == nil {
 		return nil, nil
 	}

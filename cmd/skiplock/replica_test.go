@@ -32,6 +32,7 @@ var replicaSettings = map[string]string{"shared_buffers": "16MB", "fsync": "off"
 // primary's: every read comes from the replica, with its lag shown; the
 // vacuum state and every action stay on the primary.
 func TestReplicaURL(t *testing.T) {
+	t.Parallel()
 	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
 		t.Skip(err)
 	}

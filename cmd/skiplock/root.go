@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
-// globals are the flags every command shares.
+// globals are one invocation's flags that every command shares, and its
+// environment. newRootCmd builds a fresh one for each command tree, so two
+// trees (two tests in parallel) share nothing.
 type globals struct {
 	// databaseURLs are the --database-url values in order: `work` serves
 	// every one, `stats`, `top` and `serve` add them up and `doctor` checks
@@ -27,22 +30,72 @@ type globals struct {
 	jsonOut      bool
 	logLevel     string
 	logFormat    string
+	process
 }
 
-var g globals
+// process is what an invocation takes from the process it runs in: the
+// environment and the termination signals. main passes the real ones
+// (osProcess); a test gives each in-process invocation its own, so that
+// invocations can run in parallel and a signal reaches only the one it is
+// meant for.
+type process struct {
+	// getenv reads the environment ($DATABASE_URL, SKIPLOCK_*).
+	getenv func(string) string
+	// notify relays the signals sig to c until stopNotify(c), as
+	// signal.Notify and signal.Stop do.
+	notify     func(c chan<- os.Signal, sig ...os.Signal)
+	stopNotify func(c chan<- os.Signal)
+}
+
+// osProcess is the process's own environment and signals.
+func osProcess() process {
+	return process{getenv: os.Getenv, notify: signal.Notify, stopNotify: signal.Stop}
+}
+
+// notifyContext is signal.NotifyContext through the invocation's signals:
+// the context ends at the first of sig, or when stop is called.
+func (p process) notifyContext(parent context.Context, sig ...os.Signal) (ctx context.Context, stop context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	c := make(chan os.Signal, 1)
+	p.notify(c, sig...)
+	go func() {
+		select {
+		case <-c:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		cancel()
+		p.stopNotify(c)
+	}
+}
 
 // manyDatabases are the commands that take --database-url more than once.
 var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": true, "skiplock doctor": true,
 	"skiplock serve": true, "skiplock top": true}
 
-// commands registers subcommand constructors; each command file adds itself
-// in init so commands can be written independently.
-var commands []func() *cobra.Command
+// subcommands are the constructors of the top-level commands, in the order
+// `skiplock --help` lists them (cobra sorts them by name).
+var subcommands = []func(*globals) *cobra.Command{
+	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newJobCmd, newLimitCmd,
+	newMigrateCmd, newQueueCmd, newScheduleCmd, newServeCmd, newStatsCmd, newTenantCmd, newTopCmd, newSignalCmd,
+	newWorkCmd, newWorkflowCmd,
+}
 
-func register(f func() *cobra.Command) { commands = append(commands, f) }
-
+// newRootCmd returns the whole command tree with every command, flag and
+// default as `skiplock` has them. It has no side effects: nothing runs until
+// the tree is executed, and each call returns a tree that shares no state
+// with another (docs/reference/cli.md can be generated from one).
 func newRootCmd() *cobra.Command {
-	g = globals{}
+	root, _ := newCommandTree(osProcess())
+	return root
+}
+
+// newCommandTree builds the command tree for one invocation in process p,
+// and returns with it the options its flags fill in.
+func newCommandTree(p process) (*cobra.Command, *globals) {
+	g := &globals{process: p}
 	root := &cobra.Command{
 		Use:           "skiplock",
 		Short:         "A PostgreSQL job queue: CLI, polyglot worker, dashboard and benchmark",
@@ -69,15 +122,15 @@ func newRootCmd() *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringArrayVar(&g.databaseURLs, "database-url", nil, "PostgreSQL URL (default $DATABASE_URL, else the libpq PG* variables); "+
 		"work, stats, doctor, serve and top take it repeated, one per database")
-	pf.StringVar(&g.schema, "schema", envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
-	pf.StringVar(&g.logLevel, "log-level", envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
-	pf.StringVar(&g.logFormat, "log-format", envOr("SKIPLOCK_LOG_FORMAT", "text"), "log format on stderr: text or json (one object per line)")
+	pf.StringVar(&g.schema, "schema", g.envOr("SKIPLOCK_SCHEMA", "skiplock"), "schema holding skiplock's tables")
+	pf.StringVar(&g.logLevel, "log-level", g.envOr("SKIPLOCK_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	pf.StringVar(&g.logFormat, "log-format", g.envOr("SKIPLOCK_LOG_FORMAT", "text"), "log format on stderr: text or json (one object per line)")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return syntaxError(err) })
-	for _, f := range commands {
-		root.AddCommand(f())
+	for _, f := range subcommands {
+		root.AddCommand(f(g))
 	}
 	strictGroups(root)
-	return root
+	return root, g
 }
 
 // strictGroups makes every command that only groups subcommands (queue,
@@ -98,15 +151,16 @@ func strictGroups(cmd *cobra.Command) {
 	}
 }
 
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
+// envOr is the environment variable k, or def when it is unset or empty.
+func (g *globals) envOr(k, def string) string {
+	if v := g.getenv(k); v != "" {
 		return v
 	}
 	return def
 }
 
 // addJSON adds the --json flag to a command that reports something.
-func addJSON(cmd *cobra.Command) {
+func (g *globals) addJSON(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&g.jsonOut, "json", false, "print machine-readable JSON")
 }
 
@@ -156,16 +210,16 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 // logger is the process's slog logger on w, at --log-level, in --log-format.
-func logger(w io.Writer) *slog.Logger {
+func (g *globals) logger(w io.Writer) *slog.Logger {
 	lvl, err := parseLevel(g.logLevel)
 	if err != nil {
 		lvl = slog.LevelInfo // unreachable after PersistentPreRunE
 	}
-	return loggerAt(w, lvl)
+	return g.loggerAt(w, lvl)
 }
 
 // loggerAt is a logger in --log-format at a fixed level.
-func loggerAt(w io.Writer, lvl slog.Level) *slog.Logger {
+func (g *globals) loggerAt(w io.Writer, lvl slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: lvl}
 	if g.logFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
@@ -175,11 +229,11 @@ func loggerAt(w io.Writer, lvl slog.Level) *slog.Logger {
 
 // databaseURL resolves the connection: --database-url, $DATABASE_URL, or
 // "" (pgx then reads the libpq PG* variables).
-func databaseURL() string {
+func (g *globals) databaseURL() string {
 	if n := len(g.databaseURLs); n > 0 && g.databaseURLs[n-1] != "" {
 		return g.databaseURLs[n-1] // the only one: more are refused where not served
 	}
-	return os.Getenv("DATABASE_URL")
+	return g.getenv("DATABASE_URL")
 }
 
 // listenURLFlag adds --listen-url to a command that runs workers.
@@ -188,19 +242,19 @@ func listenURLFlag(cmd *cobra.Command, v *string) {
 }
 
 // listenURL resolves --listen-url, then $SKIPLOCK_LISTEN_URL.
-func listenURL(flag string) string {
+func (g *globals) listenURL(flag string) string {
 	if flag != "" {
 		return flag
 	}
-	return os.Getenv("SKIPLOCK_LISTEN_URL")
+	return g.getenv("SKIPLOCK_LISTEN_URL")
 }
 
 // connect opens a pool sized for CLI use, with a connect timeout, and checks
 // the server answers. Errors never include the URL (it may hold a password).
 // The statement mode suits a transaction-mode pooler when the URL leads to
 // one (see skiplock.ParsePoolConfig).
-func connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	return connectTo(ctx, databaseURL(), "--database-url", maxConns, nil)
+func (g *globals) connect(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	return connectTo(ctx, g.databaseURL(), "--database-url", maxConns, nil)
 }
 
 // connectTo is connect for the URL given with flag; tune, when set, edits

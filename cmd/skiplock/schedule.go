@@ -15,16 +15,14 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-func init() { register(newScheduleCmd) }
-
-func newScheduleCmd() *cobra.Command {
+func newScheduleCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schedule add|list|remove",
 		Short: "Manage recurring jobs (cron or fixed-interval schedules)",
 		Long: `Recurring jobs are stored in the database; every worker process (skiplock work, or a started
 Go client) runs the scheduler, and each fire time is enqueued exactly once however many run it.`,
 	}
-	cmd.AddCommand(newScheduleAddCmd(), newScheduleListCmd(), newScheduleRemoveCmd())
+	cmd.AddCommand(newScheduleAddCmd(g), newScheduleListCmd(g), newScheduleRemoveCmd(g))
 	return cmd
 }
 
@@ -49,7 +47,7 @@ var scheduleFlags = map[string]string{
 
 // validatingClient is a Client whose pool never connects: it validates input
 // before anything touches the database, so bad input exits 2 even without one.
-func validatingClient(ctx context.Context) (*skiplock.Client, error) {
+func (g *globals) validatingClient(ctx context.Context) (*skiplock.Client, error) {
 	pool, err := pgxpool.New(ctx, "") // lazy: no connection is opened
 	if err != nil {
 		return nil, err
@@ -58,12 +56,12 @@ func validatingClient(ctx context.Context) (*skiplock.Client, error) {
 }
 
 // clientForCLI opens a small pool and a never-started Client over it.
-func clientForCLI(cmd *cobra.Command) (*skiplock.Client, func(), error) {
-	pool, err := connect(cmd.Context(), 2)
+func (g *globals) clientForCLI(cmd *cobra.Command) (*skiplock.Client, func(), error) {
+	pool, err := g.connect(cmd.Context(), 2)
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: logger(cmd.ErrOrStderr())})
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr())})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -71,7 +69,7 @@ func clientForCLI(cmd *cobra.Command) (*skiplock.Client, func(), error) {
 	return c, pool.Close, nil
 }
 
-func newScheduleAddCmd() *cobra.Command {
+func newScheduleAddCmd(g *globals) *cobra.Command {
 	var (
 		s       skiplock.Schedule
 		payload string
@@ -117,7 +115,7 @@ to the Unix epoch.`,
 				s.Payload = json.RawMessage(payload)
 			}
 			// Validate before connecting, naming the flag.
-			v, err := validatingClient(cmd.Context())
+			v, err := g.validatingClient(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -126,7 +124,7 @@ to the Unix epoch.`,
 			if err != nil {
 				return scheduleUsage(err)
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -158,7 +156,7 @@ to the Unix epoch.`,
 	f.StringVar(&payload, "payload", "{}", "payload of every enqueued job: a JSON object")
 	f.IntVar(&s.Priority, "priority", 0, fmt.Sprintf("priority, %d..%d (larger runs earlier)", skiplock.MinPriority, skiplock.MaxPriority))
 	f.IntVar(&s.MaxAttempts, "max-attempts", 0, fmt.Sprintf("attempts before the dead-letter table (default %d)", skiplock.DefaultMaxAttempts))
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -225,13 +223,13 @@ func scheduleJSON(s skiplock.ScheduleInfo) scheduleOut {
 	return o
 }
 
-func newScheduleListCmd() *cobra.Command {
+func newScheduleListCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List schedules with their next and last fire times (UTC)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -262,7 +260,7 @@ func newScheduleListCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -273,13 +271,13 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-func newScheduleRemoveCmd() *cobra.Command {
+func newScheduleRemoveCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "remove NAME",
 		Short: "Remove a schedule (jobs it already enqueued stay)",
 		Args:  oneName("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -297,6 +295,6 @@ func newScheduleRemoveCmd() *cobra.Command {
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }

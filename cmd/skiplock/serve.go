@@ -20,8 +20,6 @@ import (
 	"github.com/skiplock/skiplock/metrics"
 )
 
-func init() { register(newServeCmd) }
-
 type serveFlags struct {
 	httpAddr       string
 	readOnly       bool
@@ -32,7 +30,7 @@ type serveFlags struct {
 	replicaURL     string
 }
 
-func newServeCmd() *cobra.Command {
+func newServeCmd(g *globals) *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -67,7 +65,7 @@ other page and every action is one database's, under /db/{label}/
 each database's series with database; /readyz needs every database ready.
 Not with --replica-url.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return g.runServe(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address to listen on")
@@ -81,15 +79,15 @@ Not with --replica-url.`,
 }
 
 // dashboardOptions reads the authentication from the environment.
-func dashboardOptions(readOnly, showPayloads bool, prefix string, log *slog.Logger) dashboard.Options {
+func (g *globals) dashboardOptions(readOnly, showPayloads bool, prefix string, log *slog.Logger) dashboard.Options {
 	return dashboard.Options{
 		Schema:       g.schema,
 		Prefix:       prefix,
 		ReadOnly:     readOnly,
 		ShowPayloads: showPayloads,
-		User:         os.Getenv("SKIPLOCK_DASHBOARD_USER"),
-		Password:     os.Getenv("SKIPLOCK_DASHBOARD_PASSWORD"),
-		Token:        os.Getenv("SKIPLOCK_DASHBOARD_TOKEN"),
+		User:         g.getenv("SKIPLOCK_DASHBOARD_USER"),
+		Password:     g.getenv("SKIPLOCK_DASHBOARD_PASSWORD"),
+		Token:        g.getenv("SKIPLOCK_DASHBOARD_TOKEN"),
 		Logger:       log,
 	}
 }
@@ -119,14 +117,14 @@ func checkDashboardSecurity(addr string, o dashboard.Options, insecureNoAuth boo
 	return nil
 }
 
-func runServe(cmd *cobra.Command, f serveFlags) error {
+func (g *globals) runServe(cmd *cobra.Command, f serveFlags) error {
 	if f.readOnly && f.showPayloads {
 		return usageError("--show-payloads: not allowed with --read-only (a read-only dashboard never reveals payloads)")
 	}
 	ctx := cmd.Context()
 	stderr := cmd.ErrOrStderr()
-	log := logger(stderr)
-	opts := dashboardOptions(f.readOnly, f.showPayloads, f.prefix, log)
+	log := g.logger(stderr)
+	opts := g.dashboardOptions(f.readOnly, f.showPayloads, f.prefix, log)
 	if err := checkDashboardSecurity(f.httpAddr, opts, f.insecureNoAuth); err != nil {
 		return err
 	}
@@ -136,7 +134,7 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 	}
 	if len(g.databaseURLs) > 1 {
-		if replicaURL(f.replicaURL) != "" {
+		if g.replicaURL(f.replicaURL) != "" {
 			return usageError("--replica-url: not with several --database-url")
 		}
 		conns, closeAll, err := connectDatabases(ctx, g.databaseURLs, 10)
@@ -154,12 +152,12 @@ func runServe(cmd *cobra.Command, f serveFlags) error {
 		}
 		return serveUntilDone(ctx, stderr, url, stop, failed)
 	}
-	pool, err := connect(ctx, 10)
+	pool, err := g.connect(ctx, 10)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	replica, err := connectReplica(ctx, f.replicaURL, 10)
+	replica, err := g.connectReplica(ctx, f.replicaURL, 10)
 	if err != nil {
 		return err
 	}

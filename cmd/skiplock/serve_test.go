@@ -29,11 +29,10 @@ func freeAddr(t *testing.T) string {
 }
 
 func TestServeUsageErrors(t *testing.T) {
+	t.Parallel()
 	// Each is refused at startup, before any connection (the database URL
 	// leads nowhere), with exit 2 and a message naming what to change.
-	for _, env := range []string{"SKIPLOCK_DASHBOARD_USER", "SKIPLOCK_DASHBOARD_PASSWORD", "SKIPLOCK_DASHBOARD_TOKEN"} {
-		t.Setenv(env, "")
-	}
+	env := map[string]string{"SKIPLOCK_DASHBOARD_USER": "", "SKIPLOCK_DASHBOARD_PASSWORD": "", "SKIPLOCK_DASHBOARD_TOKEN": ""}
 	nowhere := []string{"--database-url", "postgres://127.0.0.1:1/x"}
 	for _, tc := range []struct {
 		args []string
@@ -49,19 +48,20 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"--allowed-host", "queue.example.com:443"}, []string{"--allowed-host", "queue.example.com:443", "no scheme, port"}},
 		{[]string{"--allowed-host", "https://queue.example.com"}, []string{"--allowed-host"}},
 	} {
-		code, _, stderr := runCLI(t, append(append([]string{"serve"}, tc.args...), nowhere...)...)
+		code, _, stderr := runCLIEnv(t, env, append(append([]string{"serve"}, tc.args...), nowhere...)...)
 		assert.Equal(t, 2, code, "%v: %s", tc.args, stderr)
 		for _, w := range tc.want {
 			assert.Contains(t, stderr, w, tc.args)
 		}
 	}
-	t.Setenv("SKIPLOCK_DASHBOARD_USER", "admin")
-	code, _, stderr := runCLI(t, append([]string{"serve"}, nowhere...)...)
+	env["SKIPLOCK_DASHBOARD_USER"] = "admin"
+	code, _, stderr := runCLIEnv(t, env, append([]string{"serve"}, nowhere...)...)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "SKIPLOCK_DASHBOARD_PASSWORD")
 }
 
 func TestDashboardSecurityRules(t *testing.T) {
+	t.Parallel()
 	open := dashboard.Options{}
 	withUser := dashboard.Options{User: "u", Password: "p"}
 	withToken := dashboard.Options{Token: "t"}
@@ -82,6 +82,7 @@ func TestDashboardSecurityRules(t *testing.T) {
 }
 
 func TestAllowedHosts(t *testing.T) {
+	t.Parallel()
 	assert.ElementsMatch(t, []string{"localhost", "127.0.0.1", "::1", "127.0.0.1"}, allowedHosts("127.0.0.1:8080", nil))
 	assert.ElementsMatch(t, []string{"localhost", "127.0.0.1", "::1", "localhost", "q.example"},
 		allowedHosts("localhost:8080", []string{"q.example"}))
@@ -104,7 +105,9 @@ func TestAllowedHosts(t *testing.T) {
 // body, response and idle times, so an idle or slow client cannot hold a
 // connection forever.
 func TestHTTPServersHaveTimeouts(t *testing.T) {
-	srv := newHTTPServer(http.NotFoundHandler(), logger(io.Discard))
+	t.Parallel()
+	g := testGlobals()
+	srv := newHTTPServer(http.NotFoundHandler(), g.logger(io.Discard))
 	for name, d := range map[string]time.Duration{"ReadHeaderTimeout": srv.ReadHeaderTimeout,
 		"ReadTimeout": srv.ReadTimeout, "WriteTimeout": srv.WriteTimeout, "IdleTimeout": srv.IdleTimeout} {
 		assert.Positive(t, d, name)
@@ -112,7 +115,7 @@ func TestHTTPServersHaveTimeouts(t *testing.T) {
 	db := dbtest.New(t)
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
 	require.NoError(t, err)
-	m := workerMetricsServer(db.Pool, c, logger(io.Discard))
+	m := g.workerMetricsServer(db.Pool, c, g.logger(io.Discard))
 	assert.Equal(t, [4]time.Duration{srv.ReadHeaderTimeout, srv.ReadTimeout, srv.WriteTimeout, srv.IdleTimeout},
 		[4]time.Duration{m.ReadHeaderTimeout, m.ReadTimeout, m.WriteTimeout, m.IdleTimeout})
 	// And it serves what it did before.
@@ -122,17 +125,12 @@ func TestHTTPServersHaveTimeouts(t *testing.T) {
 }
 
 func TestServeAuthMetricsAndShutdown(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
-	t.Setenv("SKIPLOCK_DASHBOARD_USER", "admin")
-	t.Setenv("SKIPLOCK_DASHBOARD_PASSWORD", "pw")
 	addr := freeAddr(t)
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "--database-url", db.URL, "--http-addr", addr}, outF, errF) }()
+	bg := startCLIEnv(ctx, t, map[string]string{"SKIPLOCK_DASHBOARD_USER": "admin", "SKIPLOCK_DASHBOARD_PASSWORD": "pw"},
+		"serve", "--database-url", db.URL, "--http-addr", addr)
 
 	get := func(path string, auth bool) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
@@ -164,12 +162,12 @@ func TestServeAuthMetricsAndShutdown(t *testing.T) {
 
 	cancel()
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		assert.Equal(t, 0, code)
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not shut down")
 	}
-	errb, _ := os.ReadFile(errF.Name())
+	errb, _ := os.ReadFile(bg.stderr)
 	assert.Contains(t, string(errb), "dashboard on http://"+addr+"/")
 	assert.Contains(t, string(errb), "shutting down")
 }
@@ -178,11 +176,12 @@ func TestServeAuthMetricsAndShutdown(t *testing.T) {
 // itself, and only to an authenticated user: on a configured database, or
 // without credentials, they stay hidden, as with serve.
 func TestDevDashboardRevealsOnlyThrowawayPayloads(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
 		`SELECT skiplock.enqueue(queue => 'default', kind => 'k', payload => '{"email":"PII-dev-7"}'::jsonb)`).Scan(&id))
-	log := logger(io.Discard)
+	log := testGlobals().logger(io.Discard)
 	for _, tc := range []struct {
 		throwaway, auth bool
 		want            int
@@ -192,10 +191,11 @@ func TestDevDashboardRevealsOnlyThrowawayPayloads(t *testing.T) {
 		if tc.auth {
 			pw = "pw"
 		}
-		t.Setenv("SKIPLOCK_DASHBOARD_USER", map[bool]string{true: "dev"}[tc.auth])
-		t.Setenv("SKIPLOCK_DASHBOARD_PASSWORD", pw)
+		g := testGlobals()
+		g.process = newTestProcess(map[string]string{"SKIPLOCK_DASHBOARD_USER": map[bool]string{true: "dev"}[tc.auth],
+			"SKIPLOCK_DASHBOARD_PASSWORD": pw, "SKIPLOCK_DASHBOARD_TOKEN": ""}).process()
 		addr := freeAddr(t)
-		stop, err := startDevDashboard(db.Pool, addr, tc.throwaway, log)
+		stop, err := g.startDevDashboard(io.Discard, db.Pool, addr, tc.throwaway, log)
 		require.NoError(t, err)
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/jobs/"+strconv.FormatInt(id, 10)+"/payload", nil)
 		require.NoError(t, err)
@@ -220,6 +220,7 @@ func TestDevDashboardRevealsOnlyThrowawayPayloads(t *testing.T) {
 // serve answers only to its own host names (DNS rebinding), except for the
 // probes, and --allowed-host adds more.
 func TestServeHostCheck(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	addr := freeAddr(t)
 	_, port, err := net.SplitHostPort(addr)
@@ -228,11 +229,8 @@ func TestServeHostCheck(t *testing.T) {
 	require.NoError(t, err)
 	defer devnull.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--database-url", db.URL, "--http-addr", addr,
-			"--allowed-host", "queue.example.com"}, devnull, devnull)
-	}()
+	bg := startCLI(ctx, t, "serve", "--database-url", db.URL, "--http-addr", addr,
+		"--allowed-host", "queue.example.com")
 	get := func(host, path string) int {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 		req.Host = host
@@ -253,7 +251,7 @@ func TestServeHostCheck(t *testing.T) {
 	assert.Equal(t, http.StatusOK, get("10.9.8.7:"+port, "/readyz"))
 	cancel()
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		assert.Equal(t, 0, code)
 	case <-time.After(15 * time.Second):
 		t.Fatal("serve did not shut down")

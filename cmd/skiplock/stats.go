@@ -16,8 +16,6 @@ import (
 	"github.com/skiplock/skiplock/internal/health"
 )
 
-func init() { register(newStatsCmd) }
-
 // opsStatementTimeout bounds each query of the operations commands (stats,
 // top, doctor, dlq list) so a wedged database cannot hang a terminal.
 const opsStatementTimeout = 10 * time.Second
@@ -61,7 +59,7 @@ type statsDatabase struct {
 	UnhandledKinds []health.UnhandledKind `json:"unhandled_kinds"`
 }
 
-func newStatsCmd() *cobra.Command {
+func newStatsCmd(g *globals) *cobra.Command {
 	var replicaFlag string
 	cmd := &cobra.Command{
 		Use:   "stats",
@@ -83,32 +81,32 @@ added, the oldest ready age the largest, paused when paused in any).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(g.databaseURLs) > 1 {
-				if replicaURL(replicaFlag) != "" {
+				if g.replicaURL(replicaFlag) != "" {
 					return usageError("--replica-url: not with several --database-url")
 				}
-				return runStatsMany(cmd, g.databaseURLs)
+				return g.runStatsMany(cmd, g.databaseURLs)
 			}
-			pool, err := connectReplica(cmd.Context(), replicaFlag, 2)
+			pool, err := g.connectReplica(cmd.Context(), replicaFlag, 2)
 			if err != nil {
 				return err
 			}
 			if pool == nil {
-				if pool, err = connect(cmd.Context(), 2); err != nil {
+				if pool, err = g.connect(cmd.Context(), 2); err != nil {
 					return err
 				}
 			}
 			defer pool.Close()
 			var replica *health.ReplicaStatus
-			if replicaURL(replicaFlag) != "" {
-				if replica, err = readReplicaStatus(cmd.Context(), pool); err != nil {
+			if g.replicaURL(replicaFlag) != "" {
+				if replica, err = g.readReplicaStatus(cmd.Context(), pool); err != nil {
 					return err
 				}
 			}
-			stats, err := readQueueStats(cmd.Context(), pool)
+			stats, err := g.readQueueStats(cmd.Context(), pool)
 			if err != nil {
 				return err
 			}
-			unhandled, err := readUnhandledKinds(cmd.Context(), pool)
+			unhandled, err := g.readUnhandledKinds(cmd.Context(), pool)
 			if err != nil {
 				return err
 			}
@@ -152,13 +150,13 @@ added, the oldest ready age the largest, paused when paused in any).`,
 		},
 	}
 	replicaURLFlag(cmd, &replicaFlag)
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
 // runStatsMany is `stats` over several databases: each one's figures,
 // then their sums.
-func runStatsMany(cmd *cobra.Command, urls []string) error {
+func (g *globals) runStatsMany(cmd *cobra.Command, urls []string) error {
 	ctx := cmd.Context()
 	out := statsOut{Queues: []health.QueueStat{}, UnhandledKinds: []health.UnhandledKind{}, Limits: []limitStat{}}
 	for _, u := range urls {
@@ -167,9 +165,9 @@ func runStatsMany(cmd *cobra.Command, urls []string) error {
 			return err
 		}
 		d := statsDatabase{Database: databaseLabel(pool)}
-		d.Queues, err = readQueueStats(ctx, pool)
+		d.Queues, err = g.readQueueStats(ctx, pool)
 		if err == nil {
-			d.UnhandledKinds, err = readUnhandledKinds(ctx, pool)
+			d.UnhandledKinds, err = g.readUnhandledKinds(ctx, pool)
 		}
 		pool.Close()
 		if err != nil {
@@ -220,7 +218,7 @@ func sumStats(dbs []statsDatabase) ([]health.QueueStat, []health.UnhandledKind) 
 }
 
 // readQueueStats reads queue_stats with a statement timeout; never nil.
-func readQueueStats(ctx context.Context, pool *pgxpool.Pool) ([]health.QueueStat, error) {
+func (g *globals) readQueueStats(ctx context.Context, pool *pgxpool.Pool) ([]health.QueueStat, error) {
 	qctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
 	stats, err := health.QueueStats(qctx, pool, g.schema)
@@ -234,7 +232,7 @@ func readQueueStats(ctx context.Context, pool *pgxpool.Pool) ([]health.QueueStat
 }
 
 // readUnhandledKinds reads the kinds no live worker handles; never nil.
-func readUnhandledKinds(ctx context.Context, pool *pgxpool.Pool) ([]health.UnhandledKind, error) {
+func (g *globals) readUnhandledKinds(ctx context.Context, pool *pgxpool.Pool) ([]health.UnhandledKind, error) {
 	qctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
 	u, err := health.UnhandledKinds(qctx, pool, g.schema)

@@ -12,18 +12,16 @@ import (
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
-func init() { register(newTenantCmd) }
-
-func newTenantCmd() *cobra.Command {
+func newTenantCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tenant",
 		Short: "Work on one tenant's jobs across databases (move)",
 	}
-	cmd.AddCommand(newTenantMoveCmd())
+	cmd.AddCommand(newTenantMoveCmd(g))
 	return cmd
 }
 
-func newTenantMoveCmd() *cobra.Command {
+func newTenantMoveCmd(g *globals) *cobra.Command {
 	var tenant, fromURL, toURL string
 	var batch int
 	cmd := &cobra.Command{
@@ -70,7 +68,7 @@ the target already is merged into that one.`,
 				flag string
 				pool *pgxpool.Pool
 			}{{"--from", from}, {"--to", to}} {
-				if err := requireMigrated(ctx, db.pool, db.flag); err != nil {
+				if err := g.requireMigrated(ctx, db.pool, db.flag); err != nil {
 					return err
 				}
 			}
@@ -107,13 +105,13 @@ the target already is merged into that one.`,
 	fl.StringVar(&fromURL, "from", "", "the source database's URL (required)")
 	fl.StringVar(&toURL, "to", "", "the target database's URL (required)")
 	fl.IntVar(&batch, "batch", 500, "jobs per batch (one transaction in each database)")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
 // requireMigrated refuses a database whose skiplock schema has migrations
 // pending (a move needs migration 012's tables in both).
-func requireMigrated(ctx context.Context, pool *pgxpool.Pool, flag string) error {
+func (g *globals) requireMigrated(ctx context.Context, pool *pgxpool.Pool, flag string) error {
 	st, err := migrations.StatusOf(ctx, pool, g.schema)
 	if err != nil {
 		return fmt.Errorf("%s: %w", flag, err)

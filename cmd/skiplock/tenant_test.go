@@ -14,6 +14,7 @@ import (
 // jobs (and no other tenant's), reports what it left, and a second run
 // finds nothing to do; bad flags are usage errors naming the flag.
 func TestTenantMoveCLI(t *testing.T) {
+	t.Parallel()
 	a, b := dbtest.New(t), dbtest.New(t)
 	opsReady(t, a, "mail", 2, -time.Second) // no tenant: stays
 	opsRunning(t, a, "mail", 1)
@@ -65,6 +66,7 @@ func TestTenantMoveCLI(t *testing.T) {
 // TestTenantMoveNeedsMigratedDatabases: a database without the move's
 // tables is refused up front, naming its flag, and nothing moves.
 func TestTenantMoveNeedsMigratedDatabases(t *testing.T) {
+	t.Parallel()
 	a, empty := dbtest.New(t), dbtest.NewEmpty(t)
 	opsReady(t, a, "mail", 1, -time.Second)
 	opsExec(t, a, `UPDATE skiplock.jobs SET tenant = 'acme'`)

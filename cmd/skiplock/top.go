@@ -17,8 +17,6 @@ import (
 	"github.com/skiplock/skiplock/internal/health"
 )
 
-func init() { register(newTopCmd) }
-
 // topFrame is one refresh of `skiplock top` (one JSON line with --json).
 type topFrame struct {
 	At          time.Time             `json:"at"`
@@ -95,7 +93,7 @@ func keepRateWindow(h []topFrame) []topFrame {
 	return h
 }
 
-func newTopCmd() *cobra.Command {
+func newTopCmd(g *globals) *cobra.Command {
 	var interval time.Duration
 	var once bool
 	var runners int
@@ -134,7 +132,7 @@ with the most dead tuples. Not with --replica-url.`,
 				tty = true
 			}
 			if len(g.databaseURLs) > 1 {
-				if replicaURL(replicaFlag) != "" {
+				if g.replicaURL(replicaFlag) != "" {
 					return usageError("--replica-url: not with several --database-url")
 				}
 				dbs, closeAll, err := connectDatabases(cmd.Context(), g.databaseURLs, 2)
@@ -142,35 +140,35 @@ with the most dead tuples. Not with --replica-url.`,
 					return err
 				}
 				defer closeAll()
-				return runTop(cmd.Context(), dbs, nil, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
+				return g.runTop(cmd.Context(), dbs, nil, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
 			}
-			pool, err := connect(cmd.Context(), 2)
+			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
 			}
 			defer pool.Close()
-			replica, err := connectReplica(cmd.Context(), replicaFlag, 2)
+			replica, err := g.connectReplica(cmd.Context(), replicaFlag, 2)
 			if err != nil {
 				return err
 			}
 			if replica != nil {
 				defer replica.Close()
 			}
-			return runTop(cmd.Context(), []database{{pool: pool}}, replica, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
+			return g.runTop(cmd.Context(), []database{{pool: pool}}, replica, out, interval, runners, once || !tty, tty && !g.jsonOut && !once)
 		},
 	}
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "refresh interval")
 	cmd.Flags().BoolVar(&once, "once", false, "print one frame and exit")
 	cmd.Flags().IntVar(&runners, "runners", 5, "longest-running jobs to show")
 	replicaURLFlag(cmd, &replicaFlag)
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
 // runTop draws frames of one database or of several (added up, with a
 // line per database); replica, when not nil, is where the figures of the
 // one database other than the vacuum state are read.
-func runTop(ctx context.Context, dbs []database, replica *pgxpool.Pool, w io.Writer, interval time.Duration, runners int, once, screen bool) error {
+func (g *globals) runTop(ctx context.Context, dbs []database, replica *pgxpool.Pool, w io.Writer, interval time.Duration, runners int, once, screen bool) error {
 	if screen {
 		fmt.Fprint(w, "\x1b[?1049h\x1b[?25l") // alternate screen, hide the cursor
 		defer fmt.Fprint(w, "\x1b[?25h\x1b[?1049l")
@@ -186,9 +184,9 @@ func runTop(ctx context.Context, dbs []database, replica *pgxpool.Pool, w io.Wri
 		var f topFrame
 		var err error
 		if len(dbs) == 1 {
-			f, err = readTopFrame(ctx, dbs[0].pool, replica, runners, base)
+			f, err = g.readTopFrame(ctx, dbs[0].pool, replica, runners, base)
 		} else {
-			f, err = readTopFrameMany(ctx, dbs, runners, base)
+			f, err = g.readTopFrameMany(ctx, dbs, runners, base)
 		}
 		if err != nil {
 			if ctx.Err() != nil && !once {
@@ -206,7 +204,7 @@ func runTop(ctx context.Context, dbs []database, replica *pgxpool.Pool, w io.Wri
 			if screen {
 				b.WriteString("\x1b[H\x1b[2J")
 			}
-			printTopFrame(&b, f, interval, screen)
+			g.printTopFrame(&b, f, interval, screen)
 			if _, err := w.Write(b.Bytes()); err != nil {
 				return err
 			}
@@ -226,7 +224,7 @@ func runTop(ctx context.Context, dbs []database, replica *pgxpool.Pool, w io.Wri
 // readTopFrame reads one frame; base (an earlier frame, may be nil) gives
 // the claim rate. The vacuum state comes from primary (its own
 // statistics), everything else from replica when it is not nil.
-func readTopFrame(ctx context.Context, primary, replica *pgxpool.Pool, runners int, base *topFrame) (topFrame, error) {
+func (g *globals) readTopFrame(ctx context.Context, primary, replica *pgxpool.Pool, runners int, base *topFrame) (topFrame, error) {
 	ctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
 	f := topFrame{At: time.Now().UTC()}
@@ -234,7 +232,7 @@ func readTopFrame(ctx context.Context, primary, replica *pgxpool.Pool, runners i
 	pool := primary
 	if replica != nil {
 		pool = replica
-		if f.Replica, err = readReplicaStatus(ctx, replica); err != nil {
+		if f.Replica, err = g.readReplicaStatus(ctx, replica); err != nil {
 			return f, err
 		}
 	}
@@ -287,7 +285,7 @@ func readTopFrame(ctx context.Context, primary, replica *pgxpool.Pool, runners i
 // readTopFrameMany reads every database's frame and adds them up (see
 // topFrame.Databases); base (may be nil) is the frame the claim rates are
 // reckoned from.
-func readTopFrameMany(ctx context.Context, dbs []database, runners int, base *topFrame) (topFrame, error) {
+func (g *globals) readTopFrameMany(ctx context.Context, dbs []database, runners int, base *topFrame) (topFrame, error) {
 	sum := topFrame{At: time.Now().UTC(), LongRunners: []topRunner{}}
 	var queues [][]health.QueueStat
 	for i, db := range dbs {
@@ -295,7 +293,7 @@ func readTopFrameMany(ctx context.Context, dbs []database, runners int, base *to
 		if base != nil && i < len(base.Databases) {
 			b = &base.Databases[i].frame
 		}
-		f, err := readTopFrame(ctx, db.pool, nil, runners, b)
+		f, err := g.readTopFrame(ctx, db.pool, nil, runners, b)
 		if err != nil {
 			return sum, fmt.Errorf("%s: %w", db.name, err)
 		}
@@ -355,7 +353,7 @@ func deref0(p *float64) float64 {
 	return *p
 }
 
-func printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
+func (g *globals) printTopFrame(w io.Writer, f topFrame, interval time.Duration, live bool) {
 	hint := ""
 	if live {
 		hint = fmt.Sprintf(" (every %s; Ctrl-C quits)", interval)

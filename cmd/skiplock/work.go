@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,8 +28,6 @@ import (
 	"github.com/skiplock/skiplock/internal/worker"
 	"github.com/skiplock/skiplock/metrics"
 )
-
-func init() { register(newWorkCmd) }
 
 type workFlags struct {
 	queues       []string
@@ -55,7 +52,7 @@ type workFlags struct {
 	listenURLs []string
 }
 
-func newWorkCmd() *cobra.Command {
+func newWorkCmd(g *globals) *cobra.Command {
 	var f workFlags
 	cmd := &cobra.Command{
 		Use:   "work --exec CMD",
@@ -79,7 +76,7 @@ transaction-mode pooler, give --listen-url once per --database-url, in the same 
 the first --listen-url is the first database's direct URL for LISTEN, and so on ("" for a
 database reached directly).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runWork(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return g.runWork(cmd, f) },
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.queues, "queue", nil, "queue to claim from (repeatable; default \"default\")")
@@ -114,7 +111,7 @@ var workConfigFlags = map[string]string{
 	"ListenURL":         "--listen-url",
 }
 
-func runWork(cmd *cobra.Command, f workFlags) error {
+func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 	if strings.TrimSpace(f.execCmd) == "" {
 		return usageError("--exec: required")
 	}
@@ -144,21 +141,21 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 			}
 		}
 	}
-	log := logger(cmd.ErrOrStderr())
+	log := g.logger(cmd.ErrOrStderr())
 	// The worker outlives the first signal (it drains), so it runs on a
 	// context of its own; signals are handled here.
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
+	g.notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer g.stopNotify(sigs)
 	ctx := context.WithoutCancel(cmd.Context())
 
-	urls := workDatabaseURLs()
+	urls := g.workDatabaseURLs()
 	if len(urls) > 1 {
 		if err := checkDistinctURLs(urls); err != nil {
 			return err
 		}
 	}
-	listens, err := workListenURLs(f.listenURLs, len(urls))
+	listens, err := g.workListenURLs(f.listenURLs, len(urls))
 	if err != nil {
 		return err
 	}
@@ -185,7 +182,7 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 		if len(urls) > 1 {
 			dlog = log.With(slog.String("database", databaseLabel(pool)))
 		}
-		c, err := newWorkClient(ctx, f, pool, listens[i], dlog, kinds, stderr)
+		c, err := g.newWorkClient(ctx, f, pool, listens[i], dlog, kinds, stderr)
 		if err != nil {
 			return err
 		}
@@ -233,13 +230,13 @@ func runWork(cmd *cobra.Command, f workFlags) error {
 // per --database-url ("" for one that LISTENs on its own URL). With one
 // database, $SKIPLOCK_LISTEN_URL stands in for the flag; with several it
 // cannot say which database it is for, so it is refused.
-func workListenURLs(flags []string, n int) ([]string, error) {
+func (g *globals) workListenURLs(flags []string, n int) ([]string, error) {
 	out := make([]string, n)
 	switch {
 	case len(flags) == 0 && n == 1:
-		out[0] = listenURL("")
+		out[0] = g.listenURL("")
 	case len(flags) == 0:
-		if os.Getenv("SKIPLOCK_LISTEN_URL") != "" {
+		if g.getenv("SKIPLOCK_LISTEN_URL") != "" {
 			return nil, usageError("SKIPLOCK_LISTEN_URL: not with several --database-url (it cannot say which database it is for); " +
 				"give --listen-url once per --database-url instead")
 		}
@@ -267,11 +264,11 @@ func workListenURLs(flags []string, n int) ([]string, error) {
 
 // workDatabaseURLs are the databases `work` serves: every --database-url
 // given, else the one databaseURL resolves.
-func workDatabaseURLs() []string {
+func (g *globals) workDatabaseURLs() []string {
 	if len(g.databaseURLs) > 1 {
 		return g.databaseURLs
 	}
-	return []string{databaseURL()}
+	return []string{g.databaseURL()}
 }
 
 // lazyPool is a pool that connects on first use, with connect's settings
@@ -301,9 +298,9 @@ func databaseLabel(pool *pgxpool.Pool) string {
 
 // newWorkClient is the client `work` runs on one database: one pool of
 // --concurrency slots claiming --queue, the --exec handler for every kind.
-func newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, listen string, log *slog.Logger, kinds []string,
+func (g *globals) newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, listen string, log *slog.Logger, kinds []string,
 	stderr *lockedWriter) (*skiplock.Client, error) {
-	warnNotMigrated(ctx, pool, log)
+	g.warnNotMigrated(ctx, pool, log)
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
@@ -428,7 +425,7 @@ func (t *tailBuffer) String() string {
 
 // workerMetricsServer is the --metrics-addr server: /metrics and /healthz,
 // with the same timeouts as serve.
-func workerMetricsServer(pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) *http.Server {
+func (g *globals) workerMetricsServer(pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) *http.Server {
 	return metricsServer(metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)), log)
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -27,6 +26,7 @@ import (
 // Before the fix the completer retried the refused batch forever and every
 // job of the process stayed running.
 func TestWorkExecHostileStderr(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
@@ -52,15 +52,8 @@ flood) i=0; while [ $i -lt 700 ]; do printf 'é€' >&2; i=$((i+1)); done; print
 esac
 exit 0
 `), 0o755))
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"work", "--database-url", db.URL, "--exec", script, "--concurrency", "4",
-			"--max-attempts", "2", "--poll-interval", "100ms"}, outF, errF)
-	}()
+	bg := startCLI(ctx, t, "work", "--database-url", db.URL, "--exec", script, "--concurrency", "4",
+		"--max-attempts", "2", "--poll-interval", "100ms")
 	count := func(sql string) int {
 		var n int
 		require.NoError(t, db.Pool.QueryRow(ctx, sql).Scan(&n))
@@ -68,9 +61,9 @@ exit 0
 	}
 	require.Eventually(t, func() bool { return count("SELECT count(*) FROM skiplock.jobs") == 0 }, 60*time.Second, 50*time.Millisecond,
 		"jobs left: %d running", count("SELECT count(*) FROM skiplock.jobs WHERE state = 'running'"))
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	bg.terminate(t)
 	select {
-	case code := <-done:
+	case code := <-bg.done:
 		require.Equal(t, 0, code)
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not drain and exit after SIGTERM")
@@ -99,7 +92,7 @@ exit 0
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, map[string]int{"bad": 3, "flood": 3}, kinds)
-	logs, err := os.ReadFile(errF.Name())
+	logs, err := os.ReadFile(bg.stderr)
 	require.NoError(t, err)
 	require.NotContains(t, string(logs), "writing job outcomes failed")
 	require.Equal(t, bad, strings.Count(string(logs), `msg="skiplock: job moved to the dead-letter table"`))

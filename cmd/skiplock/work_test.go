@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 // skiplock work --metrics-addr serves this process's counters and claim
 // histogram next to the queue's health, and SIGTERM drains and exits 0.
 func TestWorkMetricsAddr(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
@@ -32,15 +32,8 @@ func TestWorkMetricsAddr(t *testing.T) {
 	_, err = c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k", Delay: time.Hour})
 	require.NoError(t, err)
 	addr := freeAddr(t)
-	outF, err := os.CreateTemp(t.TempDir(), "out")
-	require.NoError(t, err)
-	errF, err := os.CreateTemp(t.TempDir(), "err")
-	require.NoError(t, err)
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"work", "--database-url", db.URL, "--exec", "cat >/dev/null",
-			"--metrics-addr", addr, "--poll-interval", "100ms"}, outF, errF)
-	}()
+	bg := startCLI(ctx, t, "work", "--database-url", db.URL, "--exec", "cat >/dev/null",
+		"--metrics-addr", addr, "--poll-interval", "100ms")
 	scrape := func() string {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
@@ -60,10 +53,10 @@ func TestWorkMetricsAddr(t *testing.T) {
 	require.NotContains(t, body, "PII-42")
 
 	// The signal handler is registered before the metrics server starts.
-	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	bg.terminate(t)
 	select {
-	case code := <-done:
-		errb, _ := os.ReadFile(errF.Name())
+	case code := <-bg.done:
+		errb, _ := os.ReadFile(bg.stderr)
 		require.Equal(t, 0, code, "stderr: %s", errb)
 	case <-time.After(30 * time.Second):
 		t.Fatal("work did not drain and exit after SIGTERM")

@@ -15,12 +15,7 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-func init() {
-	register(newWorkflowCmd)
-	register(newSignalCmd)
-}
-
-func newWorkflowCmd() *cobra.Command {
+func newWorkflowCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "workflow get|list|cancel|retry",
 		Short: "Look up, cancel or retry workflows (task graphs) and batches",
@@ -28,8 +23,8 @@ func newWorkflowCmd() *cobra.Command {
 completed; batches are workflows whose callback runs once every member finished. Outputs are
 shown only by 'workflow get --outputs': like payloads, they may hold personal data.`,
 	}
-	cmd.AddCommand(newWorkflowGetCmd(), newWorkflowListCmd(), newWorkflowActionCmd("cancel"),
-		newWorkflowActionCmd("retry"))
+	cmd.AddCommand(newWorkflowGetCmd(g), newWorkflowListCmd(g), g.newWorkflowActionCmd("cancel"),
+		g.newWorkflowActionCmd("retry"))
 	return cmd
 }
 
@@ -44,7 +39,7 @@ func workflowID(args []string) (int64, error) {
 	return id, nil
 }
 
-func newWorkflowGetCmd() *cobra.Command {
+func newWorkflowGetCmd(g *globals) *cobra.Command {
 	var outputs bool
 	cmd := &cobra.Command{
 		Use:   "get ID",
@@ -60,7 +55,7 @@ error. Outputs only with --outputs. Exit 1 when no such workflow exists.`,
 			if err != nil {
 				return err
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -78,7 +73,7 @@ error. Outputs only with --outputs. Exit 1 when no such workflow exists.`,
 		},
 	}
 	cmd.Flags().BoolVar(&outputs, "outputs", false, "also show the tasks' outputs (may hold personal data)")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
@@ -139,7 +134,7 @@ func printWorkflow(w io.Writer, st skiplock.WorkflowStatus) error {
 	return tw.Flush()
 }
 
-func newWorkflowListCmd() *cobra.Command {
+func newWorkflowListCmd(g *globals) *cobra.Command {
 	var f skiplock.WorkflowFilter
 	cmd := &cobra.Command{
 		Use:   "list [--state S] [--name N] [--limit N] [--before ID]",
@@ -159,7 +154,7 @@ func newWorkflowListCmd() *cobra.Command {
 			if f.BeforeID < 0 {
 				return usageError("--before: must be a positive workflow id, got %d", f.BeforeID)
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -188,11 +183,11 @@ func newWorkflowListCmd() *cobra.Command {
 	fl.StringVar(&f.Name, "name", "", "only workflows of this name")
 	fl.IntVar(&f.Limit, "limit", 50, "most workflows listed (1 to 1000)")
 	fl.Int64Var(&f.BeforeID, "before", 0, "only ids below this one (the next page)")
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newWorkflowActionCmd(action string) *cobra.Command {
+func (g *globals) newWorkflowActionCmd(action string) *cobra.Command {
 	short := map[string]string{
 		"cancel": "Cancel a running workflow: pending tasks never run, running ones are cancelled",
 		"retry":  "Run a finished workflow's dead and cancelled tasks again",
@@ -213,7 +208,7 @@ enqueued at once. Completed tasks do not run again. A running workflow is refuse
 			if err != nil {
 				return err
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -235,11 +230,11 @@ enqueued at once. Completed tasks do not run again. A running workflow is refuse
 			return nil
 		},
 	}
-	addJSON(cmd)
+	g.addJSON(cmd)
 	return cmd
 }
 
-func newSignalCmd() *cobra.Command {
+func newSignalCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "signal send NAME (--workflow ID | --job ID) [--payload JSON]",
 		Short: "Send a signal to a waiting workflow task or job",
@@ -271,7 +266,7 @@ The same as SQL: SELECT skiplock.signal(name => 'NAME', workflow_id => ID, paylo
 			if payload != "" {
 				raw = json.RawMessage(payload)
 			}
-			c, closePool, err := clientForCLI(cmd)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
@@ -302,7 +297,7 @@ The same as SQL: SELECT skiplock.signal(name => 'NAME', workflow_id => ID, paylo
 	fl.Int64Var(&wf, "workflow", 0, "the workflow to signal")
 	fl.Int64Var(&job, "job", 0, "the job to signal")
 	fl.StringVar(&payload, "payload", "", "the signal's payload, a JSON object (default {})")
-	addJSON(send)
+	g.addJSON(send)
 	cmd.AddCommand(send)
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 // send act by id; outputs only with --outputs; bad input is a usage error
 // naming the flag or argument, an unknown id a runtime error.
 func TestWorkflowCLI(t *testing.T) {
+	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, err := skiplock.NewClient(db.Pool, skiplock.Config{})

@@ -14,6 +14,7 @@ package exactlyonce
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -39,6 +40,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("exactlyonce: the fault tier (make test-faults); skipped with -short")
+		return 0
+	}
 	dir, err := os.MkdirTemp("", "skiplock-exactlyonce-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "exactlyonce:", err)

@@ -886,7 +886,11 @@ func (ch *chaos) check(dur time.Duration) {
 
 	checkStart := time.Now()
 	r := checkInvariants(t, e, checkOpts{committed: committed, rolledBack: rolledBack})
-	t.Logf("chaos: the checker took %s", time.Since(checkStart).Round(time.Millisecond))
+	checkTook := time.Since(checkStart).Round(time.Millisecond)
+	wfCheckStart := time.Now()
+	wv := workflowViolations(t, e)
+	wfCheckTook := time.Since(wfCheckStart).Round(time.Millisecond)
+	t.Logf("chaos: the checker took %s, the workflow checker %s", checkTook, wfCheckTook)
 	kinds := r.kinds()
 	countV := func(ks ...string) int {
 		n := 0
@@ -919,7 +923,7 @@ func (ch *chaos) check(dur time.Duration) {
 		"holder writes checked per lease token %d; violations %d %v; "+
 		"faults: %d kill -9, %d SIGSTOP, %d network stalls, %d network resets (%d connections), %d restarts, %d failovers, "+
 		"%d killed connections in %d strikes (%d listeners, %d producer) "+
-		"(%d faults hit in-flight jobs %v); workers that died on their own %d",
+		"(%d faults hit in-flight jobs %v); workers that died on their own %d; checker %s, workflow checker %s",
 		dur, ch.seed, r.Jobs, bulkJobs, len(rolledBack), len(l.unknown)+len(l.bulkUnknown),
 		unknownCommitted, unknownNot, bulkUnknownCommitted, bulkUnknownNot,
 		reissued, r.Completed, r.Dead, r.DeadReasons, lost, rolledRun,
@@ -927,13 +931,12 @@ func (ch *chaos) check(dur time.Duration) {
 		keyed, l.duplicates, kinds[vUniqueKeyTwice], entities, entityReaped, kinds[vEntityOverlap],
 		r.TokenWrites, len(r.violations), kinds,
 		ch.f.kill9, ch.f.sigstop, ch.f.stalls, ch.f.drops, ch.f.connsDropped, ch.f.restarts, ch.f.failovers, ch.f.connsKilled, ch.f.connFaults, ch.f.listenersKilled, ch.f.producerConnsKilled,
-		ch.f.hits, ch.f.hitsBy, ch.f.unexpectedExits)
+		ch.f.hits, ch.f.hitsBy, ch.f.unexpectedExits, checkTook, wfCheckTook)
 	t.Log(summary)
 	if path := os.Getenv("SKIPLOCK_CHAOS_REPORT"); path != "" {
 		require.NoError(t, os.WriteFile(path, []byte(summary+"\n"), 0o644))
 	}
 	workflows := e.count("SELECT count(*) FROM skiplock.workflows")
-	wv := workflowViolations(t, e)
 	t.Logf("chaos workflows: %d workflows, %d task jobs, %d runs put to sleep by a timer; workflow violations %v",
 		workflows, len(wfJobs), e.count("SELECT count(*) FROM public.runs WHERE outcome = 'sleep'"), wv)
 	require.Positive(t, workflows, "no workflow was enqueued")

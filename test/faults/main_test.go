@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -33,6 +34,11 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("faults: the fault tier (make test-faults); skipped with -short")
+		return 0
+	}
 	dir, err := os.MkdirTemp("", "skiplock-faults-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)

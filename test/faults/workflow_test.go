@@ -133,6 +133,11 @@ func TestPostgresCrashMidWorkflow(t *testing.T) {
 // recorded, or the handler's context ended.
 const cutRuns = "SELECT count(*) FROM public.runs WHERE outcome IS NULL OR outcome LIKE 'ctx:%'"
 
+// firstRuns is each workflow task job's first run (database clock), for
+// the checks that measure from it: one pass over public.runs, hashed.
+const firstRuns = `SELECT job_id, min(started_at) AS started_at FROM public.runs
+	WHERE job_id IN (SELECT job_id FROM skiplock.workflow_tasks) GROUP BY job_id`
+
 // wfEffectsTable is where the fault worker's workflow tasks record their
 // effects (testdata/worker: wfStep).
 const wfEffectsTable = `CREATE TABLE public.wf_effects (
@@ -326,13 +331,20 @@ func taskJobs(t *testing.T, e *env) []int64 {
 //   - signal-lost: a waiting task completed with no run past its wait;
 //   - callback-not-once: a batch whose callback completed other than once;
 //   - callback-counts: a callback that saw a member unfinished or failed.
+//
+// Each check reads every table it needs once and joins by hash: a chaos
+// run of 30 minutes leaves ~300k runs and ~20k task dependencies, where a
+// subquery per row over public.runs (which has no index on job_id, to keep
+// the workers' inserts cheap) would take hours.
 func workflowViolations(t *testing.T, e *env) map[string]int {
 	t.Helper()
 	checks := map[string]string{
-		"task-before-parent": `SELECT count(*) FROM skiplock.workflow_tasks AS c
+		"task-before-parent": `WITH first_run AS (` + firstRuns + `)
+			SELECT count(*) FROM skiplock.workflow_tasks AS c
+			JOIN first_run AS r ON r.job_id = c.job_id
 			JOIN skiplock.workflow_deps AS d ON d.task_id = c.id
 			JOIN skiplock.workflow_tasks AS p ON p.id = d.parent_id
-			WHERE (SELECT min(started_at) FROM public.runs WHERE job_id = c.job_id) <= p.finished_at`,
+			WHERE r.started_at <= p.finished_at`,
 		"step-rerun": `SELECT count(*) FROM public.wf_effects WHERE replayed`,
 		"effect-not-once": `SELECT count(*) FROM (SELECT task_id, step FROM public.wf_effects WHERE step IN ('two', 'done')
 			GROUP BY task_id, step HAVING count(*) <> 1) AS x`,
@@ -342,20 +354,27 @@ func workflowViolations(t *testing.T, e *env) map[string]int {
 			+ (SELECT count(*) FROM skiplock.workflow_tasks WHERE state <> 'completed')`,
 		"checkpoint-left": `SELECT count(*) FROM skiplock.job_steps AS s
 			WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.id = s.job_id)`,
-		"timer-early": `SELECT count(*) FROM public.wf_effects AS f WHERE f.step = 'woke'
-			AND f.at < (SELECT min(r.started_at) FROM public.runs AS r WHERE r.job_id = f.job_id) + f.value * interval '1 millisecond'`,
-		"signal-not-once": `SELECT count(*) FROM skiplock.workflows AS w WHERE EXISTS (SELECT 1 FROM skiplock.signals AS s WHERE s.workflow_id = w.id)
-			AND (SELECT count(*) FROM skiplock.signals AS s WHERE s.workflow_id = w.id AND s.consumed_at IS NOT NULL) <> 1`,
-		"signal-payload": `SELECT count(*) FROM public.wf_effects AS f
+		"timer-early": `WITH first_run AS (` + firstRuns + `)
+			SELECT count(*) FROM public.wf_effects AS f JOIN first_run AS r ON r.job_id = f.job_id
+			WHERE f.step = 'woke' AND f.at < r.started_at + f.value * interval '1 millisecond'`,
+		"signal-not-once": `SELECT count(*) FROM skiplock.workflows AS w
+			JOIN (SELECT workflow_id, count(*) FILTER (WHERE consumed_at IS NOT NULL) AS taken
+				FROM skiplock.signals GROUP BY workflow_id) AS s ON s.workflow_id = w.id
+			WHERE s.taken <> 1`,
+		"signal-payload": `WITH first_taken AS (SELECT DISTINCT ON (workflow_id) workflow_id, (payload->>'n')::int AS n
+				FROM skiplock.signals WHERE consumed_at IS NOT NULL ORDER BY workflow_id, id)
+			SELECT count(*) FROM public.wf_effects AS f
 			JOIN skiplock.workflow_tasks AS t ON t.id = f.task_id
-			WHERE f.step = 'got' AND f.value IS DISTINCT FROM (SELECT (s.payload->>'n')::int FROM skiplock.signals AS s
-				WHERE s.workflow_id = t.workflow_id AND s.consumed_at IS NOT NULL ORDER BY s.id LIMIT 1)`,
+			LEFT JOIN first_taken AS s ON s.workflow_id = t.workflow_id
+			WHERE f.step = 'got' AND f.value IS DISTINCT FROM s.n`,
 		"signal-lost": `SELECT count(*) FROM skiplock.workflow_tasks AS t WHERE t.state = 'completed'
 			AND EXISTS (SELECT 1 FROM skiplock.signals AS s WHERE s.workflow_id = t.workflow_id) AND t.name = 'split'
 			AND NOT EXISTS (SELECT 1 FROM public.wf_effects AS f WHERE f.task_id = t.id AND f.step = 'got')`,
-		"callback-not-once": `SELECT count(*) FROM skiplock.workflows AS w WHERE w.is_batch
-			AND (SELECT count(*) FROM public.wf_effects AS f JOIN skiplock.workflow_tasks AS t ON t.id = f.task_id
-				WHERE t.workflow_id = w.id AND f.step = 'callback') <> 1`,
+		"callback-not-once": `SELECT count(*) FROM skiplock.workflows AS w
+			LEFT JOIN (SELECT t.workflow_id, count(*) AS n FROM public.wf_effects AS f
+				JOIN skiplock.workflow_tasks AS t ON t.id = f.task_id
+				WHERE f.step = 'callback' GROUP BY t.workflow_id) AS c ON c.workflow_id = w.id
+			WHERE w.is_batch AND coalesce(c.n, 0) <> 1`,
 		"callback-counts": `SELECT count(*) FROM public.wf_effects AS f JOIN skiplock.workflow_tasks AS t ON t.id = f.task_id
 			JOIN skiplock.workflows AS w ON w.id = t.workflow_id
 			WHERE f.step = 'callback' AND f.value <> (w.tasks_total - 1) * 1000`,
