@@ -3,6 +3,8 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -314,4 +316,29 @@ func TestGenerationsCarryJobsUpAndDown(t *testing.T) {
 	require.Greater(t, id, int64(4), "the id sequence carries on, down too: no id is issued twice")
 	_, err = up(ctx, db.Pool, "skiplock", 16)
 	require.NoError(t, err, "up again")
+}
+
+var update = flag.Bool("update", false, "rewrite schema.sql from a freshly migrated database")
+
+// TestSchemaFileIsCurrent checks that schema.sql is the catalog of a freshly
+// migrated schema; with -update (go generate ./internal/migrations) it
+// writes it.
+func TestSchemaFileIsCurrent(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	_, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	got, err := migrations.Dump(ctx, db.Pool, "skiplock")
+	require.NoError(t, err)
+	require.Contains(t, got, "CREATE TABLE skiplock.jobs (")
+	require.Contains(t, got, "CREATE OR REPLACE FUNCTION skiplock.enqueue_job(")
+	require.Contains(t, got, "CREATE TRIGGER jobs_left")
+	if *update {
+		require.NoError(t, os.WriteFile("schema.sql", []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile("schema.sql")
+	require.NoError(t, err)
+	require.Equal(t, string(want), got, "schema.sql is stale: run go generate ./internal/migrations")
 }
