@@ -14,7 +14,9 @@ package migrations
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -32,6 +34,11 @@ import (
 
 //go:embed sql/*.sql
 var files embed.FS
+
+// Today's body of every SQL function, one file each (sql/functions/NAME.sql).
+//
+//go:embed sql/functions/*.sql
+var functionFiles embed.FS
 
 // The runner's own statements (runner/runner.sql), by name.
 //
@@ -57,6 +64,15 @@ type Migration struct {
 	Down    string
 }
 
+// Function is one file of sql/functions: the current definition of one SQL
+// function (CREATE OR REPLACE, with its comment), applied by the runner after
+// the versioned migrations whenever the schema reaches the latest version.
+type Function struct {
+	Name   string // the function's name, which is the file's
+	SQL    string // with {{schema}} placeholders
+	SHA256 string // of SQL, as recorded in schema_functions
+}
+
 // Status is a migration with the time it was applied, if it was.
 type Status struct {
 	Migration
@@ -71,10 +87,12 @@ type Executor interface {
 }
 
 var (
-	fileRe   = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
-	schemaRe = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
+	fileRe     = regexp.MustCompile(`^(\d{3})_([a-z0-9_]+)\.(up|down)\.sql$`)
+	funcNameRe = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	schemaRe   = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,47}$`)
 
-	all = mustLoad()
+	all   = mustLoad()
+	funcs = mustLoadFunctions()
 )
 
 // ErrInvalidSchema reports a schema name that is not a plain lower-case identifier.
@@ -136,6 +154,34 @@ func mustLoad() []Migration {
 	return out
 }
 
+func mustLoadFunctions() []Function {
+	entries, err := fs.ReadDir(functionFiles, "sql/functions")
+	if err != nil {
+		panic(err)
+	}
+	out := make([]Function, 0, len(entries))
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".sql")
+		if !ok || !funcNameRe.MatchString(name) {
+			panic("migrations: unexpected file functions/" + e.Name())
+		}
+		body, err := functionFiles.ReadFile("sql/functions/" + e.Name())
+		if err != nil {
+			panic(err)
+		}
+		if !strings.Contains(string(body), "CREATE OR REPLACE FUNCTION {{schema}}."+name+"(") {
+			panic("migrations: functions/" + e.Name() + " does not define " + name)
+		}
+		sum := sha256.Sum256(body)
+		out = append(out, Function{Name: name, SQL: string(body), SHA256: hex.EncodeToString(sum[:])})
+	}
+	// fs.ReadDir sorts by name: the order the runner applies them in.
+	return out
+}
+
+// Functions returns the function files in the order the runner applies them.
+func Functions() []Function { return append([]Function(nil), funcs...) }
+
 // All returns every migration in version order.
 func All() []Migration { return append([]Migration(nil), all...) }
 
@@ -159,7 +205,65 @@ func prepare(ctx context.Context, tx Executor, schema string) error {
 	if _, err := tx.Exec(ctx, stmt("version_table", schema)); err != nil {
 		return fmt.Errorf("migrations: version table: %w", err)
 	}
+	if _, err := tx.Exec(ctx, stmt("functions_table", schema)); err != nil {
+		return fmt.Errorf("migrations: functions table: %w", err)
+	}
 	return nil
+}
+
+// applyFunctions brings every SQL function to its file's body: it applies
+// the files whose hash schema_functions does not hold, records them, and
+// forgets the records of files that are gone (a migration dropped their
+// function). Returns the names it applied.
+func applyFunctions(ctx context.Context, tx Executor, schema string) ([]string, error) {
+	rows, err := tx.Query(ctx, stmt("functions_applied", schema))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read functions: %w", err)
+	}
+	have := map[string]string{}
+	for rows.Next() {
+		var name, sum string
+		if err := rows.Scan(&name, &sum); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("migrations: read functions: %w", err)
+		}
+		have[name] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("migrations: read functions: %w", err)
+	}
+	names := make([]string, 0, len(funcs))
+	var todo []Function
+	for _, f := range funcs {
+		names = append(names, f.Name)
+		if have[f.Name] != f.SHA256 {
+			todo = append(todo, f)
+		}
+	}
+	if _, err := tx.Exec(ctx, stmt("functions_forget", schema), names); err != nil {
+		return nil, fmt.Errorf("migrations: forget functions: %w", err)
+	}
+	if len(todo) == 0 {
+		return nil, nil
+	}
+	var setting, ignored string
+	if err := tx.QueryRow(ctx, stmt("function_bodies_unchecked", schema)).Scan(&setting, &ignored); err != nil {
+		return nil, fmt.Errorf("migrations: functions: %w", err)
+	}
+	var applied []string
+	for _, f := range todo {
+		if _, err := tx.Exec(ctx, Render(f.SQL, schema)); err != nil {
+			return applied, fmt.Errorf("migrations: function %s: %w", f.Name, err)
+		}
+		if _, err := tx.Exec(ctx, stmt("function_record", schema), f.Name, f.SHA256); err != nil {
+			return applied, fmt.Errorf("migrations: record function %s: %w", f.Name, err)
+		}
+		applied = append(applied, f.Name)
+	}
+	if _, err := tx.Exec(ctx, stmt("function_bodies_checked", schema), setting); err != nil {
+		return applied, fmt.Errorf("migrations: functions: %w", err)
+	}
+	return applied, nil
 }
 
 func applied(ctx context.Context, tx Executor, schema string) (map[int]time.Time, error) {
@@ -181,8 +285,10 @@ func applied(ctx context.Context, tx Executor, schema string) (map[int]time.Time
 }
 
 // UpTx applies every pending migration up to target (0 = latest) inside tx,
-// which the caller commits. It returns the versions it applied; none when the
-// schema is current, so running it again is a no-op.
+// which the caller commits. At the latest version it then applies the
+// function files (sql/functions) whose text the schema does not have yet.
+// It returns the versions it applied; none when the schema is current, and
+// then it changes nothing: running it again is a no-op.
 func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, error) {
 	if target == 0 {
 		target = Latest()
@@ -213,12 +319,19 @@ func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, e
 		}
 		ran = append(ran, m.Version)
 	}
+	if target == Latest() {
+		if _, err := applyFunctions(ctx, tx, schema); err != nil {
+			return ran, err
+		}
+	}
 	return ran, nil
 }
 
-// DownTx reverts applied migrations above target, newest first. At target 0
-// it also removes the version table and the schema itself if nothing else
-// lives in it.
+// DownTx reverts applied migrations above target, newest first. Each down
+// file restores the function bodies of the version below it; the records of
+// the function files are forgotten, so the next up to the latest version
+// applies them all again. At target 0 it also removes the runner's tables and
+// the schema itself if nothing else lives in it.
 func DownTx(ctx context.Context, tx Executor, schema string, target int) ([]int, error) {
 	if target < 0 || target > Latest() {
 		return nil, fmt.Errorf("migrations: target: version %d does not exist (latest is %d)", target, Latest())
@@ -247,7 +360,15 @@ func DownTx(ctx context.Context, tx Executor, schema string, target int) ([]int,
 		}
 		ran = append(ran, m.Version)
 	}
+	if len(ran) > 0 {
+		if _, err := tx.Exec(ctx, stmt("functions_forget", schema), nil); err != nil {
+			return ran, fmt.Errorf("migrations: forget functions: %w", err)
+		}
+	}
 	if target == 0 {
+		if _, err := tx.Exec(ctx, stmt("drop_functions_table", schema)); err != nil {
+			return ran, err
+		}
 		if _, err := tx.Exec(ctx, stmt("drop_version_table", schema)); err != nil {
 			return ran, err
 		}
@@ -321,7 +442,8 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 		fmt.Fprintf(&b, "%s\n", stmt("create_schema", schema))
 		fmt.Fprintf(&b, "-- serializes with `skiplock migrate up` while this transaction lasts\n")
 		fmt.Fprintf(&b, "%s\n", strings.ReplaceAll(stmt("lock", schema), "$1", "'"+schema+"'"))
-		fmt.Fprintf(&b, "%s\n\n", stmt("version_table", schema))
+		fmt.Fprintf(&b, "%s\n", stmt("version_table", schema))
+		fmt.Fprintf(&b, "%s\n\n", stmt("functions_table", schema))
 		for _, m := range all {
 			if m.Version < from || m.Version > to {
 				continue
@@ -329,8 +451,22 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 			fmt.Fprintf(&b, "-- skiplock migration %03d_%s (up)\n%s\n", m.Version, m.Name, terminated(Render(m.Up, schema)))
 			fmt.Fprintf(&b, "%s\n\n", fill("record", m))
 		}
+		if to == Latest() {
+			// Every function file, as the runner applies them at the latest
+			// version (a session setting: the script may run statement by
+			// statement).
+			b.WriteString("SET check_function_bodies = off;\n\n")
+			for _, f := range funcs {
+				fmt.Fprintf(&b, "-- skiplock function %s\n%s\n", f.Name, terminated(Render(f.SQL, schema)))
+				fmt.Fprintf(&b, "%s\n\n", strings.NewReplacer("$1", "'"+f.Name+"'", "$2", "'"+f.SHA256+"'").Replace(stmt("function_record", schema)))
+			}
+			b.WriteString("RESET check_function_bodies;\n")
+		}
 		return b.String(), nil
 	}
+	// The down files restore older bodies: the next up applies every
+	// function file again.
+	fmt.Fprintf(&b, "%s\n%s\n\n", stmt("functions_table", schema), strings.ReplaceAll(stmt("functions_forget", schema), "$1", "NULL"))
 	for i := len(all) - 1; i >= 0; i-- {
 		m := all[i]
 		if m.Version < from || m.Version > to {
