@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -84,6 +87,12 @@ func TestUpTwiceIsANoOp(t *testing.T) {
 	for _, s := range st {
 		require.NotNil(t, s.AppliedAt, "migration %03d not recorded", s.Version)
 	}
+	var functions int
+	var touched bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), bool_or(applied_at > (SELECT min(applied_at) FROM skiplock.schema_functions))
+		FROM skiplock.schema_functions`).Scan(&functions, &touched))
+	require.Equal(t, len(migrations.Functions()), functions, "every function file recorded")
+	require.False(t, touched, "the second up applied no function file again")
 }
 
 // Eight processes deploying at once: the advisory lock lets one apply each
@@ -160,7 +169,41 @@ func TestJobsTableSettings(t *testing.T) {
 		}
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 4, parts, "jobs_g0..jobs_g2 and jobs_keyed")
+	var size int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT skiplock.ring_size()").Scan(&size))
+	require.Equal(t, size+1, parts, "jobs_g0..jobs_g<ring_size()-1> and jobs_keyed")
+}
+
+// The ring's size has one home, ring_size(): the partitions the schema has
+// are the ones it names, and ring_gen never names another.
+func TestRingSizeIsThePartitions(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	var size int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.ring_size()").Scan(&size))
+	require.GreaterOrEqual(t, size, 3, "one taking inserts, one draining, one to truncate")
+	var ring []string
+	rows, err := db.Pool.Query(ctx, `SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'skiplock.jobs'::regclass AND c.relname <> 'jobs_keyed' ORDER BY c.relname`)
+	require.NoError(t, err)
+	ring, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	want := make([]string, size)
+	for g := range want {
+		want[g] = fmt.Sprintf("jobs_g%d", g)
+	}
+	require.Equal(t, want, ring)
+	var gen int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.ring_gen()").Scan(&gen))
+	require.True(t, gen >= 0 && gen < size, "ring_gen() = %d", gen)
+	// No function body states the size itself.
+	rows, err = db.Pool.Query(ctx, `SELECT p.proname FROM pg_proc AS p
+		WHERE p.pronamespace = 'skiplock'::regnamespace AND p.proname <> 'ring_size' AND p.prosrc ~ '%\s*3\s*\)'`)
+	require.NoError(t, err)
+	literal, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, literal, "functions that take a value modulo 3 instead of ring_size()")
 }
 
 // Two installations in one database do not see each other.
@@ -341,4 +384,146 @@ func TestSchemaFileIsCurrent(t *testing.T) {
 	want, err := os.ReadFile("schema.sql")
 	require.NoError(t, err)
 	require.Equal(t, string(want), got, "schema.sql is stale: run go generate ./internal/migrations")
+}
+
+// Each SQL function's current body has one home, sql/functions/<name>.sql:
+// the functions the schema has are the files there are, and no versioned
+// migration after 016 carries a body in its up file (its down file restores
+// the version below's).
+func TestFunctionsHaveOneHome(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	rows, err := db.Pool.Query(ctx, `SELECT p.proname FROM pg_proc AS p
+		WHERE p.pronamespace = 'skiplock'::regnamespace ORDER BY p.proname COLLATE "C"`)
+	require.NoError(t, err)
+	inCatalog, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var files []string
+	for _, f := range migrations.Functions() {
+		files = append(files, f.Name)
+		require.Equal(t, 1, strings.Count(f.SQL, "CREATE OR REPLACE FUNCTION"), "functions/%s.sql defines one function", f.Name)
+	}
+	require.Equal(t, inCatalog, files, "one file per function, one function per file")
+	create := regexp.MustCompile(`(?i)CREATE\s+(OR\s+REPLACE\s+)?FUNCTION`)
+	for _, m := range migrations.All() {
+		if m.Version >= 17 {
+			require.False(t, create.MatchString(m.Up), "%03d_%s.up.sql defines a function: its body belongs in sql/functions", m.Version, m.Name)
+		}
+	}
+}
+
+// A function file changed without a migration is applied by the next up
+// (and only that file): the body a schema runs is the file's.
+func TestChangedFunctionFileIsApplied(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	body := func() string {
+		var s string
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE oid = 'skiplock.ring_period'::regproc").Scan(&s))
+		return s
+	}
+	want := body()
+	// As if the binary before this one had applied another text.
+	_, err := db.Pool.Exec(ctx, `
+		CREATE OR REPLACE FUNCTION skiplock.ring_period() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 7 $$;
+		UPDATE skiplock.schema_functions SET sha256 = 'older' WHERE name = 'ring_period';`)
+	require.NoError(t, err)
+	before := time.Now()
+	ran, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Empty(t, ran, "no version to apply")
+	require.Equal(t, want, body(), "the file's body is back")
+	var again []string
+	rows, err := db.Pool.Query(ctx, "SELECT name FROM skiplock.schema_functions WHERE applied_at >= $1", before.Add(-time.Second))
+	require.NoError(t, err)
+	again, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"ring_period"}, again, "only the changed file was applied")
+}
+
+// A database at any earlier version, with jobs in flight and a process
+// enqueueing throughout, upgrades to the very catalog of a fresh install
+// (schema.sql's), every job kept.
+func TestUpgradeFromEveryVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ref := dbtest.NewEmpty(t)
+	_, err := up(ctx, ref.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	want := catalog(t, ref.Pool, "skiplock")
+	wantDump, err := migrations.Dump(ctx, ref.Pool, "skiplock")
+	require.NoError(t, err)
+
+	for v := 1; v < migrations.Latest(); v++ {
+		t.Run(fmt.Sprintf("from_%03d", v), func(t *testing.T) {
+			db := dbtest.NewEmpty(t)
+			_, err := up(ctx, db.Pool, "skiplock", v)
+			require.NoError(t, err)
+			_, err = db.Pool.Exec(ctx, `
+				SELECT skiplock.enqueue('q', 'k');
+				SELECT skiplock.enqueue('q', 'k', unique_key => 'u1');
+				SELECT skiplock.enqueue('q', 'k', entity => 'e1');
+				UPDATE skiplock.jobs SET state = 'running', locked_by = 'w', lease_token = 77,
+				       lease_expires_at = now() + interval '1 minute' WHERE id = 1;`)
+			require.NoError(t, err)
+
+			// A process enqueueing while the upgrade runs waits for the
+			// upgrade's locks and loses nothing. Migrations 006 and 014
+			// replaced enqueue by DROP and CREATE (its signature changed): a
+			// call that had looked the old function up fails once with
+			// "cache lookup failed" (and succeeds when retried). Since 014,
+			// nothing drops a function a caller uses: no call fails.
+			stop := make(chan struct{})
+			type result struct {
+				ids  []int64
+				errs []string
+			}
+			done := make(chan result)
+			go func() {
+				var r result
+				defer func() { done <- r }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var id int64
+					if err := db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k')").Scan(&id); err != nil {
+						r.errs = append(r.errs, err.Error())
+						continue
+					}
+					r.ids = append(r.ids, id)
+				}
+			}()
+			_, err = up(ctx, db.Pool, "skiplock", 0)
+			close(stop)
+			r := <-done
+			require.NoError(t, err)
+			var after int64
+			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k')").Scan(&after))
+			ids := append(r.ids, after)
+			for _, e := range r.errs {
+				require.Less(t, v, 14, "an enqueue failed during the upgrade: %s", e)
+				require.Contains(t, e, "cache lookup failed for function")
+			}
+
+			require.Equal(t, want, catalog(t, db.Pool, "skiplock"), "upgraded from %d", v)
+			got, err := migrations.Dump(ctx, db.Pool, "skiplock")
+			require.NoError(t, err)
+			require.Equal(t, wantDump, got, "upgraded from %d", v)
+
+			var running, keyedLeft int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id = 1 AND state = 'running' AND lease_token = 77),
+				count(*) FILTER (WHERE id <= 3) FROM skiplock.jobs`).Scan(&running, &keyedLeft))
+			require.Equal(t, 1, running, "the running job keeps its lease")
+			require.Equal(t, 3, keyedLeft, "the jobs in flight before the upgrade")
+			var missing int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::bigint[]) AS i(id)
+				WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.id = i.id)`, ids).Scan(&missing))
+			require.Zero(t, missing, "a job enqueued during the upgrade was lost")
+		})
+	}
 }
