@@ -121,7 +121,9 @@ func TestConcurrentUp(t *testing.T) {
 }
 
 // Down to zero removes everything; up again gives the very same catalog.
-// Every step down and up one version at a time also works.
+// Every step down and up one version at a time also works, and each version
+// reached going down is the very catalog that version has going up: a down
+// file restores the function bodies of the version below it.
 func TestDownToZeroAndUpAgain(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewEmpty(t)
@@ -130,10 +132,14 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 	require.NoError(t, err)
 	want := catalog(t, db.Pool, "skiplock")
 
+	wentDown := map[int]string{}
 	for v := migrations.Latest() - 1; v >= 0; v-- {
 		reverted, err := down(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "down to %d", v)
 		require.Equal(t, []int{v + 1}, reverted)
+		if v > 0 {
+			wentDown[v] = catalog(t, db.Pool, "skiplock")
+		}
 	}
 	var exists bool
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'skiplock')").Scan(&exists))
@@ -143,6 +149,9 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		applied, err := up(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "up to %d", v)
 		require.Equal(t, []int{v}, applied)
+		if v < migrations.Latest() {
+			require.Equal(t, catalog(t, db.Pool, "skiplock"), wentDown[v], "version %d, up and down", v)
+		}
 	}
 	require.Equal(t, want, catalog(t, db.Pool, "skiplock"))
 }

@@ -698,9 +698,11 @@ BEGIN
             DELETE FROM "skiplock".jobs AS j WHERE j.id = r.job_id AND j.state = 'ready' RETURNING j.*
         )
         INSERT INTO "skiplock".jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
-                                          reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata)
+                                          reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata,
+                                          limit_weight)
         SELECT x.id, x.priority, x.attempts, x.max_attempts, x.run_at, x.created_at, x.queue, x.kind,
-               'cancelled', x.locked_by, x.unique_key, x.tenant, x.entity, 'workflow cancelled', x.payload, x.metadata
+               'cancelled', x.locked_by, x.unique_key, x.tenant, x.entity, 'workflow cancelled', x.payload, x.metadata,
+               x.limit_weight
         FROM x;
         UPDATE "skiplock".jobs AS j SET cancel_requested = true
         WHERE j.id = r.job_id AND j.state = 'running';

@@ -4,6 +4,9 @@
 -- schema_functions). This version's own change is in those files: the ring's
 -- size has one home, ring_size(), which ring_gen and rotate_ring read, and
 -- the ring's move (ring_evict) carries every column of jobs, read from the
--- catalog. From this version on an up file carries no function body; a down
--- file restores the bodies of the version below it (docs/migrations.md).
+-- catalog; cancel_workflow carries limit_weight to jobs_dead, as every other
+-- dead-lettering statement does (TestCopiesCarryEveryJobsColumn found it
+-- dropped since 014). From this version on an up file carries no function
+-- body; a down file restores the bodies of the version below it
+-- (docs/migrations.md).
 SELECT 1;
