@@ -1,7 +1,11 @@
--- enqueue_job (migration 014) with the ring: a plain job goes to the current
--- generation, a unique one to jobs_keyed directly (its unique index is the
--- ON CONFLICT arbiter, and only a partition carries it), an entity one to
--- jobs_keyed by gen.
+-- Enqueues one job, after validating it as the Go API does (validate_job,
+-- validate_metadata, validate_limit_weight), and wakes its queue when it is
+-- due. A plain job goes to the ring's current generation (ring_gen(),
+-- docs/generations.md); a unique one to jobs_keyed directly (its unique index
+-- is the ON CONFLICT arbiter, and only a partition carries it): the job in
+-- flight with that key is returned instead (inserted false), its run_at
+-- brought forward when p_bump; an entity one to jobs_keyed by gen. Called by
+-- enqueue (the SQL API) and internal/store/sql/enqueue.sql.
 CREATE OR REPLACE FUNCTION {{schema}}.enqueue_job(
     p_queue text, p_kind text, p_payload jsonb, p_priority integer,
     p_run_at timestamptz, p_max_attempts integer, p_unique_key text,

@@ -1,6 +1,8 @@
--- History is kept by default now, so completions and the partition pass meet
--- every day: ensure_done_partitions (002) locks jobs_done_default while it
--- moves a day's rows out and attaches that day's partition.
+-- Creates the daily jobs_done partitions (jobs_done_YYYYMMDD, UTC) from
+-- today through days_ahead, moving the rows of each day out of
+-- jobs_done_default first. Completions and this pass meet every day (history
+-- is kept by default), so it locks jobs_done_default (until its transaction
+-- ends) only when it has a day to attach. Returns how many it created.
 CREATE OR REPLACE FUNCTION {{schema}}.ensure_done_partitions(days_ahead integer DEFAULT 7)
 RETURNS integer
 LANGUAGE plpgsql AS $$

@@ -1,5 +1,9 @@
--- retry_job (migration 014): a replayed dead job goes to jobs_keyed, the
--- arbiter of its unique key.
+-- Runs a finished job again as a new job (new_id): a dead letter leaves
+-- jobs_dead for jobs_keyed, the arbiter of its unique key (refused, 55000,
+-- while another job holds the key); a completed job is copied from jobs_done
+-- (its latest run). Otherwise no new id, and the state of the job if it is
+-- in flight (ready, scheduled, running), else NULL. The columns a replay leaves behind, and why:
+-- internal/store/copies_test.go.
 CREATE OR REPLACE FUNCTION {{schema}}.retry_job(p_id bigint, OUT new_id bigint, OUT state text)
 LANGUAGE plpgsql AS $$
 DECLARE
