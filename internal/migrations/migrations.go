@@ -286,7 +286,8 @@ func applied(ctx context.Context, tx Executor, schema string) (map[int]time.Time
 
 // UpTx applies every pending migration up to target (0 = latest) inside tx,
 // which the caller commits. At the latest version it then applies the
-// function files (sql/functions) whose text the schema does not have yet.
+// function files (sql/functions) whose text the schema does not have yet,
+// unless a newer binary has applied a version this one does not know.
 // It returns the versions it applied; none when the schema is current, and
 // then it changes nothing: running it again is a no-op.
 func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, error) {
@@ -319,7 +320,15 @@ func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, e
 		}
 		ran = append(ran, m.Version)
 	}
-	if target == Latest() {
+	// The function files are today's bodies for the latest version only:
+	// not for a target below it, nor for a schema a newer binary has
+	// migrated further (an older replica starting during a rolling deploy
+	// must not put its bodies back).
+	newer := false
+	for v := range done {
+		newer = newer || v > Latest()
+	}
+	if target == Latest() && !newer {
 		if _, err := applyFunctions(ctx, tx, schema); err != nil {
 			return ran, err
 		}

@@ -536,3 +536,23 @@ func TestUpgradeFromEveryVersion(t *testing.T) {
 		})
 	}
 }
+
+// A schema a newer binary migrated further keeps that binary's bodies: an
+// older one (a replica restarting during a rolling deploy) applies no
+// function file, even one whose text differs from the schema's.
+func TestOlderBinaryLeavesFunctionsAlone(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO skiplock.schema_migrations (version, name) VALUES (999, 'from_a_newer_binary');
+		CREATE OR REPLACE FUNCTION skiplock.ring_period() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 7 $$;
+		UPDATE skiplock.schema_functions SET sha256 = 'newer' WHERE name = 'ring_period';`)
+	require.NoError(t, err)
+	ran, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Empty(t, ran)
+	var period int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.ring_period()").Scan(&period))
+	require.Equal(t, 7, period, "the newer binary's body stays")
+}
