@@ -41,7 +41,8 @@ func down(ctx context.Context, pool *pgxpool.Pool, schema string, target int) ([
 }
 
 // catalog fingerprints a schema: its relations with their options, columns,
-// indexes, constraints and functions, in a stable order.
+// indexes, constraints and functions (their whole definitions: body,
+// settings, volatility), in a stable order.
 func catalog(t *testing.T, pool *pgxpool.Pool, schema string) string {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `
@@ -60,13 +61,22 @@ func catalog(t *testing.T, pool *pgxpool.Pool, schema string) string {
 		SELECT 'con ' || conname || ' ' || pg_get_constraintdef(k.oid)
 		FROM pg_constraint k JOIN pg_namespace n ON n.oid = k.connamespace WHERE n.nspname = $1
 		UNION ALL
-		SELECT 'fn ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || md5(p.prosrc)
+		SELECT 'fn ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || md5(pg_get_functiondef(p.oid))
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
 		ORDER BY 1`, schema)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return strings.Join(lines, "\n")
+}
+
+// fingerprint is the catalog and the dump (views, triggers, comments and
+// whole function definitions besides) of schema skiplock.
+func fingerprint(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	dump, err := migrations.Dump(context.Background(), pool, "skiplock")
+	require.NoError(t, err)
+	return catalog(t, pool, "skiplock") + "\n" + dump
 }
 
 func TestUpTwiceIsANoOp(t *testing.T) {
@@ -138,7 +148,7 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		require.NoError(t, err, "down to %d", v)
 		require.Equal(t, []int{v + 1}, reverted)
 		if v > 0 {
-			wentDown[v] = catalog(t, db.Pool, "skiplock")
+			wentDown[v] = fingerprint(t, db.Pool)
 		}
 	}
 	var exists bool
@@ -150,7 +160,7 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		require.NoError(t, err, "up to %d", v)
 		require.Equal(t, []int{v}, applied)
 		if v < migrations.Latest() {
-			require.Equal(t, catalog(t, db.Pool, "skiplock"), wentDown[v], "version %d, up and down", v)
+			require.Equal(t, fingerprint(t, db.Pool), wentDown[v], "version %d, up and down", v)
 		}
 	}
 	require.Equal(t, want, catalog(t, db.Pool, "skiplock"))

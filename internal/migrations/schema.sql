@@ -525,7 +525,7 @@ CREATE VIEW skiplock.xmin_holders AS
 CREATE OR REPLACE FUNCTION skiplock.add_tasks(p_workflow bigint, p_tasks jsonb)
  RETURNS SETOF bigint
  LANGUAGE plpgsql
- SET plan_cache_mode TO 'force_custom_plan'
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
     w "skiplock".workflows%ROWTYPE;
@@ -738,7 +738,7 @@ $function$;
 CREATE OR REPLACE FUNCTION skiplock.delete_workflow(p_workflow bigint)
  RETURNS boolean
  LANGUAGE plpgsql
- SET plan_cache_mode TO 'force_custom_plan'
+ SET enable_seqscan TO 'off'
 AS $function$
 DECLARE
     v_state text;

@@ -4,7 +4,7 @@
 CREATE OR REPLACE FUNCTION {{schema}}.delete_workflow(p_workflow bigint)
 RETURNS boolean
 LANGUAGE plpgsql
-SET plan_cache_mode = force_custom_plan -- as add_tasks
+SET enable_seqscan = off -- as add_tasks
 AS $$
 DECLARE
     v_state text;
