@@ -460,7 +460,8 @@ func TestChangedFunctionFileIsApplied(t *testing.T) {
 	// As if the binary before this one had applied another text.
 	_, err := db.Pool.Exec(ctx, `
 		CREATE OR REPLACE FUNCTION skiplock.ring_period() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 7 $$;
-		UPDATE skiplock.schema_functions SET sha256 = 'older' WHERE name = 'ring_period';`)
+		UPDATE skiplock.schema_functions SET sha256 = 'older' WHERE name = 'ring_period';
+		INSERT INTO skiplock.schema_functions (name, sha256) VALUES ('dropped_by_a_migration', 'x');`)
 	require.NoError(t, err)
 	before := time.Now()
 	ran, err := up(ctx, db.Pool, "skiplock", 0)
@@ -473,6 +474,9 @@ func TestChangedFunctionFileIsApplied(t *testing.T) {
 	again, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"ring_period"}, again, "only the changed file was applied")
+	var stale bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM skiplock.schema_functions WHERE name = 'dropped_by_a_migration')").Scan(&stale))
+	require.False(t, stale, "the record of a file that is gone is forgotten")
 }
 
 // A database at any earlier version, with jobs in flight and a process
