@@ -84,10 +84,14 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `
-		ALTER TABLE skiplock.jobs_keyed SET (autovacuum_enabled = false);
-		ALTER TABLE skiplock.jobs_g0 SET (autovacuum_enabled = false);
-		ALTER TABLE skiplock.jobs_g1 SET (autovacuum_enabled = false);
-		ALTER TABLE skiplock.jobs_g2 SET (autovacuum_enabled = false);
+		DO $$
+		DECLARE p regclass;
+		BEGIN
+			-- Every partition: jobs_keyed and the ring's (ring_size() of them).
+			FOR p IN SELECT i.inhrelid::regclass FROM pg_inherits AS i WHERE i.inhparent = 'skiplock.jobs'::regclass LOOP
+				EXECUTE format('ALTER TABLE %s SET (autovacuum_enabled = false)', p);
+			END LOOP;
+		END $$;
 		INSERT INTO skiplock.jobs (queue, kind, tenant) SELECT 'q', 'k', 't' || (g % 5) FROM generate_series(1, 20) AS g;
 		ANALYZE skiplock.jobs;`)
 	require.NoError(t, err)

@@ -141,6 +141,9 @@ func template(t testing.TB) string {
 		for _, m := range migrations.All() {
 			h.Write([]byte(m.Up))
 		}
+		for _, f := range migrations.Functions() {
+			h.Write([]byte(f.SQL))
+		}
 		tmplName = "skiplock_tmpl_" + hex.EncodeToString(h.Sum(nil))[:12]
 		ctx := context.Background()
 		conn, err := pgx.Connect(ctx, admin)

@@ -3,9 +3,14 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,7 +41,8 @@ func down(ctx context.Context, pool *pgxpool.Pool, schema string, target int) ([
 }
 
 // catalog fingerprints a schema: its relations with their options, columns,
-// indexes, constraints and functions, in a stable order.
+// indexes, constraints and functions (their whole definitions: body,
+// settings, volatility), in a stable order.
 func catalog(t *testing.T, pool *pgxpool.Pool, schema string) string {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `
@@ -55,13 +61,22 @@ func catalog(t *testing.T, pool *pgxpool.Pool, schema string) string {
 		SELECT 'con ' || conname || ' ' || pg_get_constraintdef(k.oid)
 		FROM pg_constraint k JOIN pg_namespace n ON n.oid = k.connamespace WHERE n.nspname = $1
 		UNION ALL
-		SELECT 'fn ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || md5(p.prosrc)
+		SELECT 'fn ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || md5(pg_get_functiondef(p.oid))
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1
 		ORDER BY 1`, schema)
 	require.NoError(t, err)
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return strings.Join(lines, "\n")
+}
+
+// fingerprint is the catalog and the dump (views, triggers, comments and
+// whole function definitions besides) of schema skiplock.
+func fingerprint(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	dump, err := migrations.Dump(context.Background(), pool, "skiplock")
+	require.NoError(t, err)
+	return catalog(t, pool, "skiplock") + "\n" + dump
 }
 
 func TestUpTwiceIsANoOp(t *testing.T) {
@@ -82,6 +97,12 @@ func TestUpTwiceIsANoOp(t *testing.T) {
 	for _, s := range st {
 		require.NotNil(t, s.AppliedAt, "migration %03d not recorded", s.Version)
 	}
+	var functions int
+	var touched bool
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), bool_or(applied_at > (SELECT min(applied_at) FROM skiplock.schema_functions))
+		FROM skiplock.schema_functions`).Scan(&functions, &touched))
+	require.Equal(t, len(migrations.Functions()), functions, "every function file recorded")
+	require.False(t, touched, "the second up applied no function file again")
 }
 
 // Eight processes deploying at once: the advisory lock lets one apply each
@@ -110,7 +131,9 @@ func TestConcurrentUp(t *testing.T) {
 }
 
 // Down to zero removes everything; up again gives the very same catalog.
-// Every step down and up one version at a time also works.
+// Every step down and up one version at a time also works, and each version
+// reached going down is the very catalog that version has going up: a down
+// file restores the function bodies of the version below it.
 func TestDownToZeroAndUpAgain(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewEmpty(t)
@@ -119,10 +142,14 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 	require.NoError(t, err)
 	want := catalog(t, db.Pool, "skiplock")
 
+	wentDown := map[int]string{}
 	for v := migrations.Latest() - 1; v >= 0; v-- {
 		reverted, err := down(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "down to %d", v)
 		require.Equal(t, []int{v + 1}, reverted)
+		if v > 0 {
+			wentDown[v] = fingerprint(t, db.Pool)
+		}
 	}
 	var exists bool
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'skiplock')").Scan(&exists))
@@ -132,6 +159,9 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		applied, err := up(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "up to %d", v)
 		require.Equal(t, []int{v}, applied)
+		if v < migrations.Latest() {
+			require.Equal(t, fingerprint(t, db.Pool), wentDown[v], "version %d, up and down", v)
+		}
 	}
 	require.Equal(t, want, catalog(t, db.Pool, "skiplock"))
 }
@@ -158,7 +188,41 @@ func TestJobsTableSettings(t *testing.T) {
 		}
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, 4, parts, "jobs_g0..jobs_g2 and jobs_keyed")
+	var size int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT skiplock.ring_size()").Scan(&size))
+	require.Equal(t, size+1, parts, "jobs_g0..jobs_g<ring_size()-1> and jobs_keyed")
+}
+
+// The ring's size has one home, ring_size(): the partitions the schema has
+// are the ones it names, and ring_gen never names another.
+func TestRingSizeIsThePartitions(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	var size int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.ring_size()").Scan(&size))
+	require.GreaterOrEqual(t, size, 3, "one taking inserts, one draining, one to truncate")
+	var ring []string
+	rows, err := db.Pool.Query(ctx, `SELECT c.relname FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'skiplock.jobs'::regclass AND c.relname <> 'jobs_keyed' ORDER BY c.relname`)
+	require.NoError(t, err)
+	ring, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	want := make([]string, size)
+	for g := range want {
+		want[g] = fmt.Sprintf("jobs_g%d", g)
+	}
+	require.Equal(t, want, ring)
+	var gen int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.ring_gen()").Scan(&gen))
+	require.True(t, gen >= 0 && gen < size, "ring_gen() = %d", gen)
+	// No function body states the size itself.
+	rows, err = db.Pool.Query(ctx, `SELECT p.proname FROM pg_proc AS p
+		WHERE p.pronamespace = 'skiplock'::regnamespace AND p.proname <> 'ring_size' AND p.prosrc ~ '%\s*3\s*\)'`)
+	require.NoError(t, err)
+	literal, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Empty(t, literal, "functions that take a value modulo 3 instead of ring_size()")
 }
 
 // Two installations in one database do not see each other.
@@ -264,6 +328,19 @@ func TestSQLScriptPartial(t *testing.T) {
 	ran, err := up(ctx, db.Pool, "skiplock", 0)
 	require.NoError(t, err)
 	require.Empty(t, ran)
+
+	// A release that changed only function bodies: the script past the
+	// latest version holds the function files alone, and applies again.
+	only, err := migrations.SQL("skiplock", true, migrations.Latest()+1, 0)
+	require.NoError(t, err)
+	require.NotContains(t, only, "skiplock migration")
+	for _, f := range migrations.Functions() {
+		require.Contains(t, only, "-- skiplock function "+f.Name+"\n")
+	}
+	before := catalog(t, db.Pool, "skiplock")
+	_, err = db.Pool.Exec(ctx, only)
+	require.NoError(t, err)
+	require.Equal(t, before, catalog(t, db.Pool, "skiplock"))
 }
 
 // Migration 016 (generations) carries the jobs in flight across, up and
@@ -314,4 +391,198 @@ func TestGenerationsCarryJobsUpAndDown(t *testing.T) {
 	require.Greater(t, id, int64(4), "the id sequence carries on, down too: no id is issued twice")
 	_, err = up(ctx, db.Pool, "skiplock", 16)
 	require.NoError(t, err, "up again")
+}
+
+var update = flag.Bool("update", false, "rewrite schema.sql from a freshly migrated database")
+
+// TestSchemaFileIsCurrent checks that schema.sql is the catalog of a freshly
+// migrated schema; with -update (go generate ./internal/migrations) it
+// writes it.
+func TestSchemaFileIsCurrent(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	_, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	got, err := migrations.Dump(ctx, db.Pool, "skiplock")
+	require.NoError(t, err)
+	require.Contains(t, got, "CREATE TABLE skiplock.jobs (")
+	require.Contains(t, got, "CREATE OR REPLACE FUNCTION skiplock.enqueue_job(")
+	require.Contains(t, got, "CREATE TRIGGER jobs_left")
+	if *update {
+		require.NoError(t, os.WriteFile("schema.sql", []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile("schema.sql")
+	require.NoError(t, err)
+	require.Equal(t, string(want), got, "schema.sql is stale: run go generate ./internal/migrations")
+}
+
+// Each SQL function's current body has one home, sql/functions/<name>.sql:
+// the functions the schema has are the files there are, and no versioned
+// migration after 016 carries a body in its up file (its down file restores
+// the version below's).
+func TestFunctionsHaveOneHome(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	rows, err := db.Pool.Query(ctx, `SELECT p.proname FROM pg_proc AS p
+		WHERE p.pronamespace = 'skiplock'::regnamespace ORDER BY p.proname COLLATE "C"`)
+	require.NoError(t, err)
+	inCatalog, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	var files []string
+	for _, f := range migrations.Functions() {
+		files = append(files, f.Name)
+		require.Equal(t, 1, strings.Count(f.SQL, "CREATE OR REPLACE FUNCTION"), "functions/%s.sql defines one function", f.Name)
+	}
+	require.Equal(t, inCatalog, files, "one file per function, one function per file")
+	create := regexp.MustCompile(`(?i)CREATE\s+(OR\s+REPLACE\s+)?FUNCTION`)
+	for _, m := range migrations.All() {
+		if m.Version >= 17 {
+			require.False(t, create.MatchString(m.Up), "%03d_%s.up.sql defines a function: its body belongs in sql/functions", m.Version, m.Name)
+		}
+	}
+}
+
+// A function file changed without a migration is applied by the next up
+// (and only that file): the body a schema runs is the file's.
+func TestChangedFunctionFileIsApplied(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	body := func() string {
+		var s string
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE oid = 'skiplock.ring_period'::regproc").Scan(&s))
+		return s
+	}
+	want := body()
+	// As if the binary before this one had applied another text.
+	_, err := db.Pool.Exec(ctx, `
+		CREATE OR REPLACE FUNCTION skiplock.ring_period() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 7 $$;
+		UPDATE skiplock.schema_functions SET sha256 = 'older' WHERE name = 'ring_period';
+		INSERT INTO skiplock.schema_functions (name, sha256) VALUES ('dropped_by_a_migration', 'x');`)
+	require.NoError(t, err)
+	before := time.Now()
+	ran, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Empty(t, ran, "no version to apply")
+	require.Equal(t, want, body(), "the file's body is back")
+	var again []string
+	rows, err := db.Pool.Query(ctx, "SELECT name FROM skiplock.schema_functions WHERE applied_at >= $1", before.Add(-time.Second))
+	require.NoError(t, err)
+	again, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"ring_period"}, again, "only the changed file was applied")
+	var stale bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM skiplock.schema_functions WHERE name = 'dropped_by_a_migration')").Scan(&stale))
+	require.False(t, stale, "the record of a file that is gone is forgotten")
+}
+
+// A database at any earlier version, with jobs in flight and a process
+// enqueueing throughout, upgrades to the very catalog of a fresh install
+// (schema.sql's), every job kept.
+func TestUpgradeFromEveryVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ref := dbtest.NewEmpty(t)
+	_, err := up(ctx, ref.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	want := catalog(t, ref.Pool, "skiplock")
+	wantDump, err := migrations.Dump(ctx, ref.Pool, "skiplock")
+	require.NoError(t, err)
+
+	for v := 1; v < migrations.Latest(); v++ {
+		if testing.Short() && v != 1 && v != migrations.Latest()-1 {
+			continue // -short: the oldest and the newest upgrade only
+		}
+		t.Run(fmt.Sprintf("from_%03d", v), func(t *testing.T) {
+			db := dbtest.NewEmpty(t)
+			_, err := up(ctx, db.Pool, "skiplock", v)
+			require.NoError(t, err)
+			_, err = db.Pool.Exec(ctx, `
+				SELECT skiplock.enqueue('q', 'k');
+				SELECT skiplock.enqueue('q', 'k', unique_key => 'u1');
+				SELECT skiplock.enqueue('q', 'k', entity => 'e1');
+				UPDATE skiplock.jobs SET state = 'running', locked_by = 'w', lease_token = 77,
+				       lease_expires_at = now() + interval '1 minute' WHERE id = 1;`)
+			require.NoError(t, err)
+
+			// A process enqueueing while the upgrade runs waits for the
+			// upgrade's locks and loses nothing. Migrations 006 and 014
+			// replaced enqueue by DROP and CREATE (its signature changed): a
+			// call that had looked the old function up fails once with
+			// "cache lookup failed" (and succeeds when retried). Since 014,
+			// nothing drops a function a caller uses: no call fails.
+			stop := make(chan struct{})
+			type result struct {
+				ids  []int64
+				errs []string
+			}
+			done := make(chan result)
+			go func() {
+				var r result
+				defer func() { done <- r }()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var id int64
+					if err := db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k')").Scan(&id); err != nil {
+						r.errs = append(r.errs, err.Error())
+						continue
+					}
+					r.ids = append(r.ids, id)
+				}
+			}()
+			_, err = up(ctx, db.Pool, "skiplock", 0)
+			close(stop)
+			r := <-done
+			require.NoError(t, err)
+			var after int64
+			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k')").Scan(&after))
+			ids := append(r.ids, after)
+			for _, e := range r.errs {
+				require.Less(t, v, 14, "an enqueue failed during the upgrade: %s", e)
+				require.Contains(t, e, "cache lookup failed for function")
+			}
+
+			require.Equal(t, want, catalog(t, db.Pool, "skiplock"), "upgraded from %d", v)
+			got, err := migrations.Dump(ctx, db.Pool, "skiplock")
+			require.NoError(t, err)
+			require.Equal(t, wantDump, got, "upgraded from %d", v)
+
+			var running, keyedLeft int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE id = 1 AND state = 'running' AND lease_token = 77),
+				count(*) FILTER (WHERE id <= 3) FROM skiplock.jobs`).Scan(&running, &keyedLeft))
+			require.Equal(t, 1, running, "the running job keeps its lease")
+			require.Equal(t, 3, keyedLeft, "the jobs in flight before the upgrade")
+			var missing int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::bigint[]) AS i(id)
+				WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.id = i.id)`, ids).Scan(&missing))
+			require.Zero(t, missing, "a job enqueued during the upgrade was lost")
+		})
+	}
+}
+
+// A schema a newer binary migrated further keeps that binary's bodies: an
+// older one (a replica restarting during a rolling deploy) applies no
+// function file, even one whose text differs from the schema's.
+func TestOlderBinaryLeavesFunctionsAlone(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `
+		INSERT INTO skiplock.schema_migrations (version, name) VALUES (999, 'from_a_newer_binary');
+		CREATE OR REPLACE FUNCTION skiplock.ring_period() RETURNS integer LANGUAGE sql IMMUTABLE AS $$ SELECT 7 $$;
+		UPDATE skiplock.schema_functions SET sha256 = 'newer' WHERE name = 'ring_period';`)
+	require.NoError(t, err)
+	ran, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Empty(t, ran)
+	var period int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.ring_period()").Scan(&period))
+	require.Equal(t, 7, period, "the newer binary's body stays")
 }

@@ -44,3 +44,38 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = {{schema_lit}}::regna
 
 -- name: drop_schema
 DROP SCHEMA {{schema}};
+
+-- name: functions_table
+-- The function files (sql/functions/*.sql) applied to this schema, with the
+-- hash of each file's text: the runner applies a file whose hash differs,
+-- after the versioned migrations, whenever the schema is at the latest
+-- version. A down run forgets them all, so the next up applies every file.
+CREATE TABLE IF NOT EXISTS {{schema}}.schema_functions (
+    name       text PRIMARY KEY,
+    sha256     text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now());
+
+-- name: functions_applied
+SELECT name, sha256 FROM {{schema}}.schema_functions;
+
+-- name: function_record
+--   parameters: the function's name, the hash of its file
+INSERT INTO {{schema}}.schema_functions AS f (name, sha256) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET sha256 = excluded.sha256, applied_at = now();
+
+-- name: functions_forget
+--   parameter: the names of the files there are (NULL: forget every record)
+DELETE FROM {{schema}}.schema_functions WHERE $1::text[] IS NULL OR name <> ALL ($1::text[]);
+
+-- name: drop_functions_table
+DROP TABLE IF EXISTS {{schema}}.schema_functions;
+
+-- name: function_bodies_unchecked
+-- A function file may call one applied after it (ring_gen reads ring_size):
+-- the bodies are checked when they run, as pg_dump's restores do. Returns
+-- the setting to restore.
+SELECT current_setting('check_function_bodies'), set_config('check_function_bodies', 'off', true);
+
+-- name: function_bodies_checked
+--   parameter: the setting function_bodies_unchecked returned
+SELECT set_config('check_function_bodies', $1, true);

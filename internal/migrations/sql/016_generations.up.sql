@@ -1,38 +1,9 @@
--- Generations (issue 15): the hot table as a ring of partitions emptied by
--- TRUNCATE, so that its size is bounded by the jobs in flight even while a
--- long transaction pins the vacuum horizon.
---
--- Under a pinned horizon no VACUUM can remove a row version deleted after
--- the pin, so a plain table keeps every version of every job processed since
--- then (measured: 58 MiB to 1.2 GiB through a 10-minute pin at 2,000
--- jobs/s). TRUNCATE is the one operation the horizon does not hold back. So
--- jobs is now partitioned by LIST (gen):
---
---   jobs_g0, jobs_g1, jobs_g2  the ring. Plain jobs (no entity, no unique
---       key, not a workflow task) go to the generation of the moment:
---       ring_gen(), the database clock in periods of ring_period() seconds,
---       modulo 3. Once a generation has taken no inserts for a whole period
---       (the next one is current), rotate_ring moves the ready rows still in
---       it (a backlog, retries, sleepers, scheduled jobs) to jobs_keyed, once
---       each, and when no row is left in it, truncates it, under a
---       short lock_timeout. A generation that still holds a running job (a
---       long runner) is not truncated that turn; nothing else depends on it.
---   jobs_keyed  everything else: jobs with an entity or a unique key, whose
---       guarantees stand on unique indexes that only a single partition can
---       carry (jobs_running, jobs_unique_inflight, as before), workflow tasks,
---       replays, tenant moves, jobs scheduled beyond the ring. It is never
---       truncated: vacuum keeps it, as it kept the whole table before.
---
--- gen's default on the parent is jobs_keyed's value (-1): an insert that
--- does not ask for the ring gets the table's old behaviour. The ring's
--- partitions refuse keyed rows by a CHECK, so a row can never sit where its
--- unique index does not see it. Every statement that reads jobs by id still
--- does so through each partition's primary key (id, gen); the claim reads
--- each partition's ready index.
---
--- The ring's period and size are constants here (5 s, 3 generations: one
--- taking inserts, one draining, one waiting to be truncated; measured in
--- bench/rotation, docs/performance.md).
+-- Generations (issue 15): jobs becomes a table partitioned by LIST (gen), a
+-- ring of partitions jobs_g0..jobs_g2 emptied by TRUNCATE (which a pinned
+-- horizon does not hold back) and jobs_keyed for everything else; the jobs
+-- there are move to jobs_keyed with their ids, leases and tokens. The design,
+-- its invariants and its figures: docs/generations.md. Today's bodies of the
+-- functions below are in sql/functions/ (this file is history).
 
 CREATE FUNCTION {{schema}}.ring_period() RETURNS integer
 LANGUAGE sql IMMUTABLE AS $$ SELECT 5 $$;

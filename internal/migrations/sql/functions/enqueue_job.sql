@@ -1,0 +1,69 @@
+-- Enqueues one job, after validating it as the Go API does (validate_job,
+-- validate_metadata, validate_limit_weight), and wakes its queue when it is
+-- due. A plain job goes to the ring's current generation (ring_gen(),
+-- docs/generations.md); a unique one to jobs_keyed directly (its unique index
+-- is the ON CONFLICT arbiter, and only a partition carries it): the job in
+-- flight with that key is returned instead (inserted false), its run_at
+-- brought forward when p_bump; an entity one to jobs_keyed by gen. Called by
+-- enqueue (the SQL API) and internal/store/sql/enqueue.sql.
+CREATE OR REPLACE FUNCTION {{schema}}.enqueue_job(
+    p_queue text, p_kind text, p_payload jsonb, p_priority integer,
+    p_run_at timestamptz, p_max_attempts integer, p_unique_key text,
+    p_tenant text, p_entity text, p_bump boolean, p_metadata jsonb DEFAULT NULL,
+    p_limit_weight integer DEFAULT NULL,
+    OUT id bigint, OUT inserted boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_run_at timestamptz := coalesce(p_run_at, now());
+    v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
+    v_priority integer := coalesce(p_priority, 0);
+    -- Weight 1 is stored as NULL (the default).
+    v_weight integer := nullif(p_limit_weight, 1);
+BEGIN
+    PERFORM {{schema}}.validate_job(p_queue, p_kind, v_payload, v_priority, v_run_at,
+        p_max_attempts, p_unique_key, p_tenant, p_entity);
+    PERFORM {{schema}}.validate_metadata(p_metadata);
+    PERFORM {{schema}}.validate_limit_weight(p_limit_weight);
+
+    IF p_unique_key IS NULL THEN
+        INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata,
+                                          limit_weight, gen)
+        VALUES (p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20), p_tenant, p_entity, p_metadata,
+                v_weight, CASE WHEN p_entity IS NULL THEN {{schema}}.ring_gen() ELSE -1 END)
+        RETURNING j.id INTO id;
+        inserted := true;
+    ELSE
+        -- Loop only if the conflicting job finishes between our INSERT and SELECT.
+        FOR i IN 1..10 LOOP
+            INSERT INTO {{schema}}.jobs_keyed AS j (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity,
+                                                    metadata, limit_weight)
+            VALUES (p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20), p_unique_key, p_tenant, p_entity,
+                    p_metadata, v_weight)
+            ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+            RETURNING j.id INTO id;
+            IF id IS NOT NULL THEN
+                inserted := true;
+                EXIT;
+            END IF;
+            inserted := false;
+            IF p_bump THEN
+                UPDATE {{schema}}.jobs_keyed AS j SET run_at = GREATEST(j.run_at, v_run_at)
+                WHERE j.queue = p_queue AND j.unique_key = p_unique_key
+                RETURNING j.id INTO id;
+            ELSE
+                SELECT j.id INTO id FROM {{schema}}.jobs_keyed AS j
+                WHERE j.queue = p_queue AND j.unique_key = p_unique_key;
+            END IF;
+            EXIT WHEN id IS NOT NULL;
+        END LOOP;
+        IF id IS NULL THEN
+            RAISE EXCEPTION 'skiplock: unique_key: the in-flight job kept changing; retry'
+                USING ERRCODE = '40001';
+        END IF;
+    END IF;
+
+    IF inserted AND v_run_at <= now() THEN
+        PERFORM pg_notify({{schema_lit}} || '.jobs', p_queue);
+    END IF;
+END
+$$;
