@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -46,7 +47,7 @@ var settings = map[string]bool{"max_payload_bytes": true}
 // the migrations build: every function and view of a freshly migrated
 // schema is there with the signature the catalog prints for it (its
 // arguments' names, types and defaults, its result, a view's columns), each
-// entry names the migration that holds the object's body today, and the page
+// entry names the file that holds the object's body today, and the page
 // names no object of the schema that no longer exists.
 func TestSQLReference(t *testing.T) {
 	t.Parallel()
@@ -141,8 +142,9 @@ func TestSQLReference(t *testing.T) {
 	}
 	require.Empty(t, unknown, "%s names objects the schema does not have: %v", sqlReference, unknown)
 
-	// 3. Each entry names the migration that holds its object's body today:
-	// the last one that created or replaced it.
+	// 3. Each entry names the file that holds its object's body today: a
+	// function's own file under sql/functions (its one home), a view's last
+	// migration that created or replaced it.
 	last := map[string]int{}
 	for _, m := range migrations.All() {
 		for _, c := range createObject.FindAllStringSubmatch(m.Up, -1) {
@@ -156,7 +158,13 @@ func TestSQLReference(t *testing.T) {
 		if i+1 < len(starts) {
 			end = starts[i+1][0]
 		}
-		m := docMigration.FindStringSubmatch(doc[s[1]:end])
+		entry := doc[s[1]:end]
+		if _, err := os.Stat(filepath.Join("sql", "functions", name+".sql")); err == nil {
+			want := "`functions/" + name + ".sql`"
+			require.Contains(t, entry, want, "%s: %s's body today is in %s; its entry must say so", sqlReference, name, want)
+			continue
+		}
+		m := docMigration.FindStringSubmatch(entry)
 		require.NotNil(t, m, "%s: the entry of %s names no migration (\"body: migration NNN\")", sqlReference, name)
 		want, ok := last[name]
 		require.True(t, ok, "no migration creates %s", name)
