@@ -6,7 +6,7 @@
 // EXPLAIN (ANALYZE, BUFFERS) (writes inside a transaction it rolls back),
 // then opens BEGIN; SELECT txid_current(); on another connection, processes
 // --jobs more and times them again. It prints a Markdown table (before,
-// during, buffers) for docs/performance.md.
+// during, buffers) for docs/performance-log.md ("The claim's surroundings").
 //
 //	go run ./bench/surroundings --database-url postgres://…/db --jobs 50000
 package main

@@ -17,7 +17,7 @@ import (
 // not: every job claimed since the pin leaves an index entry and a row
 // version at the front that vacuum may not remove, and a claim from the
 // front reads all of them, so its cost grows with the jobs processed since
-// the pin (docs/performance.md, "Claiming under a pinned horizon"). A claim
+// the pin (docs/performance-log.md, "Claiming under a pinned horizon"). A claim
 // after the bound reads none of them.
 //
 // So the pool claims from the front while that stays cheap, and once a claim
@@ -33,7 +33,7 @@ import (
 // with the pin's length (hundreds of milliseconds ten minutes into one), and
 // a producer waiting for it claimed nothing meanwhile, so every job enqueued
 // during it waited as long: the pickup p99 of a long pin grew with the pin
-// while the claim after the bounds stayed flat (docs/performance.md).
+// while the claim after the bounds stayed flat (docs/performance-log.md).
 //
 // A tenant-capped pool (perTenant) keeps a bound per tenant as well
 // (tenantBounds, tenantWindow: the capped claim visits tenants in turn and
