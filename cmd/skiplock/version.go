@@ -7,18 +7,40 @@ import (
 	"strings"
 )
 
-// version describes this binary from its build info: the module version,
-// the VCS commit, its time and whether the tree was dirty, and the Go
-// version. `go install github.com/skiplock/skiplock/cmd/skiplock@v1.2.3`
+// Stamped at link time by release builds (.goreleaser.yaml):
+//
+//	-X main.buildVersion=v0.1.0 -X main.buildCommit=<sha> -X main.buildDate=<RFC 3339>
+//
+// They stay empty in `go build` and `go install` builds, which describe
+// themselves from their build info instead.
+var (
+	buildVersion string
+	buildCommit  string
+	buildDate    string
+)
+
+// version describes this binary. A release build reports what goreleaser
+// stamped into it. Any other build reports its build info: the module
+// version, the VCS commit, its time and whether the tree was dirty, and the
+// Go version. `go install github.com/skiplock/skiplock/cmd/skiplock@v1.2.3`
 // reports v1.2.3; go build in a git checkout reports a pseudo-version and
 // the commit; a build without VCS information (-buildvcs=false) reports
 // "(devel)".
 func version() string {
+	if buildVersion != "" {
+		return describeStamp(buildVersion, buildCommit, buildDate, runtime.Version())
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "(unknown) " + runtime.Version()
 	}
 	return describeBuild(bi)
+}
+
+// describeStamp formats the values a release build was stamped with, in the
+// same shape as describeBuild.
+func describeStamp(v, commit, date, goVersion string) string {
+	return formatVersion(v, commit, date, false, goVersion)
 }
 
 func describeBuild(bi *debug.BuildInfo) string {
@@ -38,6 +60,16 @@ func describeBuild(bi *debug.BuildInfo) string {
 			dirty = s.Value == "true"
 		}
 	}
+	goVersion := bi.GoVersion
+	if goVersion == "" {
+		goVersion = runtime.Version()
+	}
+	return formatVersion(v, rev, at, dirty, goVersion)
+}
+
+// formatVersion renders "v1.2.3 (commit 0123456789ab, <time>, dirty) go1.x",
+// leaving out the parenthesis when there is nothing to put in it.
+func formatVersion(v, rev, at string, dirty bool, goVersion string) string {
 	var parts []string
 	if rev != "" {
 		if len(rev) > 12 {
@@ -50,10 +82,6 @@ func describeBuild(bi *debug.BuildInfo) string {
 	}
 	if dirty {
 		parts = append(parts, "dirty")
-	}
-	goVersion := bi.GoVersion
-	if goVersion == "" {
-		goVersion = runtime.Version()
 	}
 	if len(parts) == 0 {
 		return fmt.Sprintf("%s %s", v, goVersion)
