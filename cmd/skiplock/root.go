@@ -18,9 +18,9 @@ import (
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
-// globals are one invocation's flags that every command shares, and its
-// environment. newRootCmd builds a fresh one for each command tree, so two
-// trees (two tests in parallel) share nothing.
+// globals are one invocation's flags that every command shares, and the
+// process it runs in. newCommandTree builds a fresh one with each command
+// tree, so two trees (two tests in parallel) share nothing.
 type globals struct {
 	// databaseURLs are the --database-url values in order: `work` serves
 	// every one, `stats`, `top` and `serve` add them up and `doctor` checks
@@ -75,11 +75,11 @@ func (p process) notifyContext(parent context.Context, sig ...os.Signal) (ctx co
 var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": true, "skiplock doctor": true,
 	"skiplock serve": true, "skiplock top": true}
 
-// subcommands are the constructors of the top-level commands, in the order
-// `skiplock --help` lists them (cobra sorts them by name).
+// subcommands are the constructors of the top-level commands (`skiplock
+// --help` lists them sorted by name); each takes the invocation's options.
 var subcommands = []func(*globals) *cobra.Command{
 	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newJobCmd, newLimitCmd,
-	newMigrateCmd, newQueueCmd, newScheduleCmd, newServeCmd, newStatsCmd, newTenantCmd, newTopCmd, newSignalCmd,
+	newMigrateCmd, newQueueCmd, newScheduleCmd, newServeCmd, newSignalCmd, newStatsCmd, newTenantCmd, newTopCmd,
 	newWorkCmd, newWorkflowCmd,
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/devdb"
@@ -162,6 +163,7 @@ func template(t testing.TB) string {
 			tmplErr = err
 			return
 		}
+		sweep(conn, admin)
 		if exists {
 			return
 		}
@@ -238,14 +240,95 @@ func create(t testing.TB, tmpl string) *DB {
 			t.Logf("dbtest: kept database %s", u)
 			return
 		}
-		c, err := pgx.Connect(context.Background(), admin)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.Background())
-		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+		discard(admin, name)
 	})
 	return &DB{URL: u, Pool: pool, Schema: "skiplock"}
+}
+
+// droppingPrefix marks a database that a passed test gave up: nothing uses
+// it any more, and any process may drop it.
+const droppingPrefix = "dropping_"
+
+// discard gets rid of a passed test's database without making the test
+// wait for DROP DATABASE, which takes a second or more on a busy server
+// with fsync on (PostgreSQL 15 waits for every backend to release the
+// database's files): a parallel test would hold its slot that long. The
+// database is renamed dropping_<name> at once (milliseconds), and the DROP
+// is sent without waiting for its answer (dropLater). When the rename
+// cannot be done (a session is still connected), or enough drops run
+// already, it is dropped here, as before.
+func discard(admin, name string) {
+	ctx := context.Background()
+	c, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return
+	}
+	defer c.Close(ctx)
+	for i := 0; i < 20; i++ {
+		_, err = c.Exec(ctx, "ALTER DATABASE "+name+" RENAME TO "+droppingPrefix+name)
+		if err == nil {
+			if !dropsInFlight(c) {
+				dropLater(admin, droppingPrefix+name)
+				return
+			}
+			name = droppingPrefix + name
+			break
+		}
+		if !strings.Contains(err.Error(), "being accessed by other users") {
+			break
+		}
+		time.Sleep(25 * time.Millisecond) // the pool's backends are still exiting
+	}
+	_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+}
+
+// maxDropsInFlight bounds the drops no test waits for: each holds a
+// snapshot while it runs, which the tests that look for the oldest
+// snapshot on the server (the pin checks) must not find too often.
+const maxDropsInFlight = 2
+
+// dropsInFlight reports whether maxDropsInFlight drops sent by dropLater
+// (from any process) are still running: then the test drops its own.
+func dropsInFlight(c *pgx.Conn) bool {
+	var n int
+	err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE state = 'active' AND starts_with(query, 'DROP DATABASE IF EXISTS `+droppingPrefix+`')`).Scan(&n)
+	return err != nil || n >= maxDropsInFlight
+}
+
+// dropLater sends DROP DATABASE name on a connection of its own and closes
+// the connection without reading the answer: the server runs the statement
+// to its end all the same (it does not watch the client's socket while it
+// works), and no goroutine of the test process waits for it (the packages'
+// goleak checks would count one). A drop that does not happen leaves the
+// database to the next sweep.
+func dropLater(admin, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return
+	}
+	f := c.PgConn().Frontend()
+	f.Send(&pgproto3.Query{String: "DROP DATABASE IF EXISTS " + name + " WITH (FORCE)"})
+	if err := f.Flush(); err != nil {
+		_ = c.Close(ctx)
+		return
+	}
+	_ = c.PgConn().Conn().Close() // no Terminate: the server would end the statement
+}
+
+// sweep drops, without waiting, the databases that passed tests gave up
+// and whose drop never happened (a server restart, say); once per process.
+func sweep(conn *pgx.Conn, admin string) {
+	rows, err := conn.Query(context.Background(), "SELECT datname FROM pg_database WHERE starts_with(datname, $1) LIMIT 20", droppingPrefix)
+	if err != nil {
+		return
+	}
+	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, name := range names {
+		dropLater(admin, name)
+	}
 }
 
 //go:embed sql/*.sql

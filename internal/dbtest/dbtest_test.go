@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -54,5 +55,40 @@ func TestNewIsMigratedAndPrivate(t *testing.T) {
 	}
 	if err := b.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("b sees %d jobs (%v)", n, err)
+	}
+}
+
+// A passed test's database is gone from under its name as soon as the test
+// ends, and dropped in the background soon after.
+func TestPassedTestsDatabaseIsDropped(t *testing.T) {
+	var name string
+	t.Run("uses a database", func(t *testing.T) {
+		db := New(t)
+		if err := db.Pool.QueryRow(context.Background(), "SELECT current_database()").Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, AdminURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	exists := func(n string) bool {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", n).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if exists(name) {
+		t.Fatalf("database %s is still there after its test passed", name)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for exists(droppingPrefix + name) {
+		if time.Now().After(deadline) {
+			t.Fatalf("database %s%s was never dropped", droppingPrefix, name)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
