@@ -155,7 +155,6 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 	return tw.Flush()
 }
 
-
 func newJobListCmd(g *globals) *cobra.Command {
 	var (
 		p      skiplock.JobListParams

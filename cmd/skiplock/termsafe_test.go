@@ -16,12 +16,12 @@ func TestTermSafe(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
 		"plain text, ünïcode ✓ and a \\ backslash": "plain text, ünïcode ✓ and a \\ backslash",
-		"ten\x1b[31mRED":                            `ten\x1b[31mRED`,
-		"boom \x1b]0;PWNED-TITLE\x07 \x1b[2J":       `boom \x1b]0;PWNED-TITLE\x07 \x1b[2J`,
-		"tab\tnul\x00del\x7f":                       `tab\x09nul\x00del\x7f`,
-		"c1 \u009b31m csi":                          `c1 \u009b31m csi`,
-		"bad \xff\xfe utf8":                         `bad \xff\xfe utf8`,
-		"rlo \u202eevil\u202c":                      `rlo \u202eevil\u202c`,
+		"ten\x1b[31mRED":                      `ten\x1b[31mRED`,
+		"boom \x1b]0;PWNED-TITLE\x07 \x1b[2J": `boom \x1b]0;PWNED-TITLE\x07 \x1b[2J`,
+		"tab\tnul\x00del\x7f":                 `tab\x09nul\x00del\x7f`,
+		"c1 \u009b31m csi":                    `c1 \u009b31m csi`,
+		"bad \xff\xfe utf8":                   `bad \xff\xfe utf8`,
+		"rlo \u202eevil\u202c":                `rlo \u202eevil\u202c`,
 	} {
 		require.Equal(t, want, termSafe(in), "%q", in)
 	}
