@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/dashboard"
 	"github.com/skiplock/skiplock/internal/worker"
 	"github.com/skiplock/skiplock/metrics"
 )
@@ -44,6 +45,10 @@ type workFlags struct {
 	pollInterval time.Duration
 	execCmd      string
 	metricsAddr  string
+	// metricsHosts and insecureNoAuth are --metrics-allowed-host and
+	// --insecure-no-auth: the metrics listener follows serve's rules.
+	metricsHosts   []string
+	insecureNoAuth bool
 	// history of finished jobs (Config.DeleteCompleted, CompletedRetention)
 	deleteCompleted    bool
 	completedRetention time.Duration
@@ -103,7 +108,10 @@ database reached directly).`,
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
 	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by `job get` (default 24h; at least 1h; negative: forever)")
 	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by `workflow get` (default 168h; at least 1h; negative: forever)")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464; "+
+		"beyond loopback it needs SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN), as serve does")
+	fl.StringArrayVar(&f.metricsHosts, "metrics-allowed-host", nil, "a host name the --metrics-addr listener also answers to (repeatable; * for any)")
+	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow --metrics-addr beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read queue and kind names and counts)")
 	return cmd
 }
 
@@ -152,6 +160,10 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 		}
 	}
 	log := g.logger(cmd.ErrOrStderr())
+	metricsAccess, err := g.workMetricsAccess(f, log)
+	if err != nil {
+		return err
+	}
 	// The worker outlives the first signal (it drains), so it runs on a
 	// context of its own; signals are handled here.
 	sigs := make(chan os.Signal, 2)
@@ -205,7 +217,7 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 		if len(dbs) > 1 {
 			h = metrics.HandlerForDatabases(dbs)
 		}
-		stop, err := serveWorkerMetrics(f.metricsAddr, h, log)
+		stop, err := serveWorkerMetrics(f.metricsAddr, h, metricsAccess, log)
 		if err != nil {
 			return err
 		}
@@ -624,15 +636,43 @@ func metricsServer(h http.Handler, log *slog.Logger) *http.Server {
 	return newHTTPServer(mux, log)
 }
 
+// workMetricsAccess is who may reach --metrics-addr: serve's rules
+// (checkListenerSecurity), its credentials (SKIPLOCK_DASHBOARD_*) and its
+// Host check (the address's own names and --metrics-allowed-host).
+func (g *globals) workMetricsAccess(f workFlags, log *slog.Logger) (dashboard.Options, error) {
+	if f.metricsAddr == "" {
+		return dashboard.Options{}, nil
+	}
+	o := g.dashboardOptions(false, false, "", log)
+	if err := checkListenerSecurity("--metrics-addr", f.metricsAddr, "metrics",
+		"anyone who reaches it could read queue and kind names and counts", o, f.insecureNoAuth); err != nil {
+		return o, err
+	}
+	for _, h := range f.metricsHosts {
+		if err := dashboard.CheckAllowedHost(h); err != nil {
+			return o, usageError("--metrics-allowed-host: %v", err)
+		}
+	}
+	o.AllowedHosts = allowedHosts(f.metricsAddr, f.metricsHosts)
+	return o, nil
+}
+
 // serveWorkerMetrics serves h at /metrics (the process collector, the
 // queue's health views, Go runtime; per database with several) and /healthz
-// on addr until stop is called.
-func serveWorkerMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// on addr until stop is called, behind access's Host check and credentials
+// (dashboard.Protect: failed logins throttled and logged).
+func serveWorkerMetrics(addr string, h http.Handler, access dashboard.Options, log *slog.Logger) (stop func(), err error) {
+	srv := metricsServer(h, log)
+	if srv.Handler, err = dashboard.Protect(srv.Handler, access); err != nil {
+		return nil, usageError("--metrics-addr: %v", err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageError("--metrics-addr: %v", err)
 	}
-	srv := metricsServer(h, log)
+	if !authConfigured(access) && !isLoopback(addr) {
+		log.Warn("skiplock: --insecure-no-auth: metrics are served beyond loopback without authentication", slog.String("addr", addr))
+	}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("skiplock: serving metrics", slog.String("url", "http://"+ln.Addr().String()+"/metrics"))
 	return func() {
