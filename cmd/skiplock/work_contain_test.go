@@ -74,6 +74,7 @@ esac
 		"%d job(s) still held by their children", running())
 	took := time.Since(start)
 	require.Less(t, took, 20*time.Second)
+	t.Logf("every outcome written %s after the worker started (timeout 2s, grace 1s, drain 1s)", took.Round(10*time.Millisecond))
 
 	outcome := map[string]string{}
 	for k, id := range ids {
