@@ -221,6 +221,10 @@ var badInputs = []struct {
 	{"overlong unique key", skiplock.EnqueueParams{Kind: "k", UniqueKey: strings.Repeat("u", 513)}, "unique_key"},
 	{"NUL in tenant", skiplock.EnqueueParams{Kind: "k", Tenant: "a\x00"}, "tenant"},
 	{"invalid UTF-8 entity", skiplock.EnqueueParams{Kind: "k", Entity: "\xfe"}, "entity"},
+	// Identifiers are shown to operators: no terminal control (issue 38 §5).
+	{"ANSI escape in tenant", skiplock.EnqueueParams{Kind: "k", Tenant: "ten\x1b[31mRED"}, "tenant"},
+	{"line break in entity", skiplock.EnqueueParams{Kind: "k", Entity: "a\nb"}, "entity"},
+	{"C1 CSI in unique key", skiplock.EnqueueParams{Kind: "k", UniqueKey: "k\u009b2J"}, "unique_key"},
 	{"bump without key", skiplock.EnqueueParams{Kind: "k", BumpSchedule: true}, "bump_schedule"},
 }
 

@@ -102,7 +102,9 @@ func refValidate(p skiplock.EnqueueParams) string {
 		return v != "" && len(v) <= 128 && utf8.ValidString(v) && refNameRe.MatchString(v)
 	}
 	key := func(v string, limit int) bool {
-		return len(v) <= limit && utf8.ValidString(v) && !strings.Contains(v, "\x00")
+		return len(v) <= limit && utf8.ValidString(v) && !strings.ContainsFunc(v, func(r rune) bool {
+			return r < 0x20 || (r >= 0x7f && r <= 0x9f) // C0, DEL, C1
+		})
 	}
 	q := p.Queue
 	if q == "" {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"regexp"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -67,7 +68,24 @@ func validateKey(field, v string, max int) error {
 	case bytes.IndexByte([]byte(v), 0) >= 0:
 		return invalidJob(field, "contains a NUL byte")
 	}
+	if off, r := controlChar(v); off >= 0 {
+		return invalidJob(field, "contains the control character %U at byte offset %d "+
+			"(an identifier is printed by the CLI and the dashboard: no control characters)", r, off)
+	}
 	return nil
+}
+
+// controlChar returns the byte offset and value of the first control
+// character in v (C0, DEL or C1: what a terminal may act on), or -1.
+// Queue and kind names cannot hold one (nameRe); tenant, entity and unique
+// key are refused with one, since they are identifiers shown to operators.
+func controlChar(v string) (int, rune) {
+	for i, r := range v {
+		if unicode.IsControl(r) {
+			return i, r
+		}
+	}
+	return -1, 0
 }
 
 // ValidatePayload checks raw JSON the way PostgreSQL's jsonb and skiplock's

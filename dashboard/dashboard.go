@@ -3,8 +3,6 @@ package dashboard
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"errors"
 	"fmt"
@@ -176,7 +174,7 @@ type Dashboard struct {
 	pages   map[string]*pageTemplate
 	mux     *http.ServeMux
 	csrf    *http.CrossOriginProtection
-	hosts   hostPolicy
+	gate    *gate  // Host check, authentication, login throttle
 	flash   []byte // HMAC key: only flash messages this process set are shown
 	sampler *sampler
 	replays *replays
@@ -265,7 +263,7 @@ func newDashboard(dbs []Database, opts Options) (http.Handler, error) {
 		store: store.New(opts.Schema),
 		pages: pages,
 		csrf:  http.NewCrossOriginProtection(),
-		hosts: newHostPolicy(opts),
+		gate:  newGate(opts),
 		flash: make([]byte, 32),
 	}
 	reads := make([]*pgxpool.Pool, len(dbs))
@@ -388,19 +386,7 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.mux.ServeHTTP(w, r)
 		return
 	}
-	if !d.hosts.allows(r.Host) {
-		// Not echoed back: the Host is the client's, not ours.
-		http.Error(w, "this dashboard does not answer to that host name "+
-			"(add it with skiplock serve --allowed-host, or dashboard.Options.AllowedHosts)", http.StatusMisdirectedRequest)
-		return
-	}
-	if !d.authorized(r) {
-		if d.opts.User != "" {
-			h.Set("WWW-Authenticate", `Basic realm="skiplock", charset="UTF-8"`)
-		} else {
-			h.Set("WWW-Authenticate", `Bearer realm="skiplock"`)
-		}
-		http.Error(w, "authentication required", http.StatusUnauthorized)
+	if !d.gate.admit(w, r) {
 		return
 	}
 	if d.opts.ReadOnly && r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -460,35 +446,9 @@ func badParam(r *http.Request) (string, bool) {
 	return check(r.PostForm) // parsed by ServeHTTP for a POST; empty otherwise
 }
 
-// authorized lets a request through when no credentials are configured or
-// it carries valid ones.
-func (d *Dashboard) authorized(r *http.Request) bool {
-	if !d.opts.authConfigured() {
-		return true
-	}
-	_, ok := d.authenticated(r)
-	return ok
-}
-
-// authenticated returns the user whose credentials the request carries,
-// checked in constant time (over fixed-length digests, so not even the
-// length leaks); false when it carries none that are valid, or none are
-// configured.
-func (d *Dashboard) authenticated(r *http.Request) (string, bool) {
-	if d.opts.Token != "" {
-		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && same(tok, d.opts.Token) == 1 {
-			return "bearer-token", true
-		}
-	}
-	if d.opts.User != "" {
-		u, p, ok := r.BasicAuth()
-		// Both compares always run.
-		if ok && (same(u, d.opts.User)&same(p, d.opts.Password)) == 1 {
-			return u, true
-		}
-	}
-	return "", false
-}
+// authenticated returns the user whose credentials the request carries
+// (gate.identify); false when none are valid or none are configured.
+func (d *Dashboard) authenticated(r *http.Request) (string, bool) { return d.gate.identify(r) }
 
 // who names the authenticated user for audit lines.
 func (d *Dashboard) who(r *http.Request) string {
@@ -496,11 +456,6 @@ func (d *Dashboard) who(r *http.Request) string {
 		return u
 	}
 	return "anonymous"
-}
-
-func same(a, b string) int {
-	ha, hb := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
-	return subtle.ConstantTimeCompare(ha[:], hb[:])
 }
 
 func cacheStatic(h http.Handler) http.Handler {

@@ -2,10 +2,20 @@
 // binaries installed on the machine: for `skiplock dev`, for tests where no
 // server answers, and for fault-injection tests that crash and restart the
 // database.
+//
+// A cluster trusts nobody: its superuser postgres has a password generated
+// when the cluster is created (scram-sha-256, kept in a file readable by
+// its owner only, next to the data directory), every connection, TCP on
+// 127.0.0.1 or the Unix socket in a 0700 directory, must give it, and URL
+// carries it. Another local user cannot connect (with trust, any local user
+// was a superuser, and COPY ... TO PROGRAM ran commands as the cluster's
+// OS user).
 package devdb
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Options configures a cluster.
@@ -47,6 +59,9 @@ type Cluster struct {
 	tempDir                    bool
 	opts                       Options
 	cred                       *syscall.Credential
+	// password is the postgres role's, generated at initdb and kept in
+	// the file passwordFile names.
+	password string
 }
 
 // ErrNoServer reports that no PostgreSQL server binaries are installed.
@@ -84,18 +99,137 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	legacy := false // a cluster made with trust, before passwords
 	if _, err := os.Stat(filepath.Join(c.dir, "PG_VERSION")); err != nil {
+		if err := c.newPassword(); err != nil {
+			c.removeTemp()
+			return nil, err
+		}
 		c.logf("devdb: initdb", "dir", c.dir)
-		if out, err := c.run(ctx, "initdb", "-D", c.dir, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-instructions"); err != nil {
+		if out, err := c.run(ctx, "initdb", "-D", c.dir, "-U", "postgres", "-A", "scram-sha-256",
+			"--pwfile", c.passwordFile(), "-E", "UTF8", "--no-instructions"); err != nil {
 			c.removeTemp()
 			return nil, fmt.Errorf("devdb: initdb: %w: %s", err, out)
 		}
+	} else if b, err := os.ReadFile(c.passwordFile()); err == nil {
+		c.password = strings.TrimSpace(string(b))
+	} else {
+		legacy = true
 	}
-	if err := c.start(ctx); err != nil {
+	if !legacy {
+		if err := c.writeHBA(); err != nil {
+			c.removeTemp()
+			return nil, err
+		}
+	}
+	if port, ok := c.runningPort(); ok {
+		// Already running (a cluster a previous process left up): use it.
+		c.port = port
+	} else if err := c.start(ctx); err != nil {
 		c.removeTemp()
 		return nil, err
 	}
+	if legacy {
+		if err := c.closeTrust(ctx); err != nil {
+			_ = c.Stop(ctx)
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// runningPort reports whether the cluster's server is running, and its
+// port: postmaster.pid names a live process and the port (its fourth line).
+func (c *Cluster) runningPort() (int, bool) {
+	b, err := os.ReadFile(filepath.Join(c.dir, "postmaster.pid"))
+	if err != nil {
+		return 0, false
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 4 {
+		return 0, false
+	}
+	pid, err1 := strconv.Atoi(strings.TrimSpace(lines[0]))
+	port, err2 := strconv.Atoi(strings.TrimSpace(lines[3]))
+	if err1 != nil || err2 != nil || pid <= 0 || syscall.Kill(pid, 0) == syscall.ESRCH {
+		return 0, false
+	}
+	return port, true
+}
+
+// passwordFile holds the postgres role's password, beside the data
+// directory (not in it: pg_basebackup would copy it).
+func (c *Cluster) passwordFile() string { return filepath.Join(filepath.Dir(c.dir), "password") }
+
+// newPassword generates the cluster's password and writes it where initdb
+// (run as the cluster's OS user) reads it and only that user can.
+func (c *Cluster) newPassword() error {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Errorf("devdb: %w", err)
+	}
+	c.password = hex.EncodeToString(b)
+	return c.savePassword()
+}
+
+func (c *Cluster) savePassword() error {
+	if err := os.WriteFile(c.passwordFile(), []byte(c.password+"\n"), 0o600); err != nil {
+		return fmt.Errorf("devdb: %w", err)
+	}
+	return c.chown(c.passwordFile())
+}
+
+// hba is the cluster's whole pg_hba.conf: a password for every
+// connection, over the socket and loopback TCP, replication included.
+const hba = `# Written by skiplock's devdb: every connection gives the postgres role's password.
+local all         all                scram-sha-256
+host  all         all  127.0.0.1/32  scram-sha-256
+host  all         all  ::1/128       scram-sha-256
+local replication all                scram-sha-256
+host  replication all  127.0.0.1/32  scram-sha-256
+host  replication all  ::1/128       scram-sha-256
+`
+
+func (c *Cluster) writeHBA() error {
+	p := filepath.Join(c.dir, "pg_hba.conf")
+	if err := os.WriteFile(p, []byte(hba), 0o600); err != nil {
+		return fmt.Errorf("devdb: %w", err)
+	}
+	return c.chown(p)
+}
+
+// closeTrust turns a running cluster made by an older devdb, which trusted
+// every local user, into one that asks for a password: it sets one, writes
+// pg_hba.conf and reloads.
+func (c *Cluster) closeTrust(ctx context.Context) error {
+	c.logf("devdb: the cluster trusted every local user; setting a password", "dir", c.dir)
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return fmt.Errorf("devdb: %w", err)
+	}
+	pw := hex.EncodeToString(b)
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("devdb: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "SET password_encryption = 'scram-sha-256'"); err != nil {
+		return fmt.Errorf("devdb: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER ROLE postgres PASSWORD '"+pw+"'"); err != nil {
+		return fmt.Errorf("devdb: setting the password: %w", err)
+	}
+	c.password = pw
+	if err := c.savePassword(); err != nil {
+		return err
+	}
+	if err := c.writeHBA(); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		return fmt.Errorf("devdb: reload: %w", err)
+	}
+	return nil
 }
 
 // prepare finds the binaries, the OS user, the directories and the port of
@@ -172,6 +306,9 @@ func (c *Cluster) run(ctx context.Context, tool string, args ...string) (string,
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	}
 	cmd.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	if c.password != "" {
+		cmd.Env = append(cmd.Env, "PGPASSWORD="+c.password)
+	}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
@@ -197,10 +334,22 @@ func (c *Cluster) start(ctx context.Context) error {
 	return nil
 }
 
-// URL returns a connection URL for database db as user postgres.
+// URL returns a connection URL for database db as user postgres, with its
+// password.
 func (c *Cluster) URL(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", c.userinfo(), c.port, db)
 }
+
+// userinfo is the URL's user and password (hex: nothing to escape).
+func (c *Cluster) userinfo() string {
+	if c.password == "" {
+		return "postgres"
+	}
+	return "postgres:" + c.password
+}
+
+// SocketDir returns the directory of the cluster's Unix socket (mode 0700).
+func (c *Cluster) SocketDir() string { return c.sockDir }
 
 // Port returns the TCP port.
 func (c *Cluster) Port() int { return c.port }

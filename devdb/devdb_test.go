@@ -2,7 +2,12 @@ package devdb_test
 
 import (
 	"context"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +116,66 @@ func TestFreePort(t *testing.T) {
 	a, err := devdb.FreePort()
 	require.NoError(t, err)
 	require.Positive(t, a)
+}
+
+// The review's F5, made a test: the throwaway cluster trusted every local
+// user (initdb -A trust on 127.0.0.1), so the OS user nobody connected as
+// superuser and ran a shell command with COPY ... TO PROGRAM. Now the URL
+// carries a generated password and nothing gets in without it: not this
+// process over TCP, and not nobody over TCP or through the socket
+// directory (0700). Run as root, the part as nobody uses setpriv.
+func TestClusterRefusesOtherUsers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := devdb.Start(ctx, devdb.Options{Fast: true})
+	if err == devdb.ErrNoServer {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Remove()) }()
+
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	require.NoError(t, err, "the URL it hands out works")
+	require.NoError(t, conn.Close(ctx))
+
+	u, err := url.Parse(c.URL("postgres"))
+	require.NoError(t, err)
+	pw, ok := u.User.Password()
+	require.True(t, ok, "the URL carries a password")
+	require.GreaterOrEqual(t, len(pw), 32)
+	u.User = url.User("postgres")
+	noPassword := u.String()
+	_, err = pgx.Connect(ctx, noPassword+"&connect_timeout=5")
+	require.Error(t, err, "no password, no connection")
+	require.Contains(t, err.Error(), "password")
+
+	info, err := os.Stat(c.SocketDir())
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), info.Mode().Perm(), "the socket directory is private")
+
+	if os.Getuid() != 0 {
+		t.Log("not root: the part as another OS user is skipped")
+		return
+	}
+	bin, err := devdb.BinDir()
+	require.NoError(t, err)
+	psql := filepath.Join(bin, "psql")
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv")
+	}
+	// What the review ran as nobody, over TCP and through the socket.
+	for _, target := range []string{noPassword, "host=" + c.SocketDir() + " port=" + strconv.Itoa(c.Port()) + " user=postgres dbname=postgres"} {
+		cmd := exec.CommandContext(ctx, "setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+			psql, "-w", target, "-c", "COPY (SELECT 1) TO PROGRAM 'id'")
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "nobody connected to %s: %s", target, out)
+		msg := string(out)
+		t.Logf("as nobody, %s: %s", target, strings.TrimSpace(msg))
+		require.True(t, strings.Contains(msg, "password") || strings.Contains(msg, "Permission denied"),
+			"refused for want of a password or by the socket directory's mode: %s", msg)
+	}
 }

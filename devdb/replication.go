@@ -48,6 +48,17 @@ func (c *Cluster) StartStandby(ctx context.Context, so StandbyOptions) (*Cluster
 	if err != nil {
 		return nil, err
 	}
+	// A copy of c: the same roles, so the same password.
+	s.password = c.password
+	if s.password != "" {
+		if err := s.savePassword(); err != nil {
+			s.removeTemp()
+			return nil, err
+		}
+	}
+	// The password goes in PGPASSWORD (run sets it), not on a command line
+	// other users can read; -R writes it into the standby's
+	// primary_conninfo, inside its 0700 data directory.
 	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", c.port, so.Name)
 	c.logf("devdb: pg_basebackup", "standby", so.Name, "dir", s.dir)
 	if out, err := s.run(ctx, "pg_basebackup", "-d", conninfo, "-D", s.dir, "-X", "stream", "-R",
@@ -154,5 +165,9 @@ func MultiHostURL(db string, clusters ...*Cluster) string {
 	for i, c := range clusters {
 		hosts[i] = fmt.Sprintf("127.0.0.1:%d", c.port)
 	}
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable&target_session_attrs=read-write", strings.Join(hosts, ","), db)
+	user := "postgres"
+	if len(clusters) > 0 {
+		user = clusters[0].userinfo() // standbys are copies: one password
+	}
+	return fmt.Sprintf("postgres://%s@%s/%s?sslmode=disable&target_session_attrs=read-write", user, strings.Join(hosts, ","), db)
 }

@@ -98,8 +98,8 @@ func printDeadGroups(w io.Writer, groups []health.DeadGroup) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "COUNT\tKIND\tFIRST\tLAST\tSAMPLE ID\tSIGNATURE")
 	for _, gr := range groups {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", gr.Count, gr.Kind, fmtTime(gr.First), fmtTime(gr.Last),
-			gr.SampleID, gr.Signature)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\n", gr.Count, termSafe(gr.Kind), fmtTime(gr.First), fmtTime(gr.Last),
+			gr.SampleID, oneLine(gr.Signature))
 	}
 	return tw.Flush()
 }

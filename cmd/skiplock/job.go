@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -109,7 +108,7 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	line := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+			fmt.Fprintf(tw, "%s\t%s\n", k, termSafe(v))
 		}
 	}
 	ts := func(t *time.Time) string {
@@ -155,9 +154,6 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 	}
 	return tw.Flush()
 }
-
-// oneLine keeps a multi-line error on one table row.
-func oneLine(s string) string { return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ⏎ ") }
 
 func newJobListCmd(g *globals) *cobra.Command {
 	var (
@@ -223,8 +219,8 @@ func printJobs(w io.Writer, jobs []skiplock.JobRecord) error {
 		if j.FinishedAt != nil {
 			finished = j.FinishedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.State, j.Queue, j.Kind, j.Attempts, finished,
-			j.Outcome, oneLine(j.LastError))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, termSafe(string(j.State)), termSafe(j.Queue), termSafe(j.Kind),
+			j.Attempts, finished, termSafe(j.Outcome), oneLine(j.LastError))
 	}
 	return tw.Flush()
 }

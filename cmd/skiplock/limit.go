@@ -108,7 +108,7 @@ func newLimitListCmd(g *globals) *cobra.Command {
 				if l.Rate > 0 {
 					capText = fmt.Sprintf("%d per %s", l.Rate, l.Per)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", l.Name, covers, part, capText,
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", termSafe(l.Name), termSafe(covers), termSafe(part), capText,
 					l.Used, l.MaxUsed, l.FullValues, l.Ready, l.TooHeavy)
 			}
 			return w.Flush()

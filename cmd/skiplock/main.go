@@ -63,7 +63,7 @@ func (g *globals) printError(w io.Writer, err error) {
 		msg = strings.TrimPrefix(msg, "skiplock: ")
 	}
 	msg = strings.ReplaceAll(msg, ": skiplock: ", ": ")
-	fmt.Fprintln(w, "skiplock:", msg)
+	fmt.Fprintln(w, "skiplock:", termSafeLines(msg))
 	if hint := g.migrateHint(err); hint != "" {
 		fmt.Fprintln(w, "skiplock:", hint)
 	}

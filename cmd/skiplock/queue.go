@@ -151,7 +151,7 @@ func newQueueWeightsCmd(g *globals) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), out)
 			}
 			for _, w := range ws {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\t%d\n", w.Queue, w.Tenant, w.Weight)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\t%d\n", termSafe(w.Queue), termSafe(w.Tenant), w.Weight)
 			}
 			return nil
 		},

@@ -254,7 +254,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				if s.Every > 0 {
 					spec = "@every " + s.Every.String()
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, spec, s.Timezone, s.Queue, s.Kind,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(spec), termSafe(s.Timezone), termSafe(s.Queue), termSafe(s.Kind),
 					fmtTime(s.NextFireAt), fmtTime(s.LastFireAt))
 			}
 			return tw.Flush()

@@ -101,7 +101,7 @@ func authConfigured(o dashboard.Options) bool { return o.User != "" || o.Token !
 // checkDashboardSecurity refuses, before anything starts, a configuration
 // that would hand job data to whoever reaches the port: payload reveal
 // without authentication, and an unauthenticated dashboard beyond loopback
-// unless insecureNoAuth says so.
+// unless insecureNoAuth says so (checkListenerSecurity).
 func checkDashboardSecurity(addr string, o dashboard.Options, insecureNoAuth bool) error {
 	if (o.User == "") != (o.Password == "") {
 		return usageError("set both SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD, or neither")
@@ -109,10 +109,41 @@ func checkDashboardSecurity(addr string, o dashboard.Options, insecureNoAuth boo
 	if o.ShowPayloads && !authConfigured(o) {
 		return usageError("--show-payloads: revealing payloads requires an authenticated user; %s", credentialsHint)
 	}
-	if !authConfigured(o) && !isLoopback(addr) && !insecureNoAuth {
-		return usageError("--http-addr %s: refusing to serve the dashboard beyond loopback without authentication "+
-			"(anyone who reaches it could read job data and pause, cancel, replay or purge); %s, "+
-			"or pass --insecure-no-auth if something in front of it authenticates", addr, credentialsHint)
+	return checkListenerSecurity("--http-addr", addr, "the dashboard",
+		"anyone who reaches it could read job data and pause, cancel, replay or purge", o, insecureNoAuth)
+}
+
+// minSecretBytes is the shortest password or token a listener beyond
+// loopback accepts: guessing is throttled (dashboard.SourceLoginRate,
+// UserLoginRate), and a short secret would still fall to it.
+const minSecretBytes = 12
+
+// checkListenerSecurity is the rule for every listener of the CLI that
+// shows queue data (serve's and dev's dashboard, work --metrics-addr): on
+// loopback anything goes; beyond it, authentication is required unless
+// insecureNoAuth (the --insecure-no-auth flag) says something in front of
+// it authenticates, and a password or token shorter than minSecretBytes is
+// refused. flag names the address's flag, what the server, risk what an
+// open one would give away.
+func checkListenerSecurity(flag, addr, what, risk string, o dashboard.Options, insecureNoAuth bool) error {
+	if (o.User == "") != (o.Password == "") {
+		return usageError("set both SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD, or neither")
+	}
+	if isLoopback(addr) {
+		return nil
+	}
+	if !authConfigured(o) {
+		if insecureNoAuth {
+			return nil
+		}
+		return usageError("%s %s: refusing to serve %s beyond loopback without authentication "+
+			"(%s); %s, or pass --insecure-no-auth if something in front of it authenticates", flag, addr, what, risk, credentialsHint)
+	}
+	if o.Password != "" && len(o.Password) < minSecretBytes {
+		return usageError("%s %s: SKIPLOCK_DASHBOARD_PASSWORD is shorter than %d bytes; beyond loopback use a longer one", flag, addr, minSecretBytes)
+	}
+	if o.Token != "" && len(o.Token) < minSecretBytes {
+		return usageError("%s %s: SKIPLOCK_DASHBOARD_TOKEN is shorter than %d bytes; beyond loopback use a longer one", flag, addr, minSecretBytes)
 	}
 	return nil
 }

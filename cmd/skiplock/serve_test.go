@@ -63,8 +63,8 @@ func TestServeUsageErrors(t *testing.T) {
 func TestDashboardSecurityRules(t *testing.T) {
 	t.Parallel()
 	open := dashboard.Options{}
-	withUser := dashboard.Options{User: "u", Password: "p"}
-	withToken := dashboard.Options{Token: "t"}
+	withUser := dashboard.Options{User: "u", Password: "correct horse"}
+	withToken := dashboard.Options{Token: "0123456789abcdef"}
 	assert.NoError(t, checkDashboardSecurity("127.0.0.1:8080", open, false))
 	assert.NoError(t, checkDashboardSecurity("localhost:8080", open, false))
 	assert.NoError(t, checkDashboardSecurity("[::1]:8080", open, false))
@@ -74,6 +74,12 @@ func TestDashboardSecurityRules(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:8080", ":8080", "10.1.2.3:8080", "[::]:8080", "queue.internal:8080"} {
 		assert.Error(t, checkDashboardSecurity(addr, open, false), addr)
 	}
+	// Beyond loopback, a password or token under 12 bytes is refused
+	// (review F3: a one-character password was served).
+	short := dashboard.Options{User: "a", Password: "a"}
+	assert.NoError(t, checkDashboardSecurity("127.0.0.1:8080", short, false), "on loopback anything goes")
+	assert.ErrorContains(t, checkDashboardSecurity("0.0.0.0:8080", short, false), "shorter than 12 bytes")
+	assert.ErrorContains(t, checkDashboardSecurity("0.0.0.0:8080", dashboard.Options{Token: "t"}, false), "SKIPLOCK_DASHBOARD_TOKEN is shorter")
 	reveal := dashboard.Options{ShowPayloads: true}
 	assert.Error(t, checkDashboardSecurity("127.0.0.1:8080", reveal, false))
 	assert.Error(t, checkDashboardSecurity("127.0.0.1:8080", reveal, true), "--insecure-no-auth never allows anonymous reveal")

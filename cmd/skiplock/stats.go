@@ -135,16 +135,16 @@ added, the oldest ready age the largest, paused when paused in any).`,
 			}
 			for _, u := range unhandled {
 				fmt.Fprintf(cmd.OutOrStdout(), "warning: no live worker handles kind %q in queue %s: %d job(s) ready, oldest %s\n",
-					u.Kind, u.Queue, u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
+					u.Kind, termSafe(u.Queue), u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
 			}
 			for _, l := range limits {
 				if l.Rate > 0 {
 					fmt.Fprintf(cmd.OutOrStdout(), "limit %s: %d started in the last %gs (fullest value %d of %d), %d value(s) at the limit\n",
-						l.Name, l.Used, l.PerSeconds, l.MaxUsed, l.Rate, l.ValuesAtLimit)
+						termSafe(l.Name), l.Used, l.PerSeconds, l.MaxUsed, l.Rate, l.ValuesAtLimit)
 					continue
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "limit %s: %d running (fullest value %d of %d), %d value(s) at the limit\n",
-					l.Name, l.Used, l.MaxUsed, l.Concurrency, l.ValuesAtLimit)
+					termSafe(l.Name), l.Used, l.MaxUsed, l.Concurrency, l.ValuesAtLimit)
 			}
 			return nil
 		},
@@ -198,7 +198,7 @@ func (g *globals) runStatsMany(cmd *cobra.Command, urls []string) error {
 	for _, d := range out.Databases {
 		for _, u := range d.UnhandledKinds {
 			fmt.Fprintf(w, "warning: no live worker handles kind %q in queue %s of %s: %d job(s) ready, oldest %s\n",
-				u.Kind, u.Queue, d.Database, u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
+				u.Kind, termSafe(u.Queue), termSafe(d.Database), u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
 		}
 	}
 	return nil
@@ -256,7 +256,7 @@ func printQueueTable(w io.Writer, stats []health.QueueStat) error {
 		if s.Paused {
 			paused = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", s.Queue, s.Ready, s.Scheduled, s.Running, s.Dead,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", termSafe(s.Queue), s.Ready, s.Scheduled, s.Running, s.Dead,
 			humanSeconds(s.OldestReadyAgeSeconds), paused)
 		tot.Ready += s.Ready
 		tot.Scheduled += s.Scheduled

@@ -404,8 +404,8 @@ func (g *globals) printTopFrame(w io.Writer, f topFrame, interval time.Duration,
 			if many {
 				fmt.Fprintf(tw, "%s\t", r.Database)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, r.Queue, r.Kind, r.Attempt, r.MaxAttempts,
-				humanSeconds(r.RuntimeSeconds), lease, r.LockedBy)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.ID, termSafe(r.Queue), termSafe(r.Kind), r.Attempt, r.MaxAttempts,
+				humanSeconds(r.RuntimeSeconds), lease, termSafe(r.LockedBy))
 		}
 		_ = tw.Flush()
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/dashboard"
 	"github.com/skiplock/skiplock/internal/worker"
 	"github.com/skiplock/skiplock/metrics"
 )
@@ -38,11 +39,16 @@ type workFlags struct {
 	maxAttempts  int
 	tenantCap    int
 	timeout      time.Duration
+	killGrace    time.Duration
 	drainTimeout time.Duration
 	pollOnly     bool
 	pollInterval time.Duration
 	execCmd      string
 	metricsAddr  string
+	// metricsHosts and insecureNoAuth are --metrics-allowed-host and
+	// --insecure-no-auth: the metrics listener follows serve's rules.
+	metricsHosts   []string
+	insecureNoAuth bool
 	// history of finished jobs (Config.DeleteCompleted, CompletedRetention)
 	deleteCompleted    bool
 	completedRetention time.Duration
@@ -62,7 +68,12 @@ SKIPLOCK_JOB_ID, SKIPLOCK_JOB_QUEUE, SKIPLOCK_JOB_KIND, SKIPLOCK_JOB_ATTEMPT (an
 SKIPLOCK_JOB_MAX_ATTEMPTS, SKIPLOCK_JOB_LEASE_TOKEN (the fencing token), SKIPLOCK_WORKER_ID and
 SKIPLOCK_WORKER_PID) in its environment.
 Exit 0 completes the job; any other exit fails the attempt with the tail of stderr as the
-error. The child's process group is killed if the lease is lost, on timeout and on hard stop.
+error. If the lease is lost, on --timeout and on hard stop, the child's whole process group
+gets SIGTERM, then SIGKILL after --kill-grace (5s); the attempt's outcome is written within
+timeout + grace + 1s, whatever the child left behind. When sh exits, its exit status is the
+outcome at once, and what it left in its process group is ended the same way; a process that
+left the group (setsid) is not tracked, but its output is no longer read 1s after sh exits.
+At most 1 MiB of each run's output is copied to the worker's stderr (then one "truncated" line).
 SIGTERM drains (running jobs get --drain-timeout); a second SIGTERM stops at once.
 The worker also runs the reaper and the recurring-job scheduler.
 
@@ -87,6 +98,7 @@ database reached directly).`,
 	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "cap on attempts for jobs run here (default: each job's own)")
 	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "most jobs of one tenant in one claim batch (0: no cap)")
 	fl.DurationVar(&f.timeout, "timeout", 0, "per-job timeout (0: none)")
+	fl.DurationVar(&f.killGrace, "kill-grace", defaultKillGrace, "how long a handler's process group has between SIGTERM and SIGKILL (on timeout, lost lease, hard stop, and for what sh leaves running)")
 	fl.DurationVar(&f.drainTimeout, "drain-timeout", 25*time.Second, "how long SIGTERM lets running jobs finish")
 	fl.BoolVar(&f.pollOnly, "poll-only", false, "no LISTEN: find jobs by polling only (a pooler is detected without it)")
 	fl.StringArrayVar(&f.listenURLs, "listen-url", nil, "direct PostgreSQL URL used only for LISTEN, when --database-url goes through a transaction-mode pooler such as PgBouncer "+
@@ -96,7 +108,10 @@ database reached directly).`,
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
 	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by `job get` (default 24h; at least 1h; negative: forever)")
 	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by `workflow get` (default 168h; at least 1h; negative: forever)")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464; "+
+		"beyond loopback it needs SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN), as serve does")
+	fl.StringArrayVar(&f.metricsHosts, "metrics-allowed-host", nil, "a host name the --metrics-addr listener also answers to (repeatable; * for any)")
+	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow --metrics-addr beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read queue and kind names and counts)")
 	return cmd
 }
 
@@ -130,6 +145,9 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 	if f.lease < time.Second {
 		return usageError("--lease: must be at least 1s")
 	}
+	if f.killGrace < 0 {
+		return usageError("--kill-grace: must not be negative")
+	}
 	if len(f.queues) == 0 {
 		f.queues = []string{skiplock.DefaultQueue}
 	}
@@ -142,6 +160,10 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 		}
 	}
 	log := g.logger(cmd.ErrOrStderr())
+	metricsAccess, err := g.workMetricsAccess(f, log)
+	if err != nil {
+		return err
+	}
 	// The worker outlives the first signal (it drains), so it runs on a
 	// context of its own; signals are handled here.
 	sigs := make(chan os.Signal, 2)
@@ -195,7 +217,7 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 		if len(dbs) > 1 {
 			h = metrics.HandlerForDatabases(dbs)
 		}
-		stop, err := serveWorkerMetrics(f.metricsAddr, h, log)
+		stop, err := serveWorkerMetrics(f.metricsAddr, h, metricsAccess, log)
 		if err != nil {
 			return err
 		}
@@ -326,15 +348,31 @@ func (g *globals) newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.
 	if f.maxAttempts > 0 {
 		opts = append(opts, skiplock.WithMaxAttempts(f.maxAttempts))
 	}
-	if err := skiplock.HandleFallback(c, execHandler(f.execCmd, stderr), opts...); err != nil {
+	if err := skiplock.HandleFallback(c, execHandler(f.execCmd, f.killGrace, stderr), opts...); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// execHandler runs command for each job, in its own process group so the
-// whole tree can be killed.
-func execHandler(command string, stderr *lockedWriter) skiplock.HandlerFunc[json.RawMessage] {
+// execHandler runs command for each job through sh -c, in a process group
+// of its own, and contains what it starts:
+//
+//   - when sh exits, the run's outcome is sh's exit status (0 completes),
+//     whatever it left running: what is left in its process group gets
+//     SIGTERM, and SIGKILL once grace has passed;
+//   - on timeout, lease loss or hard stop the whole group gets SIGTERM, and
+//     SIGKILL once grace has passed; the attempt fails ("killed: ...")
+//     whatever sh's status;
+//   - the child's stdout and stderr are read from pipes of our own, so a
+//     process that leaves the group (setsid, a daemon) and keeps them open
+//     cannot hold the run: they are read for at most execOutputDrain after
+//     sh ends, then closed.
+//
+// So the outcome is written within the timeout + grace + execOutputDrain.
+// The child's output is copied to the worker's stderr up to execOutputCap
+// bytes per run (then one "truncated" line); the tail of its stderr
+// (stderrTailBytes) is the error text of a failed attempt.
+func execHandler(command string, grace time.Duration, stderr *lockedWriter) skiplock.HandlerFunc[json.RawMessage] {
 	return func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
 		c := exec.Command("sh", "-c", command)
 		c.Stdin = bytes.NewReader(j.Payload)
@@ -348,27 +386,188 @@ func execHandler(command string, stderr *lockedWriter) skiplock.HandlerFunc[json
 			"SKIPLOCK_WORKER_ID="+j.WorkerID,
 			"SKIPLOCK_WORKER_PID="+strconv.Itoa(os.Getpid()),
 		)
-		tail := &tailBuffer{max: stderrTailBytes}
-		c.Stdout = stderr
-		c.Stderr = multiWriter{tail, stderr}
 		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := c.Start(); err != nil {
+		// The payload goes through a pipe exec copies to: a grandchild that
+		// holds stdin without reading cannot make Wait wait for that copy
+		// longer than this.
+		c.WaitDelay = execOutputDrain
+		tail := &tailBuffer{max: stderrTailBytes}
+		log := &cappedWriter{w: stderr, left: execOutputCap, jobID: j.ID}
+		out, err := startOutputPipes(c, log, multiWriter{tail, log})
+		if err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- c.Wait() }()
+		if err := c.Start(); err != nil {
+			out.close()
+			return fmt.Errorf("start: %w", err)
+		}
+		out.started()
+		pgid := c.Process.Pid
+		exited := make(chan error, 1)
+		go func() { exited <- c.Wait() }()
+		var waitErr, stopped error
 		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("%v: %s", err, strings.TrimSpace(tail.String()))
-			}
-			return nil
+		case waitErr = <-exited:
+			endGroup(pgid, time.Now().Add(grace), nil)
 		case <-ctx.Done():
-			_ = syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
-			<-done
-			return fmt.Errorf("killed: %v", context.Cause(ctx))
+			stopped = context.Cause(ctx)
+			waitErr = endGroup(pgid, time.Now().Add(grace), exited)
+		}
+		out.drain(execOutputDrain)
+		switch {
+		case stopped != nil:
+			return fmt.Errorf("killed: %v", stopped)
+		case waitErr != nil && !errors.Is(waitErr, exec.ErrWaitDelay):
+			return fmt.Errorf("%v: %s", waitErr, strings.TrimSpace(tail.String()))
+		}
+		return nil
+	}
+}
+
+const (
+	// defaultKillGrace is --kill-grace's default: how long a handler's
+	// process group has between SIGTERM and SIGKILL.
+	defaultKillGrace = 5 * time.Second
+	// execOutputDrain is how long a handler's output is still read after sh
+	// has ended (what it wrote last, still in the pipe); a process that keeps
+	// the pipes open longer is cut off.
+	execOutputDrain = time.Second
+	// execOutputCap bounds what one run of a handler copies to the worker's
+	// stderr (stdout and stderr together); the rest is dropped, with one
+	// line saying so.
+	execOutputCap = 1 << 20
+)
+
+// endGroup ends the process group pgid: SIGTERM to all of it now, SIGKILL
+// to what is left at deadline. With exited (sh not yet waited for), it
+// returns sh's Wait result once sh is gone, and then still waits (until
+// deadline) for the rest of the group; with nil, sh was waited for already
+// and it only ends the rest. It returns at the latest just after deadline.
+func endGroup(pgid int, deadline time.Time, exited <-chan error) error {
+	if syscall.Kill(-pgid, syscall.SIGTERM) == syscall.ESRCH {
+		// Nothing left in the group (sh itself, while not waited for, is
+		// always in it).
+		if exited != nil {
+			return <-exited
+		}
+		return nil
+	}
+	kill := time.NewTimer(time.Until(deadline))
+	defer kill.Stop()
+	var waitErr error
+	if exited != nil {
+		select {
+		case waitErr = <-exited:
+		case <-kill.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return <-exited
 		}
 	}
+	// sh has been waited for: its pid, the group's id, stays reserved only
+	// while a member is left, so poll for none (ESRCH) rather than signal a
+	// group that may no longer be this one's.
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for syscall.Kill(-pgid, 0) != syscall.ESRCH {
+		select {
+		case <-poll.C:
+		case <-kill.C:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			return waitErr
+		}
+	}
+	return waitErr
+}
+
+// outputPipes are a handler's stdout and stderr: pipes whose write ends
+// the child gets as files (so exec.Cmd.Wait returns when sh exits, not when
+// the last holder of the pipes closes them) and whose read ends are copied
+// by two goroutines of ours.
+type outputPipes struct {
+	readers, writers []*os.File
+	dsts             []io.Writer
+	done             chan struct{} // closed when both copies have ended
+}
+
+func startOutputPipes(c *exec.Cmd, stdout, stderr io.Writer) (*outputPipes, error) {
+	p := &outputPipes{dsts: []io.Writer{stdout, stderr}, done: make(chan struct{})}
+	for range 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.readers, p.writers = append(p.readers, r), append(p.writers, w)
+	}
+	c.Stdout, c.Stderr = p.writers[0], p.writers[1]
+	return p, nil
+}
+
+// started closes our copies of the write ends (the child has its own) and
+// starts copying.
+func (p *outputPipes) started() {
+	for _, w := range p.writers {
+		_ = w.Close()
+	}
+	var wg sync.WaitGroup
+	for i, r := range p.readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(p.dsts[i], r)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(p.done)
+	}()
+}
+
+// drain waits up to d for both pipes to reach their end, then closes the
+// read ends (which ends the copies) and waits for the copies to stop.
+func (p *outputPipes) drain(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	}
+	p.close()
+	<-p.done
+}
+
+func (p *outputPipes) close() {
+	for _, f := range append(p.readers, p.writers...) {
+		_ = f.Close()
+	}
+}
+
+// cappedWriter copies a run's output to the worker's stderr until left
+// bytes have gone, then writes one line saying the rest was dropped.
+type cappedWriter struct {
+	mu    sync.Mutex // guards left and cut
+	w     io.Writer
+	left  int
+	cut   bool
+	jobID int64
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut {
+		return len(p), nil
+	}
+	if len(p) <= c.left {
+		c.left -= len(p)
+		_, _ = c.w.Write(p)
+		return len(p), nil
+	}
+	_, _ = c.w.Write(p[:c.left])
+	c.left, c.cut = 0, true
+	_, _ = fmt.Fprintf(c.w, "\nskiplock: job %d: output truncated: more than %d bytes in one run; the rest is not copied to the worker's log\n",
+		c.jobID, execOutputCap)
+	return len(p), nil
 }
 
 // lockedWriter serializes writes from concurrent children.
@@ -437,15 +636,43 @@ func metricsServer(h http.Handler, log *slog.Logger) *http.Server {
 	return newHTTPServer(mux, log)
 }
 
+// workMetricsAccess is who may reach --metrics-addr: serve's rules
+// (checkListenerSecurity), its credentials (SKIPLOCK_DASHBOARD_*) and its
+// Host check (the address's own names and --metrics-allowed-host).
+func (g *globals) workMetricsAccess(f workFlags, log *slog.Logger) (dashboard.Options, error) {
+	if f.metricsAddr == "" {
+		return dashboard.Options{}, nil
+	}
+	o := g.dashboardOptions(false, false, "", log)
+	if err := checkListenerSecurity("--metrics-addr", f.metricsAddr, "metrics",
+		"anyone who reaches it could read queue and kind names and counts", o, f.insecureNoAuth); err != nil {
+		return o, err
+	}
+	for _, h := range f.metricsHosts {
+		if err := dashboard.CheckAllowedHost(h); err != nil {
+			return o, usageError("--metrics-allowed-host: %v", err)
+		}
+	}
+	o.AllowedHosts = allowedHosts(f.metricsAddr, f.metricsHosts)
+	return o, nil
+}
+
 // serveWorkerMetrics serves h at /metrics (the process collector, the
 // queue's health views, Go runtime; per database with several) and /healthz
-// on addr until stop is called.
-func serveWorkerMetrics(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+// on addr until stop is called, behind access's Host check and credentials
+// (dashboard.Protect: failed logins throttled and logged).
+func serveWorkerMetrics(addr string, h http.Handler, access dashboard.Options, log *slog.Logger) (stop func(), err error) {
+	srv := metricsServer(h, log)
+	if srv.Handler, err = dashboard.Protect(srv.Handler, access); err != nil {
+		return nil, usageError("--metrics-addr: %v", err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageError("--metrics-addr: %v", err)
 	}
-	srv := metricsServer(h, log)
+	if !authConfigured(access) && !isLoopback(addr) {
+		log.Warn("skiplock: --insecure-no-auth: metrics are served beyond loopback without authentication", slog.String("addr", addr))
+	}
 	go func() { _ = srv.Serve(ln) }()
 	log.Info("skiplock: serving metrics", slog.String("url", "http://"+ln.Addr().String()+"/metrics"))
 	return func() {

@@ -87,13 +87,13 @@ func ts(t *time.Time) string {
 func printWorkflow(w io.Writer, st skiplock.WorkflowStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%d\n", st.ID)
-	fmt.Fprintf(tw, "name\t%s\n", st.Name)
-	fmt.Fprintf(tw, "state\t%s\n", st.State)
+	fmt.Fprintf(tw, "name\t%s\n", termSafe(st.Name))
+	fmt.Fprintf(tw, "state\t%s\n", termSafe(string(st.State)))
 	kind := "workflow"
 	if st.Batch {
 		kind = "batch"
 	}
-	fmt.Fprintf(tw, "kind\t%s (on failure: %s)\n", kind, st.OnFailure)
+	fmt.Fprintf(tw, "kind\t%s (on failure: %s)\n", kind, termSafe(string(st.OnFailure)))
 	fmt.Fprintf(tw, "tasks\t%d: %d open, %d completed, %d dead, %d cancelled\n", st.Tasks, st.Open, st.Completed, st.Dead, st.Cancelled)
 	fmt.Fprintf(tw, "created_at\t%s\n", ts(&st.CreatedAt))
 	if st.FinishedAt != nil {
@@ -124,10 +124,10 @@ func printWorkflow(w io.Writer, st skiplock.WorkflowStatus) error {
 		if t.FinishedAt != nil {
 			fin = t.FinishedAt.UTC().Format(time.RFC3339)
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", t.Name, t.State, t.Kind, job, strings.Join(t.DependsOn, ","),
-			fin, oneLine(t.Error))
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", termSafe(t.Name), termSafe(string(t.State)), termSafe(t.Kind), job,
+			termSafe(strings.Join(t.DependsOn, ",")), fin, oneLine(t.Error))
 		if withOutputs {
-			line += "\t" + string(t.Output)
+			line += "\t" + oneLine(string(t.Output))
 		}
 		fmt.Fprintln(tw, line)
 	}
@@ -172,7 +172,7 @@ func newWorkflowListCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tSTATE\tTASKS\tOPEN\tCOMPLETED\tDEAD\tCANCELLED\tCREATED")
 			for _, w := range ws {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", w.ID, w.Name, w.State, w.Tasks, w.Open, w.Completed,
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", w.ID, termSafe(w.Name), termSafe(string(w.State)), w.Tasks, w.Open, w.Completed,
 					w.Dead, w.Cancelled, w.CreatedAt.UTC().Format(time.RFC3339))
 			}
 			return tw.Flush()

@@ -101,10 +101,11 @@ func privateServer() (string, error) {
 		return "", err
 	}
 	defer func() { _ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN) }()
-	portFile := filepath.Join(base, "port")
-	if b, err := os.ReadFile(portFile); err == nil {
-		u := fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=disable&connect_timeout=2", strings.TrimSpace(string(b)))
-		if reachable(u) {
+	portFile, urlFile := filepath.Join(base, "port"), filepath.Join(base, "url")
+	// The URL carries the cluster's password (devdb trusts nobody): the
+	// file is readable by this user only.
+	if b, err := os.ReadFile(urlFile); err == nil {
+		if u := strings.TrimSpace(string(b)); reachable(u) {
 			return u, nil
 		}
 	}
@@ -125,7 +126,11 @@ func privateServer() (string, error) {
 	if err := os.WriteFile(portFile, []byte(strconv.Itoa(c.Port())), 0o600); err != nil {
 		return "", err
 	}
-	return c.URL("postgres") + "&connect_timeout=2", nil
+	u := c.URL("postgres") + "&connect_timeout=2"
+	if err := os.WriteFile(urlFile, []byte(u), 0o600); err != nil {
+		return "", err
+	}
+	return u, nil
 }
 
 func withDB(u, db string) string {

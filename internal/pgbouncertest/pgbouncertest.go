@@ -73,7 +73,13 @@ func Start(t testing.TB) *Bouncer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ini := fmt.Sprintf("[databases]\n* = host=%s port=%d\n", server.Host, server.Port) + fmt.Sprintf(`
+	// A server that asks for a password (devdb's fallback cluster does) gets
+	// it from the database line; clients of the bouncer are trusted.
+	target := fmt.Sprintf("host=%s port=%d", server.Host, server.Port)
+	if server.Password != "" {
+		target += " password=" + server.Password
+	}
+	ini := fmt.Sprintf("[databases]\n* = %s\n", target) + fmt.Sprintf(`
 [pgbouncer]
 listen_addr = 127.0.0.1
 listen_port = %d
