@@ -375,8 +375,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, err
 }
 
 // MigrateTx applies pending migrations inside the caller's transaction, for
-// teams that run skiplock's schema from their own migration tool.
-func MigrateTx(ctx context.Context, tx pgx.Tx, schema string) ([]int, error) {
+// teams that run skiplock's schema from their own migration tool. tx is a
+// Tx: a pgx transaction, or a database/sql one wrapped with SQLTx.
+func MigrateTx(ctx context.Context, tx Tx, schema string) ([]int, error) {
 	if schema == "" {
 		schema = "skiplock"
 	}

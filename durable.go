@@ -102,12 +102,13 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 // transaction is rolled back. fn must not commit or roll back tx.
 //
 // Unlike the other …Tx functions, StepTx does not take the caller's
-// transaction but gives fn one, and that one is a pgx.Tx, not a Tx: the
-// step begins it on the client's pgx pool, so that it alone decides when
-// it commits (after the checkpoint), and pipelines the fenced checkpoint
-// write on it. Work that must go through database/sql cannot join it; use
-// CompleteTx, SetOutputTx or AddTasksTx in that transaction instead.
-func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+// transaction but gives fn one, a Tx like the one the others take (Exec,
+// Query, QueryRow): the step begins it on the client's pool, so that it
+// alone decides when it commits (after the checkpoint), and pipelines the
+// fenced checkpoint write on it. Work that must go through database/sql
+// cannot join it; use CompleteTx, SetOutputTx or AddTasksTx in that
+// transaction instead.
+func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context, tx Tx) (T, error)) (T, error) {
 	var v T
 	run, err := flow.RunFrom(ctx)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -459,7 +458,7 @@ func TestStepsAreCheckpointed(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		b, err := skiplock.StepTx(ctx, "record", func(ctx context.Context, tx pgx.Tx) (int, error) {
+		b, err := skiplock.StepTx(ctx, "record", func(ctx context.Context, tx skiplock.Tx) (int, error) {
 			log.add("start", "record")
 			_, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, 'record')", j.ID)
 			return 42, err
