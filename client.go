@@ -214,17 +214,39 @@ func (c *Client) StopAndCancel(ctx context.Context) error {
 	return r.StopAndCancel(ctx)
 }
 
-// Stats is a snapshot of this process's worker counters: jobs claimed,
-// completed, failed, dead-lettered and whose lease was lost since Start;
-// Running now; ClaimP50 and ClaimP99 over the last 1,024 claim statements;
-// whether the listener is up; and the claim-latency histogram's parts
-// (Claims, ClaimCounts per ClaimBuckets bound, ClaimSum). The one
-// definition is the runtime's; this name is how users reach it.
-type Stats = worker.Stats
+// Stats is a snapshot of this process's worker counters (Client.Stats).
+type Stats struct {
+	// Claimed, Completed, Failed, DeadLettered and LeaseLost count jobs
+	// since Start: claimed by this process; completed; failed attempts
+	// (see below); moved to the dead-letter table; and whose lease was
+	// found lost (their outcome was not written by this process). Failed
+	// counts every failed attempt, retried or dead-lettered.
+	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
+	// Running is the number of handlers running now.
+	Running int
+	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
+	ClaimP50, ClaimP99 time.Duration
+	// ListenerUp is whether the LISTEN connection is up (false in poll-only
+	// mode).
+	ListenerUp bool
+	// Claims counts every claim statement since Start; ClaimCounts is the
+	// cumulative count of those that took at most each ClaimBuckets bound;
+	// ClaimSum is their total duration (a Prometheus histogram's parts).
+	Claims      uint64
+	ClaimCounts []uint64
+	ClaimSum    time.Duration
+	// Reaps counts the reaper turns this process took: each read the
+	// running set for expired leases. The fleet takes about one turn per
+	// reaper interval, whichever process takes it.
+	Reaps int64
+}
 
 // ClaimBuckets are the upper bounds, in seconds, of the claim-latency
-// histogram in Stats: 0.5 ms to 2.5 s.
-var ClaimBuckets = slices.Clone(worker.ClaimBuckets)
+// histogram in Stats: 0.5 ms to 2.5 s. It is a copy of the runtime's: changing
+// it changes nothing.
+var ClaimBuckets = claimBuckets()
+
+func claimBuckets() []float64 { return slices.Clone(worker.ClaimBuckets) }
 
 // Stats returns this process's worker counters (zero before Start).
 func (c *Client) Stats() Stats {
@@ -234,7 +256,8 @@ func (c *Client) Stats() Stats {
 	if r == nil {
 		return Stats{}
 	}
-	return r.Stats()
+	// The runtime's counters have Stats's fields in Stats's order: a copy.
+	return Stats(r.Stats())
 }
 
 // Reap returns expired leases now (the reaper also runs on its own).

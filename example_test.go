@@ -394,7 +394,7 @@ func ExampleHandleArgs() {
 			panic(err)
 		}
 		if job.State == skiplock.JobStateCompleted {
-			fmt.Println(job.Kind, job.State, "after", job.Attempts, "attempt(s)")
+			fmt.Println(job.Kind, job.State, "after", job.Attempt, "attempt(s)")
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/flow"
 	"github.com/skiplock/skiplock/internal/jsonerr"
+	"github.com/skiplock/skiplock/internal/sentinel"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
 )
@@ -216,13 +217,13 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx Tx, b Batch) (int64, err
 // Errors of the workflow functions called from a handler.
 var (
 	// ErrNotInHandler: the context is not a handler's, run by a Client.
-	ErrNotInHandler = flow.ErrNotInHandler
+	ErrNotInHandler = sentinel.NotInHandler
 	// ErrNotATask: the running job is not a workflow task.
-	ErrNotATask = flow.ErrNotATask
+	ErrNotATask = sentinel.NotATask
 	// ErrTaskNotFinished: TaskOutput asked for a task that has not completed.
-	ErrTaskNotFinished = flow.ErrTaskNotFinished
+	ErrTaskNotFinished = sentinel.TaskNotFinished
 	// ErrWorkflowNotFound: no workflow has this id.
-	ErrWorkflowNotFound = flow.ErrWorkflowNotFound
+	ErrWorkflowNotFound = sentinel.WorkflowNotFound
 )
 
 // flowError turns the workflow engine's *flow.FieldError into the public

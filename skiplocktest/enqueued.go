@@ -38,12 +38,14 @@ type Match struct {
 
 // EnqueuedJob is a job found in flight (ready or running).
 type EnqueuedJob struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	State       string // "ready" or "running"
-	Priority    int
-	Attempts    int
+	ID       int64
+	Queue    string
+	Kind     string
+	State    string // "ready" or "running"
+	Priority int
+	// Attempt is the number of the job's latest attempt, as Job.Attempt
+	// and JobRecord.Attempt count it: 0 before its first run.
+	Attempt     int
 	MaxAttempts int
 	RunAt       time.Time
 	Scheduled   bool // RunAt is in the future, by the database clock
@@ -350,7 +352,7 @@ func query(ctx context.Context, c *skiplock.Client, db skiplock.Tx, m Match, arg
 	out := make([]candidate, len(rows))
 	for i, r := range rows {
 		out[i] = candidate{argsContained: r.Contains, job: &EnqueuedJob{
-			ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Priority: r.Priority, Attempts: r.Attempts,
+			ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Priority: r.Priority, Attempt: r.Attempts,
 			MaxAttempts: r.MaxAttempts, RunAt: r.RunAt, Scheduled: r.Scheduled, Tenant: deref(r.Tenant),
 			Entity: deref(r.Entity), UniqueKey: deref(r.UniqueKey), Payload: json.RawMessage(r.Payload),
 		}}

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/sentinel"
 	"github.com/skiplock/skiplock/internal/service"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -89,8 +90,8 @@ type Handler func(ctx context.Context, job *Job) Result
 
 // Causes of a handler's context cancellation.
 var (
-	ErrLeaseLost = errors.New("skiplock: lease lost")
-	ErrCancelled = errors.New("skiplock: job cancelled")
+	ErrLeaseLost = sentinel.LeaseLost // the public skiplock.ErrLeaseLost
+	ErrCancelled = sentinel.Cancelled // the public skiplock.ErrCancelled
 	ErrHardStop  = errors.New("skiplock: worker stopping")
 )
 
