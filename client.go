@@ -265,39 +265,22 @@ func (c *Client) Reap(ctx context.Context) (backToReady, deadLettered int, err e
 	return c.store.Reap(ctx, c.pool, 1000)
 }
 
-// Cancel cancels a job: a ready job goes to the dead-letter table with
-// reason "cancelled"; a running job's handler context is cancelled and the
-// job dead-lettered when it returns. It returns the state the job was in, or
-// ErrJobNotFound when no such job is in flight. JobCancel does the same and
-// says why a job that is not in flight cannot be cancelled.
-func (c *Client) Cancel(ctx context.Context, id int64) (string, error) {
-	state, err := c.store.Cancel(ctx, c.pool, id)
-	if err != nil {
-		return "", fmt.Errorf("skiplock: cancel: %w", err)
-	}
-	if state == "" {
-		return "", ErrJobNotFound
-	}
-	return state, nil
-}
-
-// ErrJobNotFound is returned for an id that names no job: by Cancel, none
-// in flight; by JobGet and the other Job* methods, none in flight, dead or
-// in the finished-job history.
+// ErrJobNotFound is returned by JobGet and the other Job* methods for an id
+// that names no job in flight, dead or in the finished-job history.
 var ErrJobNotFound = errors.New("skiplock: job not found")
 
-// PauseQueue stops every process from claiming from queue (within one
+// QueuePause stops every process from claiming from queue (within one
 // statement: the claim checks the flag). Running jobs finish normally.
-func (c *Client) PauseQueue(ctx context.Context, queue string) error {
+func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	return c.setPaused(ctx, queue, true)
 }
 
-// ResumeQueue lets processes claim from queue again.
-func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
+// QueueResume lets processes claim from queue again.
+func (c *Client) QueueResume(ctx context.Context, queue string) error {
 	return c.setPaused(ctx, queue, false)
 }
 
-// SetQueueAging turns on priority aging for queue: a ready job of the
+// QueueAgingSet turns on priority aging for queue: a ready job of the
 // queue that has been due for longer than after is promoted to priority to
 // (jobs already at or above it keep theirs), so a steady stream of
 // higher-priority work cannot starve it forever. Every started client runs
@@ -305,7 +288,7 @@ func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
 // per pass, the longest-waiting first. after 0 turns aging off. after must
 // be at least a second and to a valid priority; otherwise a *FieldError
 // names the field and nothing changes.
-func (c *Client) SetQueueAging(ctx context.Context, queue string, after time.Duration, to int) error {
+func (c *Client) QueueAgingSet(ctx context.Context, queue string, after time.Duration, to int) error {
 	if err := validateName("queue", queue); err != nil {
 		return err
 	}
@@ -353,7 +336,7 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 // Call it once per transaction (a second call in the same transaction finds
 // the job already gone and reports ErrLeaseLost), and only while the handler
 // runs: job must be the one the client passed to the handler, and c that
-// client; anything else reports ErrLeaseLost. tx is a pgx.Tx, or a *sql.Tx
+// client; anything else reports ErrLeaseLost. tx is a pgx transaction, or a *sql.Tx
 // wrapped with SQLTx.
 func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error {
 	if job == nil || job.run == nil {

@@ -226,18 +226,18 @@ type SignalTarget struct {
 // MaxSignalPayloadBytes bounds a signal's payload (a JSON object).
 const MaxSignalPayloadBytes = 64 << 10
 
-// Signal sends the signal name with payload (a value marshalled to a JSON
+// SignalSend sends the signal name with payload (a value marshalled to a JSON
 // object, or raw JSON; nil means {}) to target and returns its id. It is
 // kept until a wait receives it, so it may be sent before the wait begins.
 // SQL callers use skiplock.signal(name => ..., workflow_id => ..., payload => ...).
-func (c *Client) Signal(ctx context.Context, name string, target SignalTarget, payload any) (int64, error) {
-	return c.SignalTx(ctx, c.pool, name, target, payload)
+func (c *Client) SignalSend(ctx context.Context, name string, target SignalTarget, payload any) (int64, error) {
+	return c.SignalSendTx(ctx, c.pool, name, target, payload)
 }
 
-// SignalTx is Signal inside the caller's transaction (a pgx.Tx, or a
+// SignalSendTx is SignalSend inside the caller's transaction (a pgx transaction, or a
 // *sql.Tx wrapped with SQLTx, as EnqueueTx takes): the signal exists, and
 // wakes its receiver, only if that transaction commits.
-func (c *Client) SignalTx(ctx context.Context, tx Tx, name string, target SignalTarget, payload any) (int64, error) {
+func (c *Client) SignalSendTx(ctx context.Context, tx Tx, name string, target SignalTarget, payload any) (int64, error) {
 	if err := validateTaskName("name", name); err != nil {
 		return 0, err
 	}

@@ -58,7 +58,7 @@ type Task struct {
 	Metadata    Metadata
 }
 
-// Workflow is a graph of tasks, enqueued together by EnqueueWorkflow.
+// Workflow is a graph of tasks that EnqueueWorkflow enqueues together.
 type Workflow struct {
 	// Name says what the workflow is ("order", "nightly-export"); it need
 	// not be unique. 1 to 128 bytes.
@@ -68,7 +68,7 @@ type Workflow struct {
 	Tasks []Task
 	// OnFailure is the failure policy; empty means CancelDependents.
 	OnFailure FailurePolicy
-	// Metadata is a small JSON object kept with the workflow.
+	// Metadata is a small JSON object the workflow keeps.
 	Metadata Metadata
 }
 
@@ -245,7 +245,7 @@ func workflowHook(st *store.Store, pool *pgxpool.Pool, workerID string) worker.R
 	return flow.New(st, pool, workerID)
 }
 
-// TaskInfo is where a running task stands in its workflow.
+// TaskInfo says where a running task stands in the workflow it belongs to.
 type TaskInfo struct {
 	WorkflowID int64
 	TaskID     int64
@@ -326,7 +326,7 @@ func SetOutput(ctx context.Context, v any) error {
 	return run.SetOutput(ctx, raw)
 }
 
-// SetOutputTx is SetOutput inside tx, the caller's transaction (a pgx.Tx,
+// SetOutputTx is SetOutput inside tx, the caller's transaction (a pgx transaction,
 // or a *sql.Tx wrapped with SQLTx, as CompleteTx takes), typically the one
 // that also calls CompleteTx: the output, the task's writes and its
 // completion commit together. Like CompleteTx it puts the transaction's
@@ -358,7 +358,7 @@ func AddTasks(ctx context.Context, tasks ...Task) error {
 	return flowError(run.AddTasks(ctx, specs))
 }
 
-// AddTasksTx is AddTasks inside tx, the caller's transaction (a pgx.Tx, or
+// AddTasksTx is AddTasks inside tx, the caller's transaction (a pgx transaction, or
 // a *sql.Tx wrapped with SQLTx).
 func AddTasksTx(ctx context.Context, tx Tx, tasks ...Task) error {
 	run, specs, err := runTasks(ctx, tasks)
@@ -422,7 +422,7 @@ type WorkflowStatus struct {
 	States     map[string]int `json:"states,omitempty"` // tasks per state (WorkflowGet only)
 }
 
-// TaskStatus is one task of a workflow. Output is set only when asked for:
+// TaskStatus is one task of a workflow; Output is set only when asked for:
 // like a payload, it may hold personal data.
 type TaskStatus struct {
 	ID         int64           `json:"id"`

@@ -84,7 +84,7 @@ func (f *fixture) seed() {
 		f.insertDead(id, "webhook.deliver", fmt.Sprintf("POST https://hooks.example.com/%d: 503 %s", i, hostile))
 		f.deadIDs = append(f.deadIDs, id)
 	}
-	require.NoError(t, f.client.AddSchedule(ctx, skiplock.Schedule{Name: "nightly", Cron: "0 3 * * *",
+	require.NoError(t, f.client.ScheduleAdd(ctx, skiplock.Schedule{Name: "nightly", Cron: "0 3 * * *",
 		Queue: "mail", Kind: "report.build", Payload: map[string]string{"to": marker}}))
 	_, err = f.db.Pool.Exec(ctx, `INSERT INTO skiplock.workers (id, hostname, pid, queues, concurrency, running,
 		claimed_total, completed_total, failed_total, claim_p99_ms) VALUES ('host:1:abc', 'host', 1, '{mail}', 4, 0, 10, 9, 1, 2.5)`)

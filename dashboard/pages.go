@@ -101,9 +101,9 @@ func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, paused boo
 	defer cancel()
 	var err error
 	if paused {
-		err = sh.client.PauseQueue(ctx, queue)
+		err = sh.client.QueuePause(ctx, queue)
 	} else {
-		err = sh.client.ResumeQueue(ctx, queue)
+		err = sh.client.QueueResume(ctx, queue)
 	}
 	if errors.Is(err, skiplock.ErrInvalidJob) {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
@@ -443,8 +443,10 @@ func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	state, err := sh.client.Cancel(ctx, id)
-	if errors.Is(err, skiplock.ErrJobNotFound) {
+	state, err := sh.client.JobCancel(ctx, id)
+	// A dead or completed job is refused (ErrJobState) as an unknown one
+	// is: neither is in flight.
+	if errors.Is(err, skiplock.ErrJobNotFound) || errors.Is(err, skiplock.ErrJobState) {
 		d.fail(w, r, http.StatusNotFound, "job "+strconv.FormatInt(id, 10)+" is not in flight")
 		return
 	}
@@ -452,8 +454,8 @@ func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "cancel", err)
 		return
 	}
-	d.logFor(sh).Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", state), slog.String("user", d.who(r)))
-	d.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), "cancel requested (the job was "+state+")")
+	d.logFor(sh).Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", string(state)), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), "cancel requested (the job was "+string(state)+")")
 }
 
 // replayJob replays one dead letter at once.
@@ -631,7 +633,7 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	list, err := sh.client.ListSchedules(ctx)
+	list, err := sh.client.ScheduleList(ctx)
 	if err != nil {
 		d.dbFail(w, r, "schedules", err)
 		return

@@ -27,7 +27,7 @@ func TestWorkflowPages(t *testing.T) {
 				{Name: "notify", Kind: "notify", DependsOn: []string{"ship"}},
 			}})
 			require.NoError(t, err)
-			_, err = f.client.Signal(ctx, "paid", skiplock.SignalTarget{WorkflowID: id}, map[string]string{"by": marker})
+			_, err = f.client.SignalSend(ctx, "paid", skiplock.SignalTarget{WorkflowID: id}, map[string]string{"by": marker})
 			require.NoError(t, err)
 			_, err = f.db.Pool.Exec(ctx, `UPDATE `+f.d.store.Table("workflow_tasks")+` SET output = jsonb_build_object('x', $1::text),
 				error = 'boom '||$1 WHERE workflow_id = $2 AND name = 'charge'`, marker, id)
