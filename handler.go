@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/errtext"
 	"github.com/skiplock/skiplock/internal/jsonerr"
 	"github.com/skiplock/skiplock/internal/worker"
 )
@@ -304,7 +305,7 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		res.Final = "discarded"
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: payload does not decode into the handler's type; discarding the job",
 			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
-			slog.Int("attempt", j.Attempt), slog.String("error", worker.ErrorText(de.Error())))
+			slog.Int("attempt", j.Attempt), slog.String("error", errtext.Text(de.Error())))
 	case panicked:
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelError, "skiplock: handler panicked",
 			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))

@@ -224,6 +224,8 @@ var (
 	ErrTaskNotFinished = sentinel.TaskNotFinished
 	// ErrWorkflowNotFound: no workflow has this id.
 	ErrWorkflowNotFound = sentinel.WorkflowNotFound
+	// ErrTaskNotFound: WorkflowTaskOutput found no such task in the workflow.
+	ErrTaskNotFound = errors.New("skiplock: task not found")
 )
 
 // flowError turns the workflow engine's *flow.FieldError into the public
@@ -513,4 +515,50 @@ func (c *Client) WorkflowCancel(ctx context.Context, id int64) (int, error) {
 func (c *Client) WorkflowRetry(ctx context.Context, id int64) (int, error) {
 	n, err := flow.Retry(ctx, c.store, c.pool, id)
 	return n, flowError(err)
+}
+
+// WorkflowWait is something a workflow's tasks wait for: a signal sent and
+// not received yet (What "signal", At when it was sent), a sleep ("timer",
+// At its wake time) or a signal wait ("signal wait", At its timeout).
+type WorkflowWait struct {
+	What string `json:"what"`
+	// Name is the signal's or the sleep's name.
+	Name string `json:"name"`
+	// Task is the name of the task that waits ("" for a signal addressed to
+	// the workflow and not received yet).
+	Task string    `json:"task,omitempty"`
+	At   time.Time `json:"at"`
+}
+
+// WorkflowWaitList returns what the workflow's tasks wait for (pending
+// signals, timers and signal waits), oldest first; none for an unknown id.
+func (c *Client) WorkflowWaitList(ctx context.Context, id int64) ([]WorkflowWait, error) {
+	waits, err := c.store.WorkflowWaits(ctx, c.pool, id)
+	if err != nil {
+		return nil, fmt.Errorf("skiplock: workflow waits: %w", err)
+	}
+	out := make([]WorkflowWait, len(waits))
+	for i, w := range waits {
+		out[i] = WorkflowWait{What: w.What, Name: w.Name, At: w.At}
+		if w.Task != nil {
+			out[i].Task = *w.Task
+		}
+	}
+	return out, nil
+}
+
+// WorkflowTaskOutput returns the output of one task of a workflow, by ids
+// (nil when the task set none), or ErrTaskNotFound when the workflow has no
+// such task. Like a payload, an output may hold personal data: read it only
+// when a person asked to see it, and never log it. A handler reads its
+// parents' outputs with TaskOutput.
+func (c *Client) WorkflowTaskOutput(ctx context.Context, workflowID, taskID int64) (json.RawMessage, error) {
+	raw, found, err := c.store.TaskOutputByID(ctx, c.pool, workflowID, taskID)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("skiplock: workflow task output: %w", err)
+	case !found:
+		return nil, ErrTaskNotFound
+	}
+	return json.RawMessage(raw), nil
 }

@@ -23,7 +23,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -771,7 +770,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	code, _ := f.get("/")
 	assert.Equal(t, http.StatusOK, code)
 	// A replay after Close does not start.
-	started := f.d.replays.start("", f.db.Pool, f.d.store, store.ReplayFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
+	started := f.d.replays.start("", f.d.shards[0].client, skiplock.DeadLetterFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
 	assert.False(t, started)
 }
 

@@ -68,7 +68,7 @@ type Outcome struct {
 	Kind   OutcomeKind
 	Delay  time.Duration
 	Reason string // DeadLetter: error, panic, timeout, discarded, cancelled, unknown_kind; Retry: error, panic, timeout
-	Error  string // for last_error (storable: see ErrorText); never contains payload data put there by skiplock
+	Error  string // for last_error (storable: see errtext.Text); never contains payload data put there by skiplock
 	Refund bool
 	// CompletedTx: the handler completed the job in its own transaction and
 	// committed it. The outcome (a Retry or DeadLetter) is a fallback for a
