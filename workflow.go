@@ -224,7 +224,7 @@ var (
 	ErrTaskNotFinished = sentinel.TaskNotFinished
 	// ErrWorkflowNotFound: no workflow has this id.
 	ErrWorkflowNotFound = sentinel.WorkflowNotFound
-	// ErrTaskNotFound: WorkflowTaskOutput found no such task in the workflow.
+	// ErrTaskNotFound: WorkflowTaskOutput found no task with that id in it.
 	ErrTaskNotFound = errors.New("skiplock: task not found")
 )
 

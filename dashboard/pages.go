@@ -351,8 +351,13 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 		j.FinishedAt = r.FinishedAt
 	}
 	if len(r.Metadata) > 0 {
-		if pretty, err := json.MarshalIndent(r.Metadata, "", "  "); err == nil {
-			m := string(pretty)
+		// As stored: the template escapes it for HTML, so the encoder must not.
+		var pretty bytes.Buffer
+		enc := json.NewEncoder(&pretty)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if enc.Encode(r.Metadata) == nil {
+			m := strings.TrimSuffix(pretty.String(), "\n")
 			j.Metadata = &m
 		}
 	}
