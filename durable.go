@@ -23,12 +23,12 @@ import (
 // another run of the same job meanwhile (this worker lost its lease and the
 // job was claimed again): this run's result was not recorded, and a StepTx
 // transaction was rolled back.
-var ErrStepRecorded = sentinel.StepRecorded
+var ErrStepRecorded = sentinel.ErrStepRecorded
 
 // ErrSignalTimeout is returned by WaitSignal when no signal came before the
 // timeout. The timeout is recorded like a received signal: a retried job
 // gets ErrSignalTimeout again at once.
-var ErrSignalTimeout = sentinel.SignalTimeout
+var ErrSignalTimeout = sentinel.ErrSignalTimeout
 
 func validateStepName(name string) error { return validateTaskName("step", name) }
 
@@ -213,7 +213,7 @@ func WaitSignal(ctx context.Context, name string, timeout time.Duration) (json.R
 
 // ErrCancelled is the context.Cause of a handler whose job was cancelled,
 // and what WaitSignal returns for a job cancelled while it waited.
-var ErrCancelled = sentinel.Cancelled
+var ErrCancelled = sentinel.ErrCancelled
 
 // SignalTarget names whom a signal is for: exactly one of a running
 // workflow (any of its tasks waiting for the name receives it) or a job in

@@ -217,13 +217,13 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx Tx, b Batch) (int64, err
 // Errors of the workflow functions called from a handler.
 var (
 	// ErrNotInHandler: the context is not a handler's, run by a Client.
-	ErrNotInHandler = sentinel.NotInHandler
+	ErrNotInHandler = sentinel.ErrNotInHandler
 	// ErrNotATask: the running job is not a workflow task.
-	ErrNotATask = sentinel.NotATask
+	ErrNotATask = sentinel.ErrNotATask
 	// ErrTaskNotFinished: TaskOutput asked for a task that has not completed.
-	ErrTaskNotFinished = sentinel.TaskNotFinished
+	ErrTaskNotFinished = sentinel.ErrTaskNotFinished
 	// ErrWorkflowNotFound: no workflow has this id.
-	ErrWorkflowNotFound = sentinel.WorkflowNotFound
+	ErrWorkflowNotFound = sentinel.ErrWorkflowNotFound
 	// ErrTaskNotFound: WorkflowTaskOutput found no task with that id in it.
 	ErrTaskNotFound = errors.New("skiplock: task not found")
 )

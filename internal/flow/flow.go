@@ -26,12 +26,12 @@ import (
 // Errors of the engine, defined in internal/sentinel, which the root package
 // exports under the same names.
 var (
-	ErrNotInHandler     = sentinel.NotInHandler
-	ErrNotATask         = sentinel.NotATask
-	ErrTaskNotFinished  = sentinel.TaskNotFinished
-	ErrWorkflowNotFound = sentinel.WorkflowNotFound
-	ErrStepRecorded     = sentinel.StepRecorded
-	ErrSignalTimeout    = sentinel.SignalTimeout
+	ErrNotInHandler     = sentinel.ErrNotInHandler
+	ErrNotATask         = sentinel.ErrNotATask
+	ErrTaskNotFinished  = sentinel.ErrTaskNotFinished
+	ErrWorkflowNotFound = sentinel.ErrWorkflowNotFound
+	ErrStepRecorded     = sentinel.ErrStepRecorded
+	ErrSignalTimeout    = sentinel.ErrSignalTimeout
 )
 
 // FieldError is an invalid field the engine found (a cycle in the task

@@ -9,22 +9,22 @@ import "errors"
 
 // The texts are the public ones.
 var (
-	// LeaseLost: a write for a job was refused because this worker no longer
+	// ErrLeaseLost: a write for a job was refused because this worker no longer
 	// holds its lease; also the cause of a handler's context cancelled for it.
-	LeaseLost = errors.New("skiplock: lease lost")
-	// Cancelled: the cause of a handler's context whose job was cancelled.
-	Cancelled = errors.New("skiplock: job cancelled")
+	ErrLeaseLost = errors.New("skiplock: lease lost")
+	// ErrCancelled: the cause of a handler's context whose job was cancelled.
+	ErrCancelled = errors.New("skiplock: job cancelled")
 
-	// NotInHandler: the context is not a handler's, run by a Client.
-	NotInHandler = errors.New("skiplock: not called with the context of a running handler")
-	// NotATask: the running job is not a workflow task.
-	NotATask = errors.New("skiplock: the running job is not a workflow task")
-	// TaskNotFinished: TaskOutput asked for a task that has not completed.
-	TaskNotFinished = errors.New("skiplock: the task has not completed")
-	// WorkflowNotFound: no workflow has this id.
-	WorkflowNotFound = errors.New("skiplock: workflow not found")
-	// StepRecorded: another run of the job recorded the step meanwhile.
-	StepRecorded = errors.New("skiplock: the step was recorded by another run of the job")
-	// SignalTimeout: no signal came before the wait's timeout.
-	SignalTimeout = errors.New("skiplock: no signal before the timeout")
+	// ErrNotInHandler: the context is not a handler's, run by a Client.
+	ErrNotInHandler = errors.New("skiplock: not called with the context of a running handler")
+	// ErrNotATask: the running job is not a workflow task.
+	ErrNotATask = errors.New("skiplock: the running job is not a workflow task")
+	// ErrTaskNotFinished: TaskOutput asked for a task that has not completed.
+	ErrTaskNotFinished = errors.New("skiplock: the task has not completed")
+	// ErrWorkflowNotFound: no workflow has this id.
+	ErrWorkflowNotFound = errors.New("skiplock: workflow not found")
+	// ErrStepRecorded: another run of the job recorded the step meanwhile.
+	ErrStepRecorded = errors.New("skiplock: the step was recorded by another run of the job")
+	// ErrSignalTimeout: no signal came before the wait's timeout.
+	ErrSignalTimeout = errors.New("skiplock: no signal before the timeout")
 )

@@ -90,8 +90,8 @@ type Handler func(ctx context.Context, job *Job) Result
 
 // Causes of a handler's context cancellation.
 var (
-	ErrLeaseLost = sentinel.LeaseLost // the public skiplock.ErrLeaseLost
-	ErrCancelled = sentinel.Cancelled // the public skiplock.ErrCancelled
+	ErrLeaseLost = sentinel.ErrLeaseLost // the public skiplock.ErrLeaseLost
+	ErrCancelled = sentinel.ErrCancelled // the public skiplock.ErrCancelled
 	ErrHardStop  = errors.New("skiplock: worker stopping")
 )
 
