@@ -67,7 +67,7 @@ func RequireEnqueued(tb testing.TB, c *skiplock.Client, m Match) *EnqueuedJob {
 	return requireEnqueued(tb, c, c.Pool(), m)
 }
 
-// RequireEnqueuedTx is RequireEnqueued inside tx (a pgx.Tx, or a *sql.Tx
+// RequireEnqueuedTx is RequireEnqueued inside tx (a pgx transaction, or a *sql.Tx
 // wrapped with skiplock.SQLTx), so it sees jobs enqueued in tx that are
 // not committed yet.
 func RequireEnqueuedTx(tb testing.TB, c *skiplock.Client, tx skiplock.Tx, m Match) *EnqueuedJob {
@@ -82,7 +82,7 @@ func RequireNotEnqueued(tb testing.TB, c *skiplock.Client, m Match) {
 	requireNotEnqueued(tb, c, c.Pool(), m)
 }
 
-// RequireNotEnqueuedTx is RequireNotEnqueued inside tx (a pgx.Tx, or a
+// RequireNotEnqueuedTx is RequireNotEnqueued inside tx (a pgx transaction, or a
 // *sql.Tx wrapped with skiplock.SQLTx).
 func RequireNotEnqueuedTx(tb testing.TB, c *skiplock.Client, tx skiplock.Tx, m Match) {
 	tb.Helper()
