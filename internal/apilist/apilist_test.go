@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"go/types"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -183,4 +184,21 @@ func TestKey(t *testing.T) {
 func TestParseFormat(t *testing.T) {
 	lines := List(check(t, v1))
 	require.Equal(t, lines, Parse(append(Format("example.com/p", lines), "\n\n"...)))
+}
+
+// TestCLIAndDashboardUsePublicAPI: the CLI and the dashboard are clients of
+// the library. They may import internal/health (read-side figures) but not
+// the data layer or the runtime, whose needs the public API meets.
+func TestCLIAndDashboardUsePublicAPI(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./cmd/...", "./dashboard/...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	forbidden := []string{"github.com/skiplock/skiplock/internal/store", "github.com/skiplock/skiplock/internal/worker"}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		for _, imp := range fields[1:] {
+			require.NotContains(t, forbidden, imp, "%s imports %s: give the public API what it needs instead", fields[0], imp)
+		}
+	}
 }
