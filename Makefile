@@ -3,6 +3,7 @@
 #   make test-fast    the edit-test loop: every package but the fault tier, -short, no race detector (about a minute)
 #   make test         lint + every test but the fault tier against real PostgreSQL, with the race detector
 #   make test-faults  the fault tier: kill -9, restarts, failover and SIGSTOP on real worker processes
+#   make api          accept an intended change of the public API: rewrite api/*.txt (docs/api.md)
 # CI (.ci/run) runs test and test-faults, each against a private cluster with the image's settings.
 GO        ?= go
 GOBIN     := $(shell $(GO) env GOPATH)/bin
@@ -20,7 +21,7 @@ CORE_PKGS  = $(shell $(GO) list ./... | grep -v -e /test/faults -e /test/exactly
 FAST_PKGS  = $(shell $(GO) list ./... | grep -v -e /test/ -e /bench)
 PARALLEL  ?= 4
 
-.PHONY: run test test-fast test-faults lint test-go bench bench-peers pressure build chaos chaos-long chaos-failover fuzz e2e
+.PHONY: run test test-fast test-faults lint test-go api bench bench-peers pressure build chaos chaos-long chaos-failover fuzz e2e
 
 run:
 	$(GO) run ./cmd/skiplock dev
@@ -44,6 +45,12 @@ test-fast:
 # clusters of its own).
 test-faults:
 	$(GO) test -race -count=1 -p 1 -timeout 20m $(FAULT_PKGS)
+
+# The API guard: internal/apilist's test (run by test and test-fast) fails
+# when the public packages' API differs from api/*.txt. This rewrites the
+# listings from the code; commit them with the change (docs/api.md).
+api:
+	$(GO) test -count=1 -run '^TestAPIMatchesListing$$' ./internal/apilist -update
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

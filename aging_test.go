@@ -21,9 +21,9 @@ func TestPriorityAgingEndsStarvation(t *testing.T) {
 	ctx := context.Background()
 	c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 50 * time.Millisecond,
 		Pools: []skiplock.WorkerPool{{Queues: []string{"q"}, Concurrency: 1, BatchSize: 1}}})
-	require.Error(t, c.SetQueueAging(ctx, "q", 10*time.Millisecond, 5), "after under a second is refused")
-	require.Error(t, c.SetQueueAging(ctx, "q", time.Second, 5000), "an invalid priority is refused")
-	require.Error(t, c.SetQueueAging(ctx, "bad queue", time.Second, 5))
+	require.Error(t, c.QueueAgingSet(ctx, "q", 10*time.Millisecond, 5), "after under a second is refused")
+	require.Error(t, c.QueueAgingSet(ctx, "q", time.Second, 5000), "an invalid priority is refused")
+	require.Error(t, c.QueueAgingSet(ctx, "bad queue", time.Second, 5))
 
 	var mu sync.Mutex
 	var ran []string
@@ -76,7 +76,7 @@ func TestPriorityAgingEndsStarvation(t *testing.T) {
 	}
 	// Aging on: due for more than 30 s → priority 20, above the stream. The
 	// client runs the pass every 10 s.
-	require.NoError(t, c.SetQueueAging(ctx, "q", 30*time.Second, 20))
+	require.NoError(t, c.QueueAgingSet(ctx, "q", 30*time.Second, 20))
 	select {
 	case <-lowRan:
 	case <-time.After(25 * time.Second):
@@ -89,7 +89,7 @@ func TestPriorityAgingEndsStarvation(t *testing.T) {
 		return db.Pool.QueryRow(ctx, `SELECT priority FROM skiplock.jobs_done WHERE kind = 'low'`).Scan(&prio) == nil
 	}, 10*time.Second, 10*time.Millisecond, "the low-priority job's completion was never written")
 	require.Equal(t, 20, prio, "promoted to the queue's age_to")
-	require.NoError(t, c.SetQueueAging(ctx, "q", 0, 0))
+	require.NoError(t, c.QueueAgingSet(ctx, "q", 0, 0))
 	var off bool
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT age_after IS NULL AND age_to IS NULL FROM skiplock.queues WHERE name = 'q'`).Scan(&off))
 	require.True(t, off, "after 0 turns aging off")

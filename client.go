@@ -214,17 +214,39 @@ func (c *Client) StopAndCancel(ctx context.Context) error {
 	return r.StopAndCancel(ctx)
 }
 
-// Stats is a snapshot of this process's worker counters: jobs claimed,
-// completed, failed, dead-lettered and whose lease was lost since Start;
-// Running now; ClaimP50 and ClaimP99 over the last 1,024 claim statements;
-// whether the listener is up; and the claim-latency histogram's parts
-// (Claims, ClaimCounts per ClaimBuckets bound, ClaimSum). The one
-// definition is the runtime's; this name is how users reach it.
-type Stats = worker.Stats
+// Stats is a snapshot of this process's worker counters (Client.Stats).
+type Stats struct {
+	// Claimed, Completed, Failed, DeadLettered and LeaseLost count jobs
+	// since Start: claimed by this process; completed; failed attempts
+	// (see below); moved to the dead-letter table; and whose lease was
+	// found lost (their outcome was not written by this process). Failed
+	// counts every failed attempt, retried or dead-lettered.
+	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
+	// Running is the number of handlers running now.
+	Running int
+	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
+	ClaimP50, ClaimP99 time.Duration
+	// ListenerUp is whether the LISTEN connection is up (false in poll-only
+	// mode).
+	ListenerUp bool
+	// Claims counts every claim statement since Start; ClaimCounts is the
+	// cumulative count of those that took at most each ClaimBuckets bound;
+	// ClaimSum is their total duration (a Prometheus histogram's parts).
+	Claims      uint64
+	ClaimCounts []uint64
+	ClaimSum    time.Duration
+	// Reaps counts the reaper turns this process took: each read the
+	// running set for expired leases. The fleet takes about one turn per
+	// reaper interval, whichever process takes it.
+	Reaps int64
+}
 
 // ClaimBuckets are the upper bounds, in seconds, of the claim-latency
-// histogram in Stats: 0.5 ms to 2.5 s.
-var ClaimBuckets = slices.Clone(worker.ClaimBuckets)
+// histogram in Stats: 0.5 ms to 2.5 s. It is a copy of the runtime's: changing
+// it changes nothing.
+var ClaimBuckets = claimBuckets()
+
+func claimBuckets() []float64 { return slices.Clone(worker.ClaimBuckets) }
 
 // Stats returns this process's worker counters (zero before Start).
 func (c *Client) Stats() Stats {
@@ -234,7 +256,8 @@ func (c *Client) Stats() Stats {
 	if r == nil {
 		return Stats{}
 	}
-	return r.Stats()
+	// The runtime's counters have Stats's fields in Stats's order: a copy.
+	return Stats(r.Stats())
 }
 
 // Reap returns expired leases now (the reaper also runs on its own).
@@ -242,39 +265,22 @@ func (c *Client) Reap(ctx context.Context) (backToReady, deadLettered int, err e
 	return c.store.Reap(ctx, c.pool, 1000)
 }
 
-// Cancel cancels a job: a ready job goes to the dead-letter table with
-// reason "cancelled"; a running job's handler context is cancelled and the
-// job dead-lettered when it returns. It returns the state the job was in, or
-// ErrJobNotFound when no such job is in flight. JobCancel does the same and
-// says why a job that is not in flight cannot be cancelled.
-func (c *Client) Cancel(ctx context.Context, id int64) (string, error) {
-	state, err := c.store.Cancel(ctx, c.pool, id)
-	if err != nil {
-		return "", fmt.Errorf("skiplock: cancel: %w", err)
-	}
-	if state == "" {
-		return "", ErrJobNotFound
-	}
-	return state, nil
-}
-
-// ErrJobNotFound is returned for an id that names no job: by Cancel, none
-// in flight; by JobGet and the other Job* methods, none in flight, dead or
-// in the finished-job history.
+// ErrJobNotFound is returned by JobGet and the other Job* methods for an id
+// that names no job in flight, dead or in the finished-job history.
 var ErrJobNotFound = errors.New("skiplock: job not found")
 
-// PauseQueue stops every process from claiming from queue (within one
+// QueuePause stops every process from claiming from queue (within one
 // statement: the claim checks the flag). Running jobs finish normally.
-func (c *Client) PauseQueue(ctx context.Context, queue string) error {
+func (c *Client) QueuePause(ctx context.Context, queue string) error {
 	return c.setPaused(ctx, queue, true)
 }
 
-// ResumeQueue lets processes claim from queue again.
-func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
+// QueueResume lets processes claim from queue again.
+func (c *Client) QueueResume(ctx context.Context, queue string) error {
 	return c.setPaused(ctx, queue, false)
 }
 
-// SetQueueAging turns on priority aging for queue: a ready job of the
+// QueueAgingSet turns on priority aging for queue: a ready job of the
 // queue that has been due for longer than after is promoted to priority to
 // (jobs already at or above it keep theirs), so a steady stream of
 // higher-priority work cannot starve it forever. Every started client runs
@@ -282,7 +288,7 @@ func (c *Client) ResumeQueue(ctx context.Context, queue string) error {
 // per pass, the longest-waiting first. after 0 turns aging off. after must
 // be at least a second and to a valid priority; otherwise a *FieldError
 // names the field and nothing changes.
-func (c *Client) SetQueueAging(ctx context.Context, queue string, after time.Duration, to int) error {
+func (c *Client) QueueAgingSet(ctx context.Context, queue string, after time.Duration, to int) error {
 	if err := validateName("queue", queue); err != nil {
 		return err
 	}
@@ -330,7 +336,7 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 // Call it once per transaction (a second call in the same transaction finds
 // the job already gone and reports ErrLeaseLost), and only while the handler
 // runs: job must be the one the client passed to the handler, and c that
-// client; anything else reports ErrLeaseLost. tx is a pgx.Tx, or a *sql.Tx
+// client; anything else reports ErrLeaseLost. tx is a pgx transaction, or a *sql.Tx
 // wrapped with SQLTx.
 func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error {
 	if job == nil || job.run == nil {
@@ -375,8 +381,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, err
 }
 
 // MigrateTx applies pending migrations inside the caller's transaction, for
-// teams that run skiplock's schema from their own migration tool.
-func MigrateTx(ctx context.Context, tx pgx.Tx, schema string) ([]int, error) {
+// teams that run skiplock's schema from their own migration tool. tx is a
+// Tx: a pgx transaction, or a database/sql one wrapped with SQLTx.
+func MigrateTx(ctx context.Context, tx Tx, schema string) ([]int, error) {
 	if schema == "" {
 		schema = "skiplock"
 	}

@@ -275,7 +275,7 @@ func TestCompleteTxAfterHeartbeatFoundLeaseLost(t *testing.T) {
 	defer func() { require.NoError(t, c.Stop(ctx)) }()
 	<-inside
 	// Keep this process from claiming the job again once it is back.
-	require.NoError(t, c.PauseQueue(ctx, skiplock.DefaultQueue))
+	require.NoError(t, c.QueuePause(ctx, skiplock.DefaultQueue))
 	// Another process's reaper takes the expired job back.
 	// (The heartbeat, every 100 ms, may extend the lease between the expiry
 	// and the reap: then try again.)

@@ -16,7 +16,7 @@
 //	client.EnqueueTx(ctx, tx, skiplock.EnqueueParams{Kind: "order.confirm", Payload: Confirm{OrderID: 7}})
 //	tx.Commit(ctx) // the job exists if and only if this commits
 //
-// EnqueueTx takes a Tx: a pgx.Tx as it is, or a database/sql *sql.Tx wrapped
+// EnqueueTx takes a Tx: a pgx transaction as it is, or a database/sql *sql.Tx wrapped
 // with SQLTx (EnqueueManyTx, CompleteTx and the workflow functions take the
 // same). Any language can
 // enqueue with plain SQL: SELECT skiplock.enqueue(queue => 'q', kind => 'k', payload => '{}').
@@ -71,7 +71,7 @@
 // with TaskOutput. EnqueueBatch runs a callback once when N jobs finished.
 // Inside any handler, Step and StepTx checkpoint progress so a retry skips
 // what completed, Sleep and WaitSignal put the job back in the table until a
-// time or a signal (Client.Signal, or SELECT skiplock.signal(...) from any
+// time or a signal (Client.SignalSend, or SELECT skiplock.signal(...) from any
 // language). See docs/workflows.md.
 //
 // # Failover and many databases
@@ -79,7 +79,7 @@
 // Give the pool a multi-host URL (postgres://a,b/db?target_session_attrs=read-write)
 // and a started client follows the primary through a failover on its own;
 // with a synchronous standby no acknowledged job is lost. After promoting an
-// asynchronous standby, call AdvanceLeaseTokens once. An application split by
+// asynchronous standby, call LeaseTokensAdvance once. An application split by
 // tenant across databases runs one Client per database and a Fleet over them
 // (NewFleet), which starts and stops them together and routes enqueues made
 // outside a transaction. See docs/operations.md (section 9) and docs/scaling.md.

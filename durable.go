@@ -11,7 +11,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/flow"
 	"github.com/skiplock/skiplock/internal/jsonerr"
-	"github.com/skiplock/skiplock/internal/worker"
+	"github.com/skiplock/skiplock/internal/sentinel"
 )
 
 // Durable steps: checkpoints of a handler's progress, kept in the database
@@ -23,12 +23,12 @@ import (
 // another run of the same job meanwhile (this worker lost its lease and the
 // job was claimed again): this run's result was not recorded, and a StepTx
 // transaction was rolled back.
-var ErrStepRecorded = flow.ErrStepRecorded
+var ErrStepRecorded = sentinel.ErrStepRecorded
 
 // ErrSignalTimeout is returned by WaitSignal when no signal came before the
 // timeout. The timeout is recorded like a received signal: a retried job
 // gets ErrSignalTimeout again at once.
-var ErrSignalTimeout = flow.ErrSignalTimeout
+var ErrSignalTimeout = sentinel.ErrSignalTimeout
 
 func validateStepName(name string) error { return validateTaskName("step", name) }
 
@@ -102,12 +102,13 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 // transaction is rolled back. fn must not commit or roll back tx.
 //
 // Unlike the other …Tx functions, StepTx does not take the caller's
-// transaction but gives fn one, and that one is a pgx.Tx, not a Tx: the
-// step begins it on the client's pgx pool, so that it alone decides when
-// it commits (after the checkpoint), and pipelines the fenced checkpoint
-// write on it. Work that must go through database/sql cannot join it; use
-// CompleteTx, SetOutputTx or AddTasksTx in that transaction instead.
-func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+// transaction but gives fn one, a Tx like the one the others take (Exec,
+// Query, QueryRow): the step begins it on the client's pool, so that it
+// alone decides when it commits (after the checkpoint), and pipelines the
+// fenced checkpoint write on it. Work that must go through database/sql
+// cannot join it; use CompleteTx, SetOutputTx or AddTasksTx in that
+// transaction instead.
+func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context, tx Tx) (T, error)) (T, error) {
 	var v T
 	run, err := flow.RunFrom(ctx)
 	if err != nil {
@@ -212,7 +213,7 @@ func WaitSignal(ctx context.Context, name string, timeout time.Duration) (json.R
 
 // ErrCancelled is the context.Cause of a handler whose job was cancelled,
 // and what WaitSignal returns for a job cancelled while it waited.
-var ErrCancelled = worker.ErrCancelled
+var ErrCancelled = sentinel.ErrCancelled
 
 // SignalTarget names whom a signal is for: exactly one of a running
 // workflow (any of its tasks waiting for the name receives it) or a job in
@@ -225,18 +226,18 @@ type SignalTarget struct {
 // MaxSignalPayloadBytes bounds a signal's payload (a JSON object).
 const MaxSignalPayloadBytes = 64 << 10
 
-// Signal sends the signal name with payload (a value marshalled to a JSON
+// SignalSend sends the signal name with payload (a value marshalled to a JSON
 // object, or raw JSON; nil means {}) to target and returns its id. It is
 // kept until a wait receives it, so it may be sent before the wait begins.
 // SQL callers use skiplock.signal(name => ..., workflow_id => ..., payload => ...).
-func (c *Client) Signal(ctx context.Context, name string, target SignalTarget, payload any) (int64, error) {
-	return c.SignalTx(ctx, c.pool, name, target, payload)
+func (c *Client) SignalSend(ctx context.Context, name string, target SignalTarget, payload any) (int64, error) {
+	return c.SignalSendTx(ctx, c.pool, name, target, payload)
 }
 
-// SignalTx is Signal inside the caller's transaction (a pgx.Tx, or a
+// SignalSendTx is SignalSend inside the caller's transaction (a pgx transaction, or a
 // *sql.Tx wrapped with SQLTx, as EnqueueTx takes): the signal exists, and
 // wakes its receiver, only if that transaction commits.
-func (c *Client) SignalTx(ctx context.Context, tx Tx, name string, target SignalTarget, payload any) (int64, error) {
+func (c *Client) SignalSendTx(ctx context.Context, tx Tx, name string, target SignalTarget, payload any) (int64, error) {
 	if err := validateTaskName("name", name); err != nil {
 		return 0, err
 	}

@@ -58,7 +58,7 @@ type EnqueueParams struct {
 	// counts 5): 1 to MaxLimitWeight; 0 means 1. A rate limit starts the job
 	// only when its weight fits in the window's room; lighter jobs behind
 	// it that fit start meanwhile, and a job heavier than the limit's rate
-	// never starts (Limits reports it as TooHeavy). Concurrency limits
+	// never starts (LimitList reports it as TooHeavy). Concurrency limits
 	// count every running job as one, whatever its weight.
 	LimitWeight int
 }
@@ -187,7 +187,7 @@ func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, e
 
 // EnqueueTx inserts one job inside the caller's transaction: the job exists
 // if and only if that transaction commits, and its wake-up NOTIFY is
-// delivered only then. tx is a pgx.Tx (or a *pgxpool.Pool or *pgx.Conn), or
+// delivered only then. tx is a pgx transaction (or a *pgxpool.Pool or *pgx.Conn), or
 // a database/sql *sql.Tx wrapped with SQLTx. EnqueueTx never commits or rolls
 // back.
 //

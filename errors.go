@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/skiplock/skiplock/internal/worker"
+	"github.com/skiplock/skiplock/internal/sentinel"
 )
 
 // ErrInvalidJob is the sentinel behind every validation failure of a job's
@@ -19,7 +19,7 @@ var ErrInvalidConfig = errors.New("skiplock: invalid config")
 // own the job now). Nothing was written; a transaction it happened in must
 // not commit. It is also the context.Cause of a handler's context cancelled
 // because the heartbeat found the lease gone.
-var ErrLeaseLost = worker.ErrLeaseLost
+var ErrLeaseLost = sentinel.ErrLeaseLost
 
 // FieldError reports one invalid field. It never carries the value of a
 // payload, only what is wrong with it.

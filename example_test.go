@@ -214,19 +214,19 @@ func ExampleSnooze() {
 
 // A recurring job: every started client runs the scheduler, and each fire
 // time is enqueued exactly once however many processes run it.
-func ExampleClient_AddSchedule() {
+func ExampleClient_ScheduleAdd() {
 	c, done := exampleClient(skiplock.Config{})
 	defer done()
 	ctx := context.Background()
 
-	err := c.AddSchedule(ctx, skiplock.Schedule{
+	err := c.ScheduleAdd(ctx, skiplock.Schedule{
 		Name: "nightly-report", Cron: "30 2 * * *", Timezone: "Europe/Paris",
 		Queue: "reports", Kind: "report.build", Payload: map[string]string{"format": "pdf"},
 	})
 	if err != nil {
 		panic(err)
 	}
-	ss, err := c.ListSchedules(ctx)
+	ss, err := c.ScheduleList(ctx)
 	if err != nil {
 		panic(err)
 	}
@@ -394,7 +394,7 @@ func ExampleHandleArgs() {
 			panic(err)
 		}
 		if job.State == skiplock.JobStateCompleted {
-			fmt.Println(job.Kind, job.State, "after", job.Attempts, "attempt(s)")
+			fmt.Println(job.Kind, job.State, "after", job.Attempt, "attempt(s)")
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -81,7 +81,7 @@ func ExampleClient_EnqueueWorkflow() {
 		panic(err)
 	}
 	// The webhook handler, or SQL: SELECT skiplock.signal(name => 'payment_confirmed', workflow_id => ...).
-	if _, err := c.Signal(ctx, "payment_confirmed", skiplock.SignalTarget{WorkflowID: id}, map[string]int{"amount": 1200}); err != nil {
+	if _, err := c.SignalSend(ctx, "payment_confirmed", skiplock.SignalTarget{WorkflowID: id}, map[string]int{"amount": 1200}); err != nil {
 		panic(err)
 	}
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// AdvanceLeaseTokens moves the lease-token sequence past every token a lost
+// LeaseTokensAdvance moves the lease-token sequence past every token a lost
 // timeline could have handed out, and returns its new value. Run it once
 // on the new primary right after a failover, before (or as soon as) workers
 // claim there: from an HA manager's post-promotion hook, or with
@@ -23,7 +23,7 @@ import (
 // that disagree), above anything the old primary handed out. With a synchronous standby every acknowledged
 // claim is on the new primary and nothing is reissued; advancing is then
 // harmless, so an HA hook can run it after every promotion.
-func (c *Client) AdvanceLeaseTokens(ctx context.Context) (int64, error) {
+func (c *Client) LeaseTokensAdvance(ctx context.Context) (int64, error) {
 	v, err := c.store.AdvanceLeaseTokens(ctx, c.pool)
 	if err != nil {
 		return 0, fmt.Errorf("skiplock: advance lease tokens: %w", err)

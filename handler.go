@@ -11,18 +11,48 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/errtext"
 	"github.com/skiplock/skiplock/internal/jsonerr"
-	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
 )
 
-// JobRow is a claimed job's row: ID, Queue, Kind, Priority, Attempt (1 on
-// the first run, counted at claim time), MaxAttempts, Payload (as stored),
-// RunAt, CreatedAt, AttemptedAt, Tenant, Entity, UniqueKey and LeaseToken,
-// this claim's fencing token (see docs/fencing.md). It is the same row for
-// every payload type: Job[T] embeds it, so job.ID and the rest read as
-// fields of the Job.
-type JobRow = store.ClaimedRow
+// JobRow is a claimed job's row, the same for every payload type: Job[T]
+// embeds it, so job.ID and the rest read as fields of the Job.
+type JobRow struct {
+	// ID is the job's id, stable across attempts: the idempotency key of
+	// the job's effects.
+	ID int64
+	// Queue and Kind are the job's queue and kind.
+	Queue string
+	Kind  string
+	// Priority: larger runs earlier.
+	Priority int
+	// Attempt is the number of this attempt: 1 on the first run, counted
+	// when the job is claimed (so a run cut short by a crash counts).
+	Attempt int
+	// MaxAttempts is the job's attempt budget: a failure at attempt
+	// MaxAttempts is final (WithMaxAttempts may lower it).
+	MaxAttempts int
+	// Payload is the job's payload as stored (a JSON object); Job.Args is
+	// it decoded.
+	Payload json.RawMessage
+	// RunAt is when the job was due; CreatedAt when it was enqueued;
+	// AttemptedAt when this attempt was claimed (all by the database clock).
+	RunAt       time.Time
+	CreatedAt   time.Time
+	AttemptedAt time.Time
+	// Tenant, Entity and UniqueKey are the job's keys ("" when unset).
+	Tenant    string
+	Entity    string
+	UniqueKey string
+	// LeaseToken is this claim's fencing token. Every claim takes a new one
+	// from a database sequence, so the tokens of successive leases of the
+	// same job strictly increase: a worker that lost its lease always holds
+	// a smaller token than the job's current owner. External systems can
+	// fence writes with it (accept a write only if its token is at least
+	// the highest one seen for the job). See docs/fencing.md.
+	LeaseToken int64
+}
 
 // Job is a job as its handler sees it, with the payload decoded into T. Its
 // row's fields (JobRow) are promoted: job.ID, job.Attempt, job.LeaseToken.
@@ -137,7 +167,10 @@ func HandleFallback(c *Client, fn HandlerFunc[json.RawMessage], opts ...HandlerO
 func newEntry[T any](c *Client, fn HandlerFunc[T], opts []HandlerOption) *handlerEntry {
 	h := &handlerEntry{}
 	h.run = func(ctx context.Context, wj *worker.Job, run *jobRun) error {
-		j := &Job[T]{JobRow: wj.ClaimedRow, WorkerID: run.worker, Metadata: run.metadata(wj.Metadata), run: run}
+		// The runtime's row has JobRow's fields in JobRow's order: the
+		// conversion is a copy, with no allocation (a field added to one and
+		// not the other fails to compile here).
+		j := &Job[T]{JobRow: JobRow(wj.ClaimedRow), WorkerID: run.worker, Metadata: run.metadata(wj.Metadata), run: run}
 		if err := decodeArgs(wj.Payload, &j.Args); err != nil {
 			return &decodeError{err: err}
 		}
@@ -272,7 +305,7 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		res.Final = "discarded"
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: payload does not decode into the handler's type; discarding the job",
 			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
-			slog.Int("attempt", j.Attempt), slog.String("error", worker.ErrorText(de.Error())))
+			slog.Int("attempt", j.Attempt), slog.String("error", errtext.Text(de.Error())))
 	case panicked:
 		c.cfg.Logger.LogAttrs(ctx, slog.LevelError, "skiplock: handler panicked",
 			slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))

@@ -77,8 +77,10 @@ type JobRecord struct {
 	Kind  string   `json:"kind"`
 	// Priority: larger runs earlier.
 	Priority int `json:"priority"`
-	// Attempts is how many times the job was started (counted at claim).
-	Attempts int `json:"attempts"`
+	// Attempt is the number of the job's latest attempt, as Job.Attempt
+	// counts it: how many times the job was started (counted at claim), 0
+	// before its first run. (The JSON key stays "attempts", the CLI's.)
+	Attempt int `json:"attempts"`
 	// MaxAttempts is its attempt budget; 0 when unknown (history written
 	// before migration 005).
 	MaxAttempts int       `json:"max_attempts,omitempty"`
@@ -122,7 +124,7 @@ func recordOf(r store.JobRow) JobRecord {
 		return *p
 	}
 	rec := JobRecord{ID: r.ID, State: JobState(r.State), Queue: r.Queue, Kind: r.Kind, Priority: r.Priority,
-		Attempts: r.Attempts, RunAt: r.RunAt, CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt,
+		Attempt: r.Attempts, RunAt: r.RunAt, CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt,
 		FinishedAt: r.FinishedAt, Outcome: str(r.Outcome), LastError: str(r.LastError),
 		LeaseExpiresAt: r.LeaseExpiresAt, LockedBy: str(r.LockedBy), UniqueKey: str(r.UniqueKey),
 		Tenant: str(r.Tenant), Entity: str(r.Entity), CancelRequested: r.CancelRequested}

@@ -65,13 +65,13 @@ func TestLimitWeightValidationNamesTheField(t *testing.T) {
 // Two clients drain weighted jobs under a rate limit of 10 per second: in
 // no one-second window do the recorded starts weigh more than 10, each
 // start is recorded with its job's weight, the limit binds, and a job
-// heavier than the rate never runs (Limits reports it).
+// heavier than the rate never runs (LimitList reports it).
 func TestWeightedRateLimitIsNeverExceeded(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	admin := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger()})
-	require.NoError(t, admin.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 10, Per: time.Second}))
+	require.NoError(t, admin.LimitSet(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 10, Per: time.Second}))
 	const calls = 24
 	total := 0
 	var ps []skiplock.EnqueueParams
@@ -130,7 +130,7 @@ func TestWeightedRateLimitIsNeverExceeded(t *testing.T) {
 	var heavy int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs WHERE state = 'ready' AND limit_weight = 11`).Scan(&heavy))
 	require.Equal(t, 1, heavy, "heavier than the rate: never started")
-	ls, err := admin.Limits(ctx)
+	ls, err := admin.LimitList(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(1), ls[0].TooHeavy)
 }
@@ -202,7 +202,7 @@ func TestIdleRateLimitedPoolDoesNotSpin(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	c, claims := rateLimitedClient(t, db.URL)
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 5, Per: time.Minute}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 5, Per: time.Minute}))
 	require.NoError(t, skiplock.Handle(c, "call", func(ctx context.Context, j *skiplock.Job[struct{}]) error { return nil }))
 	// One start in the window (not full), then an empty backlog.
 	_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "call", LimitWeight: 2})
@@ -229,7 +229,7 @@ func TestHeavyJobWakesWhenItsWeightFits(t *testing.T) {
 	c := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Second,
 		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 4, BatchSize: 10}}})
 	const per = 2 * time.Second
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 3, Per: per}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 3, Per: per}))
 	var done atomic.Int64
 	require.NoError(t, skiplock.Handle(c, "call", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
 		done.Add(1)

@@ -27,7 +27,7 @@ const MaxLimitConcurrency = 1_000_000
 // minute to the partner API" is {Name: "partner", Kind: "partner-call",
 // Rate: 100, Per: time.Minute}.
 //
-// Limits are stored in the database (SetLimit, `skiplock limit set`) and
+// Limits are stored in the database (LimitSet, `skiplock limit set`) and
 // enforced by the claim itself, exactly: a claimer of work a limit covers
 // takes the limit's lock for the instant of its claim, and the running
 // count comes from the jobs table, so a worker that crashes gives its slots
@@ -122,9 +122,9 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// SetLimit creates the limit l, or replaces the limit of that name. An
+// LimitSet creates the limit l, or replaces the limit of that name. An
 // invalid l is refused with a *FieldError and nothing changes.
-func (c *Client) SetLimit(ctx context.Context, l Limit) error {
+func (c *Client) LimitSet(ctx context.Context, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -136,13 +136,13 @@ func (c *Client) SetLimit(ctx context.Context, l Limit) error {
 	return nil
 }
 
-// ErrLimitNotFound is returned by RemoveLimit for a name no limit has.
+// ErrLimitNotFound is returned by LimitRemove for a name no limit has.
 var ErrLimitNotFound = errors.New("skiplock: limit not found")
 
-// RemoveLimit removes the limit named name (ErrLimitNotFound if none).
+// LimitRemove removes the limit named name (ErrLimitNotFound if none).
 // Jobs it held back are claimed from the workers' next claim on (within 2
 // seconds).
-func (c *Client) RemoveLimit(ctx context.Context, name string) error {
+func (c *Client) LimitRemove(ctx context.Context, name string) error {
 	found, err := c.store.RemoveLimit(ctx, c.pool, name)
 	if err != nil {
 		return fmt.Errorf("skiplock: remove limit %s: %w", name, err)
@@ -153,8 +153,8 @@ func (c *Client) RemoveLimit(ctx context.Context, name string) error {
 	return nil
 }
 
-// Limits returns every limit with its use now.
-func (c *Client) Limits(ctx context.Context) ([]LimitStatus, error) {
+// LimitList returns every limit with its use now.
+func (c *Client) LimitList(ctx context.Context) ([]LimitStatus, error) {
 	rows, err := c.store.ListLimits(ctx, c.pool, true)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: limits: %w", err)

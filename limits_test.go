@@ -45,7 +45,7 @@ func TestLimitValidationNamesTheField(t *testing.T) {
 	} {
 		l := ok
 		tc.edit(&l)
-		err := c.SetLimit(context.Background(), l)
+		err := c.LimitSet(context.Background(), l)
 		var fe *skiplock.FieldError
 		require.ErrorAs(t, err, &fe, "%+v", l)
 		require.Equal(t, tc.field, fe.Field, "%+v: %v", l, err)
@@ -68,8 +68,8 @@ func TestLimitsAreNeverExceeded(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	admin := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger()})
-	require.NoError(t, admin.SetLimit(ctx, skiplock.Limit{Name: "email", Kind: "send", Concurrency: 3}))
-	require.NoError(t, admin.SetLimit(ctx, skiplock.Limit{Name: "per-customer", Kind: "sync",
+	require.NoError(t, admin.LimitSet(ctx, skiplock.Limit{Name: "email", Kind: "send", Concurrency: 3}))
+	require.NoError(t, admin.LimitSet(ctx, skiplock.Limit{Name: "per-customer", Kind: "sync",
 		Partition: "arg:customer", Concurrency: 1}))
 
 	const sends, syncs, customers = 120, 160, 8
@@ -188,14 +188,14 @@ func TestLimitsAreNeverExceeded(t *testing.T) {
 	require.Equal(t, 1, customerMax)
 	require.Positive(t, samples.Load())
 
-	st, err := admin.Limits(ctx)
+	st, err := admin.LimitList(ctx)
 	require.NoError(t, err)
 	require.Len(t, st, 2)
 	require.Equal(t, "email", st[0].Name)
 	require.Equal(t, 3, st[0].Concurrency)
 	require.Zero(t, st[0].Used)
-	require.NoError(t, admin.RemoveLimit(ctx, "email"))
-	require.ErrorIs(t, admin.RemoveLimit(ctx, "email"), skiplock.ErrLimitNotFound)
+	require.NoError(t, admin.LimitRemove(ctx, "email"))
+	require.ErrorIs(t, admin.LimitRemove(ctx, "email"), skiplock.ErrLimitNotFound)
 }
 
 // Two clients drain jobs under a rate limit of 10 starts per second: in no
@@ -208,8 +208,8 @@ func TestRateLimitIsNeverExceeded(t *testing.T) {
 	db := dbtest.New(t)
 	ctx := context.Background()
 	admin := schedClient(t, db.URL, skiplock.Config{Logger: quietLogger()})
-	require.NoError(t, admin.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 10, Per: time.Second}))
-	require.NoError(t, admin.SetLimit(ctx, skiplock.Limit{Name: "per-customer", Kind: "sync",
+	require.NoError(t, admin.LimitSet(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: 10, Per: time.Second}))
+	require.NoError(t, admin.LimitSet(ctx, skiplock.Limit{Name: "per-customer", Kind: "sync",
 		Partition: "arg:customer", Rate: 2, Per: time.Second}))
 	const calls, syncs = 35, 12
 	var ps []skiplock.EnqueueParams
@@ -269,7 +269,7 @@ func TestRateLimitIsNeverExceeded(t *testing.T) {
 	require.Equal(t, 10, apiWorst, "the api limit binds at 10 per second")
 	require.Equal(t, 2, custWorst, "each customer's limit binds at 2 per second")
 
-	st, err := admin.Limits(ctx)
+	st, err := admin.LimitList(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 10, st[0].Rate)
 	require.Equal(t, time.Second, st[0].Per)
@@ -284,7 +284,7 @@ func TestLimitsTakePrecedenceOverTheTenantCap(t *testing.T) {
 	logs := &countingLogger{substr: "sets its tenant cap aside"}
 	c := schedClient(t, db.URL, skiplock.Config{Logger: slog.New(logs), PollInterval: 50 * time.Millisecond,
 		Pools: []skiplock.WorkerPool{{Queues: []string{"default"}, Concurrency: 8, BatchSize: 10, TenantCap: 5}}})
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "one", Kind: "k", Concurrency: 1}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "one", Kind: "k", Concurrency: 1}))
 	var ps []skiplock.EnqueueParams
 	for i := 0; i < 20; i++ {
 		ps = append(ps, skiplock.EnqueueParams{Kind: "k", Tenant: fmt.Sprint("t", i%4)})
@@ -354,7 +354,7 @@ func TestRateLimitWakesWhenTheWindowFrees(t *testing.T) {
 	ctx := context.Background()
 	c, claims := rateLimitedClient(t, db.URL)
 	const per, rate, jobs = 2 * time.Second, 3, 9
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: rate, Per: per}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "api", Kind: "call", Rate: rate, Per: per}))
 	var done atomic.Int64
 	require.NoError(t, skiplock.Handle(c, "call", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
 		done.Add(1)
@@ -404,7 +404,7 @@ func TestTenantWeightValidationNamesTheField(t *testing.T) {
 		{"weight", "q", "a", 0},
 		{"weight", "q", "a", skiplock.MaxTenantWeight + 1},
 	} {
-		err := c.SetTenantWeight(context.Background(), tc.queue, tc.tenant, tc.weight)
+		err := c.TenantWeightSet(context.Background(), tc.queue, tc.tenant, tc.weight)
 		var fe *skiplock.FieldError
 		require.ErrorAs(t, err, &fe, "%+v", tc)
 		require.Equal(t, tc.field, fe.Field, "%+v", tc)

@@ -60,7 +60,7 @@ func (c *Client) vacuumServices() []service.Service {
 	})}
 }
 
-// agingServices are the priority-aging pass (SetQueueAging) and the prune
+// agingServices are the priority-aging pass (QueueAgingSet) and the prune
 // of rate limits' recorded starts, run by every started client.
 func (c *Client) agingServices() []service.Service {
 	cfg := maintenance.AgingConfig{DB: c.pool, Schema: c.cfg.Schema, Logger: c.cfg.Logger}

@@ -577,7 +577,7 @@ func TestPauseStopsClaimsInEveryProcess(t *testing.T) {
 		}))
 		clients = append(clients, c)
 	}
-	require.NoError(t, clients[0].PauseQueue(ctx, "emails"))
+	require.NoError(t, clients[0].QueuePause(ctx, "emails"))
 	paused.Store(true)
 	for _, c := range clients {
 		require.NoError(t, c.Start(ctx))
@@ -611,7 +611,7 @@ func TestPauseStopsClaimsInEveryProcess(t *testing.T) {
 	require.Equal(t, 20, countQueue(t, db.Pool, "emails", "ready"))
 
 	paused.Store(false)
-	require.NoError(t, clients[1].ResumeQueue(ctx, "emails"))
+	require.NoError(t, clients[1].QueueResume(ctx, "emails"))
 	select {
 	case <-bothResumed:
 	case <-time.After(20 * time.Second):

@@ -20,7 +20,7 @@ import (
 // Schedule; the concrete error is a *FieldError naming the field.
 var ErrInvalidSchedule = errors.New("skiplock: invalid schedule")
 
-// ErrScheduleNotFound is returned by RemoveSchedule for an unknown name.
+// ErrScheduleNotFound is returned by ScheduleRemove for an unknown name.
 var ErrScheduleNotFound = errors.New("skiplock: schedule not found")
 
 // Schedule is a recurring job: a cron expression (in a time zone) or a fixed
@@ -183,30 +183,30 @@ func cronMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), cron.ErrInvalidCron.Error()+": ")
 }
 
-// ValidateSchedule checks s exactly as AddSchedule would, without touching
+// ValidateSchedule checks s exactly as ScheduleAdd would, without touching
 // the database.
 func (c *Client) ValidateSchedule(s Schedule) error {
 	_, err := c.prepareSchedule(s)
 	return err
 }
 
-// AddSchedule stores s, replacing the definition of a schedule with the same
+// ScheduleAdd stores s, replacing the definition of a schedule with the same
 // name. A new schedule first fires at its first fire time after now (by the
 // database clock). Re-adding an unchanged schedule changes nothing; changing
 // its cron, interval or time zone recomputes the next fire time from now;
 // changing only the job (queue, kind, payload, ...) keeps it. A Client that
 // was never started can add schedules; a started one runs them.
-func (c *Client) AddSchedule(ctx context.Context, s Schedule) error {
-	return c.DeclareSchedules(ctx, s)
+func (c *Client) ScheduleAdd(ctx context.Context, s Schedule) error {
+	return c.ScheduleDeclare(ctx, s)
 }
 
-// DeclareSchedules adds every schedule in ss (as AddSchedule) in one
+// ScheduleDeclare adds every schedule in ss (as ScheduleAdd) in one
 // transaction: all or none. Call it at start-up, before or after Start, to
 // keep schedules declared in code; it is idempotent, so every process may
 // call it. It never removes schedules missing from ss (other code or the CLI
-// may own them); use RemoveSchedule. An invalid schedule rejects the call,
+// may own them); use ScheduleRemove. An invalid schedule rejects the call,
 // and its error names the index and field ("schedules[2].cron").
-func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
+func (c *Client) ScheduleDeclare(ctx context.Context, ss ...Schedule) error {
 	rows := make([]scheduleRow, len(ss))
 	for i, s := range ss {
 		r, err := c.prepareSchedule(s)
@@ -247,10 +247,10 @@ func (c *Client) DeclareSchedules(ctx context.Context, ss ...Schedule) error {
 	return nil
 }
 
-// RemoveSchedule deletes a schedule; fires already enqueued stay. It returns
+// ScheduleRemove deletes a schedule; fires already enqueued stay. It returns
 // ErrScheduleNotFound when no schedule has that name. A schedule declared in
-// code comes back the next time DeclareSchedules runs.
-func (c *Client) RemoveSchedule(ctx context.Context, name string) error {
+// code comes back the next time ScheduleDeclare runs.
+func (c *Client) ScheduleRemove(ctx context.Context, name string) error {
 	if err := validateName("name", name); err != nil {
 		return asScheduleError(err)
 	}
@@ -264,8 +264,8 @@ func (c *Client) RemoveSchedule(ctx context.Context, name string) error {
 	return nil
 }
 
-// ListSchedules returns every stored schedule, by name.
-func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleInfo, error) {
+// ScheduleList returns every stored schedule, by name.
+func (c *Client) ScheduleList(ctx context.Context) ([]ScheduleInfo, error) {
 	rows, err := c.store.ListSchedules(ctx, c.pool)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: list schedules: %w", err)
@@ -311,7 +311,7 @@ func (c *Client) schedulerServices() []service.Service {
 func NextRunKey(kind, key string) string { return kind + ":next:" + key }
 
 // EnqueueNext is the "enqueue the next run at the end of this one" pattern.
-// Inside tx, the handler's own transaction (a pgx.Tx, or a *sql.Tx wrapped
+// Inside tx, the handler's own transaction (a pgx transaction, or a *sql.Tx wrapped
 // with SQLTx), it
 // completes job (as CompleteTx) and enqueues its successor: same queue, kind,
 // payload, priority, max attempts, tenant and entity, to run delay after

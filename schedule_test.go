@@ -89,7 +89,7 @@ func TestAddListRemoveSchedule(t *testing.T) {
 
 	get := func(name string) skiplock.ScheduleInfo {
 		t.Helper()
-		all, err := c.ListSchedules(ctx)
+		all, err := c.ScheduleList(ctx)
 		require.NoError(t, err)
 		for _, s := range all {
 			if s.Name == name {
@@ -104,7 +104,7 @@ func TestAddListRemoveSchedule(t *testing.T) {
 
 	s := skiplock.Schedule{Name: "nightly", Cron: "30 2 * * *", Timezone: "America/New_York", Queue: "reports",
 		Kind: "report", Payload: map[string]int{"v": 1}, Priority: 5}
-	require.NoError(t, c.AddSchedule(ctx, s))
+	require.NoError(t, c.ScheduleAdd(ctx, s))
 	first := get("nightly")
 	require.Equal(t, "30 2 * * *", first.Cron)
 	require.Equal(t, "America/New_York", first.Timezone)
@@ -117,7 +117,7 @@ func TestAddListRemoveSchedule(t *testing.T) {
 	require.True(t, first.LastFireAt.IsZero())
 
 	// Re-adding an unchanged schedule (every process declaring it at start-up) writes nothing.
-	require.NoError(t, c.AddSchedule(ctx, s))
+	require.NoError(t, c.ScheduleAdd(ctx, s))
 	again := get("nightly")
 	require.Equal(t, first.UpdatedAt, again.UpdatedAt)
 	require.Equal(t, first.NextFireAt, again.NextFireAt)
@@ -126,34 +126,34 @@ func TestAddListRemoveSchedule(t *testing.T) {
 	_, err = db.Pool.Exec(ctx, "UPDATE skiplock.schedules SET next_fire_at = '2030-01-01T00:00:00Z' WHERE name = 'nightly'")
 	require.NoError(t, err)
 	s.Payload = map[string]int{"v": 2}
-	require.NoError(t, c.AddSchedule(ctx, s))
+	require.NoError(t, c.ScheduleAdd(ctx, s))
 	changed := get("nightly")
 	require.JSONEq(t, `{"v":2}`, string(changed.Payload))
 	require.Equal(t, time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), changed.NextFireAt)
 	s.Cron = "0 3 * * *"
-	require.NoError(t, c.AddSchedule(ctx, s))
+	require.NoError(t, c.ScheduleAdd(ctx, s))
 	require.True(t, get("nightly").NextFireAt.Before(dbNow.Add(25*time.Hour)))
 
 	// Interval schedules; a batch of declarations is all or nothing.
-	err = c.DeclareSchedules(ctx,
+	err = c.ScheduleDeclare(ctx,
 		skiplock.Schedule{Name: "poll", Every: 90 * time.Second, Kind: "poll"},
 		skiplock.Schedule{Name: "bad", Cron: "* * *", Kind: "x"})
 	var fe *skiplock.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "schedules[1].cron", fe.Field)
-	all, err := c.ListSchedules(ctx)
+	all, err := c.ScheduleList(ctx)
 	require.NoError(t, err)
 	require.Len(t, all, 1, "nothing written")
-	require.NoError(t, c.DeclareSchedules(ctx, skiplock.Schedule{Name: "poll", Every: 90 * time.Second, Kind: "poll"}))
+	require.NoError(t, c.ScheduleDeclare(ctx, skiplock.Schedule{Name: "poll", Every: 90 * time.Second, Kind: "poll"}))
 	poll := get("poll")
 	require.Equal(t, 90*time.Second, poll.Every)
 	require.Equal(t, "@every 1m30s", poll.Spec())
 	require.Equal(t, "default", poll.Queue)
 	require.Zero(t, poll.NextFireAt.Unix()%90, "interval fires are aligned to the epoch")
 
-	require.NoError(t, c.RemoveSchedule(ctx, "poll"))
-	require.ErrorIs(t, c.RemoveSchedule(ctx, "poll"), skiplock.ErrScheduleNotFound)
-	all, err = c.ListSchedules(ctx)
+	require.NoError(t, c.ScheduleRemove(ctx, "poll"))
+	require.ErrorIs(t, c.ScheduleRemove(ctx, "poll"), skiplock.ErrScheduleNotFound)
+	all, err = c.ScheduleList(ctx)
 	require.NoError(t, err)
 	require.Len(t, all, 1)
 }
@@ -185,8 +185,8 @@ func TestSchedulerThreeProcessesOneSecondSchedule(t *testing.T) {
 		}))
 		clients[i] = c
 	}
-	require.NoError(t, clients[0].AddSchedule(ctx, skiplock.Schedule{Name: "every-second", Every: time.Second, Queue: "ticks", Kind: "tick"}))
-	list, err := clients[0].ListSchedules(ctx)
+	require.NoError(t, clients[0].ScheduleAdd(ctx, skiplock.Schedule{Name: "every-second", Every: time.Second, Queue: "ticks", Kind: "tick"}))
+	list, err := clients[0].ScheduleList(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	first := list[0].NextFireAt // the database's clock; this machine's is the same

@@ -49,8 +49,8 @@ func TestAWorkingClientMakesTheServerWarnNothing(t *testing.T) {
 		{Queues: []string{"limited"}, Concurrency: 4, BatchSize: 5},
 	}})
 	require.NoError(t, err)
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "few", Queue: "limited", Concurrency: 3}))
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "pace", Queue: "limited", Rate: 1000, Per: time.Second}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "few", Queue: "limited", Concurrency: 3}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "pace", Queue: "limited", Rate: 1000, Per: time.Second}))
 
 	var mu2 sync.Mutex
 	attempts := map[int64]int{}

@@ -12,8 +12,8 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// MoveTenantOptions configure MoveTenant.
-type MoveTenantOptions struct {
+// TenantMoveOptions configure TenantMove.
+type TenantMoveOptions struct {
 	// Tenant is the tenant whose jobs move (required).
 	Tenant string
 	// Schema holds skiplock's tables in both databases. Default "skiplock".
@@ -29,8 +29,8 @@ type MoveTenantOptions struct {
 	afterTarget, afterSource func(batch int) error
 }
 
-// MoveTenantResult says what MoveTenant did.
-type MoveTenantResult struct {
+// TenantMoveResult says what TenantMove did.
+type TenantMoveResult struct {
 	// Moved is the jobs now in the target and runnable there (released).
 	Moved int64 `json:"moved"`
 	// Merged is the jobs whose queue and unique key a live job in the target
@@ -58,7 +58,7 @@ type MoveTenantResult struct {
 // settled per round.
 const moveHoldBatch = 1000
 
-// MoveTenant moves a tenant's ready and scheduled jobs from one database to
+// TenantMove moves a tenant's ready and scheduled jobs from one database to
 // another (each with its own migrated skiplock schema), in batches, as
 // docs/scaling.md §4 describes. Route the tenant's new enqueues to the
 // target first; workers serving both databases run the jobs wherever they
@@ -72,7 +72,7 @@ const moveHoldBatch = 1000
 // budget, priority, run_at, creation time, unique key, entity and
 // metadata; its id is new (ids are per database). So at every moment a job
 // is runnable in exactly one database, and a crash (or an error) at any
-// step loses none: run MoveTenant again. It first settles what an
+// step loses none: run TenantMove again. It first settles what an
 // interrupted run left held: released when the source deleted its copy,
 // moved on when the source copy is still ready, discarded unrun when the
 // source copy was claimed there meanwhile (it ran there, once). A re-run
@@ -81,8 +81,8 @@ const moveHoldBatch = 1000
 // Running jobs, workflow tasks and dead letters stay in the source
 // (counted in the result). Two moves of the same tenant between the same
 // databases may run at once: the source locks serialize their batches.
-func MoveTenant(ctx context.Context, from, to *pgxpool.Pool, opts MoveTenantOptions) (MoveTenantResult, error) {
-	var res MoveTenantResult
+func TenantMove(ctx context.Context, from, to *pgxpool.Pool, opts TenantMoveOptions) (TenantMoveResult, error) {
+	var res TenantMoveResult
 	if opts.Schema == "" {
 		opts.Schema = "skiplock"
 	}
@@ -135,13 +135,13 @@ func MoveTenant(ctx context.Context, from, to *pgxpool.Pool, opts MoveTenantOpti
 	return res, nil
 }
 
-// mover is one MoveTenant run.
+// mover is one TenantMove run.
 type mover struct {
 	st             *store.Store
 	from, to       *pgxpool.Pool
 	source, target string // the databases' identities (move_identity)
-	opts           MoveTenantOptions
-	res            *MoveTenantResult
+	opts           TenantMoveOptions
+	res            *TenantMoveResult
 }
 
 // batch moves the tenant's next batch of ready jobs and returns how many

@@ -59,7 +59,7 @@ func TestMoveTenantSurvivesCrashesAndReruns(t *testing.T) {
 	_, err = cb.Enqueue(ctx, EnqueueParams{Queue: "mail", Kind: "send", Tenant: "acme", UniqueKey: "u-5", Payload: map[string]int{"n": 5}})
 	require.NoError(t, err)
 
-	opts := MoveTenantOptions{Tenant: "acme", Schema: a.Schema, BatchSize: 4}
+	opts := TenantMoveOptions{Tenant: "acme", Schema: a.Schema, BatchSize: 4}
 
 	// Run 1 stops after batch 2's target commit: batch 1 moved, batch 2
 	// held in the target and still ready in the source.
@@ -70,7 +70,7 @@ func TestMoveTenantSurvivesCrashesAndReruns(t *testing.T) {
 		}
 		return nil
 	}
-	res, err := MoveTenant(ctx, a.Pool, b.Pool, o)
+	res, err := TenantMove(ctx, a.Pool, b.Pool, o)
 	require.ErrorIs(t, err, errCrash)
 	require.Equal(t, 1, res.Batches)
 	require.Equal(t, 3, count(t, b.Pool, `SELECT count(*) FROM skiplock.jobs WHERE run_at > '9000-01-01'`),
@@ -91,14 +91,14 @@ func TestMoveTenantSurvivesCrashesAndReruns(t *testing.T) {
 	// there), then stops after its first batch's source commit.
 	o = opts
 	o.afterSource = func(int) error { return errCrash }
-	res, err = MoveTenant(ctx, a.Pool, b.Pool, o)
+	res, err = TenantMove(ctx, a.Pool, b.Pool, o)
 	require.ErrorIs(t, err, errCrash)
 	require.Equal(t, int64(1), res.Discarded, "the held copy of the job claimed in the source")
 	require.Equal(t, int64(2), res.Recovered, "the other two held jobs, still ready in the source, moved on")
 	requireRunnableOnce(t, a.Pool, b.Pool, moving)
 
 	// Run 3 releases run 2's held batch and moves the rest.
-	res, err = MoveTenant(ctx, a.Pool, b.Pool, opts)
+	res, err = TenantMove(ctx, a.Pool, b.Pool, opts)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), res.Recovered, "run 2's batch (n=5 merged already), deleted in the source, released")
 	require.Equal(t, int64(2), res.LeftRunning, "the running job and the one claimed meanwhile stay")
@@ -124,9 +124,9 @@ func TestMoveTenantSurvivesCrashesAndReruns(t *testing.T) {
 	require.Equal(t, 1, count(t, b.Pool, `SELECT count(*) FROM skiplock.moved_in WHERE state = 'merged'`))
 
 	// A re-run after a complete move has nothing to do.
-	res, err = MoveTenant(ctx, a.Pool, b.Pool, opts)
+	res, err = TenantMove(ctx, a.Pool, b.Pool, opts)
 	require.NoError(t, err)
-	require.Equal(t, MoveTenantResult{LeftRunning: 2, LeftDead: 1}, res)
+	require.Equal(t, TenantMoveResult{LeftRunning: 2, LeftDead: 1}, res)
 	// The moved jobs run in the target, each once (a scheduled one when due).
 	ran := map[int]int{}
 	require.NoError(t, Handle(cb, "send", func(_ context.Context, j *Job[map[string]int]) error {
@@ -196,18 +196,18 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string) int {
 func TestMoveTenantRefusesBadOptions(t *testing.T) {
 	a := dbtest.New(t)
 	ctx := context.Background()
-	for field, o := range map[string]MoveTenantOptions{
+	for field, o := range map[string]TenantMoveOptions{
 		"Tenant":    {},
 		"BatchSize": {Tenant: "t", BatchSize: 10001},
 		"Schema":    {Tenant: "t", Schema: "no such; schema"},
 		"to":        {Tenant: "t"},
 	} {
-		_, err := MoveTenant(ctx, a.Pool, a.Pool, o)
+		_, err := TenantMove(ctx, a.Pool, a.Pool, o)
 		var fe *FieldError
 		require.ErrorAs(t, err, &fe, field)
 		require.Equal(t, field, fe.Field, fmt.Sprint(err))
 		require.ErrorIs(t, err, ErrInvalidConfig)
 	}
-	_, err := MoveTenant(ctx, nil, a.Pool, MoveTenantOptions{Tenant: "t"})
+	_, err := TenantMove(ctx, nil, a.Pool, TenantMoveOptions{Tenant: "t"})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }

@@ -4,18 +4,25 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// Tx is the caller's transaction that EnqueueTx, EnqueueManyTx, CompleteTx,
-// EnqueueNext, EnqueueWorkflowTx, EnqueueBatchTx, SignalTx, SetOutputTx and
-// AddTasksTx write in, checked by the compiler: a pgx.Tx satisfies it as it is (so do *pgxpool.Pool and
-// *pgx.Conn, for a write outside a transaction of yours); a database/sql
-// transaction is wrapped with SQLTx.
+// Tx is the one transaction type of the public API: every exported function
+// that writes in the caller's transaction takes a Tx (EnqueueTx,
+// EnqueueManyTx, EnqueueBatchTx, EnqueueWorkflowTx, EnqueueNext, CompleteTx,
+// SignalSendTx, SetOutputTx, AddTasksTx, MigrateTx), and StepTx hands its
+// callback one. A pgx transaction satisfies it as it is (so do *pgxpool.Pool
+// and *pgx.Conn, for a write outside a transaction of yours); a
+// database/sql transaction is wrapped with SQLTx. The compiler checks it.
+//
+// Exec runs a statement that returns no rows: the step's own writes in
+// StepTx, the domain writes beside CompleteTx.
 type Tx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -23,6 +30,7 @@ type Tx interface {
 // SQLQueryer is the database/sql handle SQLTx adapts: *sql.Tx, *sql.DB and
 // *sql.Conn satisfy it (with pgx's stdlib driver or lib/pq).
 type SQLQueryer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
@@ -33,10 +41,25 @@ type SQLQueryer interface {
 //	c.EnqueueTx(ctx, skiplock.SQLTx(tx), params)
 //
 // Arguments are passed as database/sql drivers want them (nil for a nil
-// pointer), and a query that finds no row reports pgx.ErrNoRows.
+// pointer), and a query that finds no row reports pgx.ErrNoRows. Exec's
+// command tag carries the rows affected (RowsAffected), not the command's
+// name: database/sql does not report it.
 func SQLTx(tx SQLQueryer) Tx { return sqlTx{tx} }
 
 type sqlTx struct{ db SQLQueryer }
+
+func (t sqlTx) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	res, err := t.db.ExecContext(ctx, query, sqlArgs(args)...)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		n = 0 // a driver that cannot tell: no count, not an error of the statement
+	}
+	// A tag's RowsAffected is its last word: "EXEC 3" reports 3.
+	return pgconn.NewCommandTag("EXEC " + strconv.FormatInt(n, 10)), nil
+}
 
 func (t sqlTx) QueryRow(ctx context.Context, query string, args ...any) pgx.Row {
 	return sqlRow{t.db.QueryRowContext(ctx, query, sqlArgs(args)...)}

@@ -17,7 +17,7 @@ type TenantWeight struct {
 	UpdatedAt time.Time
 }
 
-// SetTenantWeight gives tenant a fair-share weight in queue, for worker
+// TenantWeightSet gives tenant a fair-share weight in queue, for worker
 // pools with a TenantCap: in each round of the round robin the tenant takes
 // weight jobs where others take one, and up to weight times the cap of a
 // batch. Weight 1 is every tenant's default (setting it removes the
@@ -25,7 +25,7 @@ type TenantWeight struct {
 // database, so every process uses them from its next claim. Invalid
 // arguments are refused with a *FieldError naming the field, and nothing
 // changes.
-func (c *Client) SetTenantWeight(ctx context.Context, queue, tenant string, weight int) error {
+func (c *Client) TenantWeightSet(ctx context.Context, queue, tenant string, weight int) error {
 	if err := validateName("queue", queue); err != nil {
 		return err
 	}
@@ -44,9 +44,9 @@ func (c *Client) SetTenantWeight(ctx context.Context, queue, tenant string, weig
 	return nil
 }
 
-// TenantWeights returns the tenant weights set in queue ("": every queue),
+// TenantWeightList returns the tenant weights set in queue ("": every queue),
 // by queue and tenant. Tenants without one have weight 1.
-func (c *Client) TenantWeights(ctx context.Context, queue string) ([]TenantWeight, error) {
+func (c *Client) TenantWeightList(ctx context.Context, queue string) ([]TenantWeight, error) {
 	rows, err := c.store.TenantWeights(ctx, c.pool, queue)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: tenant weights: %w", err)

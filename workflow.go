@@ -13,6 +13,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/flow"
 	"github.com/skiplock/skiplock/internal/jsonerr"
+	"github.com/skiplock/skiplock/internal/sentinel"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
 )
@@ -57,7 +58,7 @@ type Task struct {
 	Metadata    Metadata
 }
 
-// Workflow is a graph of tasks, enqueued together by EnqueueWorkflow.
+// Workflow is a graph of tasks that EnqueueWorkflow enqueues together.
 type Workflow struct {
 	// Name says what the workflow is ("order", "nightly-export"); it need
 	// not be unique. 1 to 128 bytes.
@@ -67,7 +68,7 @@ type Workflow struct {
 	Tasks []Task
 	// OnFailure is the failure policy; empty means CancelDependents.
 	OnFailure FailurePolicy
-	// Metadata is a small JSON object kept with the workflow.
+	// Metadata is a small JSON object the workflow keeps.
 	Metadata Metadata
 }
 
@@ -216,13 +217,15 @@ func (c *Client) EnqueueBatchTx(ctx context.Context, tx Tx, b Batch) (int64, err
 // Errors of the workflow functions called from a handler.
 var (
 	// ErrNotInHandler: the context is not a handler's, run by a Client.
-	ErrNotInHandler = flow.ErrNotInHandler
+	ErrNotInHandler = sentinel.ErrNotInHandler
 	// ErrNotATask: the running job is not a workflow task.
-	ErrNotATask = flow.ErrNotATask
+	ErrNotATask = sentinel.ErrNotATask
 	// ErrTaskNotFinished: TaskOutput asked for a task that has not completed.
-	ErrTaskNotFinished = flow.ErrTaskNotFinished
+	ErrTaskNotFinished = sentinel.ErrTaskNotFinished
 	// ErrWorkflowNotFound: no workflow has this id.
-	ErrWorkflowNotFound = flow.ErrWorkflowNotFound
+	ErrWorkflowNotFound = sentinel.ErrWorkflowNotFound
+	// ErrTaskNotFound: WorkflowTaskOutput found no task with that id in it.
+	ErrTaskNotFound = errors.New("skiplock: task not found")
 )
 
 // flowError turns the workflow engine's *flow.FieldError into the public
@@ -244,7 +247,7 @@ func workflowHook(st *store.Store, pool *pgxpool.Pool, workerID string) worker.R
 	return flow.New(st, pool, workerID)
 }
 
-// TaskInfo is where a running task stands in its workflow.
+// TaskInfo says where a running task stands in the workflow it belongs to.
 type TaskInfo struct {
 	WorkflowID int64
 	TaskID     int64
@@ -325,7 +328,7 @@ func SetOutput(ctx context.Context, v any) error {
 	return run.SetOutput(ctx, raw)
 }
 
-// SetOutputTx is SetOutput inside tx, the caller's transaction (a pgx.Tx,
+// SetOutputTx is SetOutput inside tx, the caller's transaction (a pgx transaction,
 // or a *sql.Tx wrapped with SQLTx, as CompleteTx takes), typically the one
 // that also calls CompleteTx: the output, the task's writes and its
 // completion commit together. Like CompleteTx it puts the transaction's
@@ -357,7 +360,7 @@ func AddTasks(ctx context.Context, tasks ...Task) error {
 	return flowError(run.AddTasks(ctx, specs))
 }
 
-// AddTasksTx is AddTasks inside tx, the caller's transaction (a pgx.Tx, or
+// AddTasksTx is AddTasks inside tx, the caller's transaction (a pgx transaction, or
 // a *sql.Tx wrapped with SQLTx).
 func AddTasksTx(ctx context.Context, tx Tx, tasks ...Task) error {
 	run, specs, err := runTasks(ctx, tasks)
@@ -421,7 +424,7 @@ type WorkflowStatus struct {
 	States     map[string]int `json:"states,omitempty"` // tasks per state (WorkflowGet only)
 }
 
-// TaskStatus is one task of a workflow. Output is set only when asked for:
+// TaskStatus is one task of a workflow; Output is set only when asked for:
 // like a payload, it may hold personal data.
 type TaskStatus struct {
 	ID         int64           `json:"id"`
@@ -512,4 +515,50 @@ func (c *Client) WorkflowCancel(ctx context.Context, id int64) (int, error) {
 func (c *Client) WorkflowRetry(ctx context.Context, id int64) (int, error) {
 	n, err := flow.Retry(ctx, c.store, c.pool, id)
 	return n, flowError(err)
+}
+
+// WorkflowWait is something a workflow's tasks wait for: a signal sent and
+// not received yet (What "signal", At when it was sent), a sleep ("timer",
+// At its wake time) or a signal wait ("signal wait", At its timeout).
+type WorkflowWait struct {
+	What string `json:"what"`
+	// Name is the signal's or the sleep's name.
+	Name string `json:"name"`
+	// Task is the name of the task that waits ("" for a signal addressed to
+	// the workflow and not received yet).
+	Task string    `json:"task,omitempty"`
+	At   time.Time `json:"at"`
+}
+
+// WorkflowWaitList returns what the workflow's tasks wait for (pending
+// signals, timers and signal waits), oldest first; none for an unknown id.
+func (c *Client) WorkflowWaitList(ctx context.Context, id int64) ([]WorkflowWait, error) {
+	waits, err := c.store.WorkflowWaits(ctx, c.pool, id)
+	if err != nil {
+		return nil, fmt.Errorf("skiplock: workflow waits: %w", err)
+	}
+	out := make([]WorkflowWait, len(waits))
+	for i, w := range waits {
+		out[i] = WorkflowWait{What: w.What, Name: w.Name, At: w.At}
+		if w.Task != nil {
+			out[i].Task = *w.Task
+		}
+	}
+	return out, nil
+}
+
+// WorkflowTaskOutput returns the output of one task of a workflow, by ids
+// (nil when the task set none), or ErrTaskNotFound when the workflow has no
+// such task. Like a payload, an output may hold personal data: read it only
+// when a person asked to see it, and never log it. A handler reads its
+// parents' outputs with TaskOutput.
+func (c *Client) WorkflowTaskOutput(ctx context.Context, workflowID, taskID int64) (json.RawMessage, error) {
+	raw, found, err := c.store.TaskOutputByID(ctx, c.pool, workflowID, taskID)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("skiplock: workflow task output: %w", err)
+	case !found:
+		return nil, ErrTaskNotFound
+	}
+	return json.RawMessage(raw), nil
 }

@@ -97,7 +97,7 @@ func TestWorkflowFunctionsInADatabaseSQLTransaction(t *testing.T) {
 	for _, commit := range []bool{false, true} {
 		tx, err := sqlDB.BeginTx(ctx, nil)
 		require.NoError(t, err)
-		_, err = c.SignalTx(ctx, skiplock.SQLTx(tx), "go", skiplock.SignalTarget{WorkflowID: id}, map[string]bool{"committed": commit})
+		_, err = c.SignalSendTx(ctx, skiplock.SQLTx(tx), "go", skiplock.SignalTarget{WorkflowID: id}, map[string]bool{"committed": commit})
 		require.NoError(t, err)
 		if commit {
 			require.NoError(t, tx.Commit())

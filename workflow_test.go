@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -459,7 +458,7 @@ func TestStepsAreCheckpointed(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		b, err := skiplock.StepTx(ctx, "record", func(ctx context.Context, tx pgx.Tx) (int, error) {
+		b, err := skiplock.StepTx(ctx, "record", func(ctx context.Context, tx skiplock.Tx) (int, error) {
 			log.add("start", "record")
 			_, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, 'record')", j.ID)
 			return 42, err
@@ -565,7 +564,7 @@ func TestWaitSignal(t *testing.T) {
 	}))
 	early, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "waiter", Payload: stepArgs{Name: "early"}})
 	require.NoError(t, err)
-	_, err = c.Signal(ctx, "paid", skiplock.SignalTarget{JobID: early.ID}, map[string]int{"amount": 1})
+	_, err = c.SignalSend(ctx, "paid", skiplock.SignalTarget{JobID: early.ID}, map[string]int{"amount": 1})
 	require.NoError(t, err)
 	late, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "waiter", Payload: stepArgs{Name: "late"}})
 	require.NoError(t, err)
@@ -590,9 +589,9 @@ func TestWaitSignal(t *testing.T) {
 	require.JSONEq(t, `"timeout"`, got[none.ID])
 	require.Equal(t, 2, runs[none.ID])
 
-	_, err = c.Signal(ctx, "paid", skiplock.SignalTarget{JobID: late.ID}, nil)
+	_, err = c.SignalSend(ctx, "paid", skiplock.SignalTarget{JobID: late.ID}, nil)
 	require.ErrorContains(t, err, "job_id")
-	_, err = c.Signal(ctx, "paid", skiplock.SignalTarget{}, nil)
+	_, err = c.SignalSend(ctx, "paid", skiplock.SignalTarget{}, nil)
 	var fe *skiplock.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "target", fe.Field)
@@ -637,7 +636,7 @@ func TestSignalRacesWait(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			time.Sleep(time.Duration(i%20) * 15 * time.Millisecond)
-			_, err := c.Signal(ctx, "go", skiplock.SignalTarget{JobID: id}, map[string]int{"n": i})
+			_, err := c.SignalSend(ctx, "go", skiplock.SignalTarget{JobID: id}, map[string]int{"n": i})
 			require.NoError(t, err)
 		}()
 	}
@@ -675,7 +674,7 @@ func TestWorkflowSignalReceivedOnce(t *testing.T) {
 		{Name: "a", Kind: "approve"}, {Name: "b", Kind: "approve"},
 	}})
 	require.NoError(t, err)
-	_, err = c.Signal(ctx, "approved", skiplock.SignalTarget{WorkflowID: id}, map[string]string{"by": "ann"})
+	_, err = c.SignalSend(ctx, "approved", skiplock.SignalTarget{WorkflowID: id}, map[string]string{"by": "ann"})
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
 	defer func() { require.NoError(t, c.Stop(ctx)) }()
@@ -706,7 +705,7 @@ func TestAddTasksBelowFailedTask(t *testing.T) {
 	require.NoError(t, err)
 	st, err := c.WorkflowGet(ctx, id, false)
 	require.NoError(t, err)
-	_, err = c.Cancel(ctx, *taskByName(st, "a").JobID)
+	_, err = c.JobCancel(ctx, *taskByName(st, "a").JobID)
 	require.NoError(t, err)
 	_, err = db.Pool.Exec(ctx, `SELECT skiplock.add_tasks($1, '[
 		{"name": "x", "queue": "default", "kind": "k", "depends_on": ["a"]},
@@ -748,7 +747,7 @@ func TestDrainWaitSignal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Snoozed)
 	require.Zero(t, res.LeaseLost)
-	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: r.ID}, map[string]int{"n": 1})
+	_, err = c.SignalSend(ctx, "go", skiplock.SignalTarget{JobID: r.ID}, map[string]int{"n": 1})
 	require.NoError(t, err)
 	res, err = c.Drain(ctx, skiplock.DrainOptions{})
 	require.NoError(t, err)
@@ -780,7 +779,7 @@ func TestSignalWakesOnlyItsWait(t *testing.T) {
 	require.NoError(t, err)
 	sleeper, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k", Payload: stepArgs{Name: "sleep"}})
 	require.NoError(t, err)
-	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
+	_, err = c.SignalSend(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
 	require.NoError(t, err)
 	res, err := c.Drain(ctx, skiplock.DrainOptions{})
 	require.NoError(t, err)
@@ -792,9 +791,9 @@ func TestSignalWakesOnlyItsWait(t *testing.T) {
 		return at
 	}
 	before := map[int64]time.Time{backoff.ID: runAt(backoff.ID), sleeper.ID: runAt(sleeper.ID)}
-	_, err = c.Signal(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
+	_, err = c.SignalSend(ctx, "go", skiplock.SignalTarget{JobID: backoff.ID}, nil)
 	require.NoError(t, err)
-	_, err = c.Signal(ctx, "nap", skiplock.SignalTarget{JobID: sleeper.ID}, nil)
+	_, err = c.SignalSend(ctx, "nap", skiplock.SignalTarget{JobID: sleeper.ID}, nil)
 	require.NoError(t, err)
 	for id, at := range before {
 		require.True(t, at.After(time.Now().Add(30*time.Minute)), "job %d is due in an hour", id)

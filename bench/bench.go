@@ -262,13 +262,13 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	defer cleanup(pool, st, queue, workerID)
 	if o.Limit > 0 {
-		if err := c.SetLimit(ctx, skiplock.Limit{Name: queue, Queue: queue, Concurrency: o.Limit}); err != nil {
+		if err := c.LimitSet(ctx, skiplock.Limit{Name: queue, Queue: queue, Concurrency: o.Limit}); err != nil {
 			return res, err
 		}
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_ = c.RemoveLimit(rctx, queue)
+			_ = c.LimitRemove(rctx, queue)
 		}()
 	}
 

@@ -19,7 +19,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/migrations"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 //go:embed static
@@ -170,7 +169,6 @@ type Dashboard struct {
 	shards  []*shard
 	opts    Options
 	log     *slog.Logger
-	store   *store.Store
 	pages   map[string]*pageTemplate
 	mux     *http.ServeMux
 	csrf    *http.CrossOriginProtection
@@ -187,9 +185,12 @@ type Dashboard struct {
 type shard struct {
 	idx    int
 	name   string
-	pool   *pgxpool.Pool // the primary: actions and the primary's own figures
-	read   *pgxpool.Pool // where pages read: Options.Replica, else pool
-	client *skiplock.Client
+	pool   *pgxpool.Pool    // the primary: actions and the primary's own figures
+	read   *pgxpool.Pool    // where pages read: Options.Replica, else pool
+	client *skiplock.Client // over pool: actions, and pages that read the primary
+	// reader is a client over read, never started: the job and dead-letter
+	// pages read through it, on the replica when there is one.
+	reader *skiplock.Client
 }
 
 // New returns the dashboard as an http.Handler over pool (which the caller
@@ -260,7 +261,6 @@ func newDashboard(dbs []Database, opts Options) (http.Handler, error) {
 	d := &Dashboard{
 		opts:  opts,
 		log:   opts.Logger,
-		store: store.New(opts.Schema),
 		pages: pages,
 		csrf:  http.NewCrossOriginProtection(),
 		gate:  newGate(opts),
@@ -272,9 +272,14 @@ func newDashboard(dbs []Database, opts Options) (http.Handler, error) {
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
 		}
-		s := &shard{idx: i, name: db.Name, pool: db.Pool, read: db.Pool, client: client}
+		s := &shard{idx: i, name: db.Name, pool: db.Pool, read: db.Pool, client: client, reader: client}
 		if opts.Replica != nil {
 			s.read = opts.Replica
+			// A Client that is never started only runs the statements its
+			// methods run: the lookups, on the replica.
+			if s.reader, err = skiplock.NewClient(opts.Replica, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger}); err != nil {
+				return nil, fmt.Errorf("dashboard: %w", err)
+			}
 		}
 		reads[i] = s.read
 		d.shards = append(d.shards, s)

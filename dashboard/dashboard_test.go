@@ -23,7 +23,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -84,7 +83,7 @@ func (f *fixture) seed() {
 		f.insertDead(id, "webhook.deliver", fmt.Sprintf("POST https://hooks.example.com/%d: 503 %s", i, hostile))
 		f.deadIDs = append(f.deadIDs, id)
 	}
-	require.NoError(t, f.client.AddSchedule(ctx, skiplock.Schedule{Name: "nightly", Cron: "0 3 * * *",
+	require.NoError(t, f.client.ScheduleAdd(ctx, skiplock.Schedule{Name: "nightly", Cron: "0 3 * * *",
 		Queue: "mail", Kind: "report.build", Payload: map[string]string{"to": marker}}))
 	_, err = f.db.Pool.Exec(ctx, `INSERT INTO skiplock.workers (id, hostname, pid, queues, concurrency, running,
 		claimed_total, completed_total, failed_total, claim_p99_ms) VALUES ('host:1:abc', 'host', 1, '{mail}', 4, 0, 10, 9, 1, 2.5)`)
@@ -775,7 +774,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	code, _ := f.get("/")
 	assert.Equal(t, http.StatusOK, code)
 	// A replay after Close does not start.
-	started := f.d.replays.start("", f.db.Pool, f.d.store, store.ReplayFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
+	started := f.d.replays.start("", f.d.shards[0].client, skiplock.DeadLetterFilter{Kind: "k", Signature: "s"}, 0, 1, f.d.log)
 	assert.False(t, started)
 }
 

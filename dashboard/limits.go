@@ -29,7 +29,7 @@ func (d *Dashboard) limits(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	list, err := sh.client.Limits(ctx)
+	list, err := sh.client.LimitList(ctx)
 	if err != nil {
 		d.dbFail(w, r, "limits", err)
 		return

@@ -19,8 +19,8 @@ func TestLimitsPageShowsUse(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, Options{})
 	ctx := context.Background()
-	require.NoError(t, f.client.SetLimit(ctx, skiplock.Limit{Name: "mail-one", Queue: "mail", Concurrency: 1}))
-	require.NoError(t, f.client.SetLimit(ctx, skiplock.Limit{Name: "sync-rate", Kind: "sync",
+	require.NoError(t, f.client.LimitSet(ctx, skiplock.Limit{Name: "mail-one", Queue: "mail", Concurrency: 1}))
+	require.NoError(t, f.client.LimitSet(ctx, skiplock.Limit{Name: "sync-rate", Kind: "sync",
 		Partition: "arg:customer", Rate: 10, Per: time.Minute}))
 	_, err := f.db.Pool.Exec(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, locked_by, lease_token, lease_expires_at, attempts, attempted_at, payload)
 		VALUES ('mail', 'email.send', 'running', 'w', 1, now() + interval '1 hour', 1, now(), jsonb_build_object('email', $1::text))`, marker)

@@ -30,7 +30,7 @@ func TestJobPageShowsMetadata(t *testing.T) {
 	require.NotContains(t, body, hostile, "metadata is escaped")
 	require.NotContains(t, body, marker, "the payload stays hidden")
 
-	_, err = f.client.Cancel(ctx, res.ID)
+	_, err = f.client.JobCancel(ctx, res.ID)
 	require.NoError(t, err)
 	code, body = f.get(fmt.Sprintf("/jobs/%d", res.ID))
 	require.Equal(t, http.StatusOK, code)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/health"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 func (d *Dashboard) timeout(r *http.Request) (context.Context, context.CancelFunc) {
@@ -101,9 +100,9 @@ func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, paused boo
 	defer cancel()
 	var err error
 	if paused {
-		err = sh.client.PauseQueue(ctx, queue)
+		err = sh.client.QueuePause(ctx, queue)
 	} else {
-		err = sh.client.ResumeQueue(ctx, queue)
+		err = sh.client.QueueResume(ctx, queue)
 	}
 	if errors.Is(err, skiplock.ErrInvalidJob) {
 		d.fail(w, r, http.StatusBadRequest, err.Error())
@@ -127,7 +126,7 @@ func (d *Dashboard) setPaused(w http.ResponseWriter, r *http.Request, paused boo
 type jobRow struct {
 	ID                 int64
 	State, Queue, Kind string
-	Priority, Attempts int
+	Priority, Attempt  int
 	MaxAttempts        *int
 	RunAt, CreatedAt   time.Time
 	Tenant, LockedBy   *string
@@ -223,7 +222,11 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	data.Search = s
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	found, err := d.searchJobs(ctx, sh.read, id, s)
+	found, err := d.searchJobs(ctx, sh.reader, id, s)
+	if errors.Is(err, skiplock.ErrInvalidJob) {
+		bad(err.Error())
+		return
+	}
 	if err != nil {
 		d.dbFail(w, r, "job search", err)
 		return
@@ -247,47 +250,64 @@ func (d *Dashboard) jobs(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "jobs", "", d.view("jobs", "Jobs", data))
 }
 
-// searchJobs runs a search through the store's job lookup (the statements
-// the Client's JobGet and JobList run): by id, one job if it matches the
-// other filters; otherwise up to s.Limit+1 jobs newest first, so the caller
-// knows whether there is a next page.
-func (d *Dashboard) searchJobs(ctx context.Context, db store.DBTX, id int64, s jobSearch) ([]jobRow, error) {
+// searchJobs runs a search through c's JobGet and JobList (c reads the
+// replica when there is one): by id, one job if it matches the other
+// filters; otherwise up to s.Limit+1 jobs newest first, so the caller knows
+// whether there is a next page. A bad filter is an ErrInvalidJob.
+func (d *Dashboard) searchJobs(ctx context.Context, c *skiplock.Client, id int64, s jobSearch) ([]jobRow, error) {
 	if id > 0 {
-		j, found, err := d.store.JobGet(ctx, db, id)
-		if err != nil || !found || !s.matches(j) {
+		j, err := c.JobGet(ctx, id)
+		if errors.Is(err, skiplock.ErrJobNotFound) {
+			return nil, nil
+		}
+		if err != nil || !s.matches(j) {
 			return nil, err
 		}
 		return []jobRow{rowOf(j)}, nil
 	}
-	rows, err := d.store.JobList(ctx, db, store.JobFilter{Queue: s.Queue, Kind: s.Kind, State: s.State,
+	rows, err := c.JobList(ctx, skiplock.JobListParams{Queue: s.Queue, Kind: s.Kind, State: skiplock.JobState(s.State),
 		Tenant: s.Tenant, BeforeID: s.Before, Limit: s.Limit + 1})
 	out := make([]jobRow, len(rows))
-	for i, j := range rows {
-		out[i] = rowOf(j)
+	for i := range rows {
+		out[i] = rowOf(&rows[i])
 	}
 	return out, err
 }
 
 // matches reports whether j, found by id, passes the search's other filters.
-func (s jobSearch) matches(j store.JobRow) bool {
-	eq := func(want string, got *string) bool { return want == "" || (got != nil && *got == want) }
-	return eq(s.Queue, &j.Queue) && eq(s.Kind, &j.Kind) && eq(s.Tenant, j.Tenant) &&
+func (s jobSearch) matches(j *skiplock.JobRecord) bool {
+	eq := func(want, got string) bool { return want == "" || got == want }
+	state := string(j.State)
+	return eq(s.Queue, j.Queue) && eq(s.Kind, j.Kind) && eq(s.Tenant, j.Tenant) &&
 		(s.Before == 0 || j.ID < s.Before) &&
-		(s.State == "" && j.State != "completed" || s.State == j.State)
+		(s.State == "" && state != "completed" || s.State == state)
 }
 
 // rowOf is a search row: the error cut to its first line, 200 characters
-// at most, as job_list cuts it (JobGet returns it whole).
-func rowOf(j store.JobRow) jobRow {
-	msg := ""
-	if j.LastError != nil {
-		msg, _, _ = strings.Cut(*j.LastError, "\n")
-		if r := []rune(msg); len(r) > 200 {
-			msg = string(r[:200])
-		}
+// at most, as JobList cuts it (JobGet returns it whole).
+func rowOf(j *skiplock.JobRecord) jobRow {
+	msg, _, _ := strings.Cut(j.LastError, "\n")
+	if r := []rune(msg); len(r) > 200 {
+		msg = string(r[:200])
 	}
-	return jobRow{ID: j.ID, State: j.State, Queue: j.Queue, Kind: j.Kind, Priority: j.Priority, Attempts: j.Attempts,
-		MaxAttempts: j.MaxAttempts, RunAt: j.RunAt, CreatedAt: j.CreatedAt, Tenant: j.Tenant, LockedBy: j.LockedBy, Error: msg}
+	return jobRow{ID: j.ID, State: string(j.State), Queue: j.Queue, Kind: j.Kind, Priority: j.Priority, Attempt: j.Attempt,
+		MaxAttempts: nonZero(j.MaxAttempts), RunAt: j.RunAt, CreatedAt: j.CreatedAt, Tenant: nonEmpty(j.Tenant),
+		LockedBy: nonEmpty(j.LockedBy), Error: msg}
+}
+
+// nonEmpty and nonZero are the pages' "unset": nil, shown as a dash.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nonZero(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
 }
 
 func contains(list []string, s string) bool {
@@ -303,7 +323,7 @@ func contains(list []string, s string) bool {
 type jobDetail struct {
 	ID                                  int64
 	State, Queue, Kind                  string
-	Priority, Attempts                  int
+	Priority, Attempt                   int
 	MaxAttempts                         *int
 	RunAt, CreatedAt                    time.Time
 	AttemptedAt, LeaseExpiresAt         *time.Time
@@ -318,21 +338,26 @@ type jobDetail struct {
 }
 
 // detailOf is the page's view of a job found by JobGet.
-func detailOf(r store.JobRow) jobDetail {
-	j := jobDetail{ID: r.ID, State: r.State, Queue: r.Queue, Kind: r.Kind, Priority: r.Priority, Attempts: r.Attempts,
-		MaxAttempts: r.MaxAttempts, RunAt: r.RunAt, CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt,
-		LeaseExpiresAt: r.LeaseExpiresAt, LockedBy: r.LockedBy, UniqueKey: r.UniqueKey, Tenant: r.Tenant,
-		Entity: r.Entity, LastError: r.LastError, CancelRequested: r.CancelRequested}
+func detailOf(r *skiplock.JobRecord) jobDetail {
+	j := jobDetail{ID: r.ID, State: string(r.State), Queue: r.Queue, Kind: r.Kind, Priority: r.Priority, Attempt: r.Attempt,
+		MaxAttempts: nonZero(r.MaxAttempts), RunAt: r.RunAt, CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt,
+		LeaseExpiresAt: r.LeaseExpiresAt, LockedBy: nonEmpty(r.LockedBy), UniqueKey: nonEmpty(r.UniqueKey),
+		Tenant: nonEmpty(r.Tenant), Entity: nonEmpty(r.Entity), LastError: nonEmpty(r.LastError),
+		CancelRequested: r.CancelRequested}
 	switch r.State {
-	case "dead":
-		j.DeadAt, j.Reason = r.FinishedAt, r.Outcome
-	case "completed":
+	case skiplock.JobStateDead:
+		j.DeadAt, j.Reason = r.FinishedAt, nonEmpty(r.Outcome)
+	case skiplock.JobStateCompleted:
 		j.FinishedAt = r.FinishedAt
 	}
 	if len(r.Metadata) > 0 {
+		// As stored: the template escapes it for HTML, so the encoder must not.
 		var pretty bytes.Buffer
-		if json.Indent(&pretty, r.Metadata, "", "  ") == nil {
-			m := pretty.String()
+		enc := json.NewEncoder(&pretty)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if enc.Encode(r.Metadata) == nil {
+			m := strings.TrimSuffix(pretty.String(), "\n")
 			j.Metadata = &m
 		}
 	}
@@ -372,14 +397,14 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	row, found, err := d.store.JobGet(ctx, sh.read, id)
-	if err != nil {
-		d.dbFail(w, r, "job", err)
-		return
-	}
-	if !found {
+	row, err := sh.reader.JobGet(ctx, id)
+	if errors.Is(err, skiplock.ErrJobNotFound) {
 		d.fail(w, r, http.StatusNotFound, "no job "+strconv.FormatInt(id, 10)+
 			" in flight, in the dead-letter table or in the finished-job history")
+		return
+	}
+	if err != nil {
+		d.dbFail(w, r, "job", err)
 		return
 	}
 	j := detailOf(row)
@@ -413,13 +438,13 @@ func (d *Dashboard) payload(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	raw, found, err := d.store.JobPayload(ctx, sh.pool, id)
-	if err != nil {
-		d.dbFail(w, r, "payload", err)
+	raw, err := sh.client.JobPayload(ctx, id)
+	if errors.Is(err, skiplock.ErrJobNotFound) {
+		d.fail(w, r, http.StatusNotFound, "no such job")
 		return
 	}
-	if !found {
-		d.fail(w, r, http.StatusNotFound, "no such job")
+	if err != nil {
+		d.dbFail(w, r, "payload", err)
 		return
 	}
 	d.logFor(sh).Info("dashboard: payload revealed", slog.Int64("job_id", id), slog.String("user", user))
@@ -443,8 +468,10 @@ func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	state, err := sh.client.Cancel(ctx, id)
-	if errors.Is(err, skiplock.ErrJobNotFound) {
+	state, err := sh.client.JobCancel(ctx, id)
+	// A dead or completed job is refused (ErrJobState) as an unknown one
+	// is: neither is in flight.
+	if errors.Is(err, skiplock.ErrJobNotFound) || errors.Is(err, skiplock.ErrJobState) {
 		d.fail(w, r, http.StatusNotFound, "job "+strconv.FormatInt(id, 10)+" is not in flight")
 		return
 	}
@@ -452,8 +479,8 @@ func (d *Dashboard) cancelJob(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "cancel", err)
 		return
 	}
-	d.logFor(sh).Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", state), slog.String("user", d.who(r)))
-	d.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), "cancel requested (the job was "+state+")")
+	d.logFor(sh).Info("dashboard: job cancelled", slog.Int64("job_id", id), slog.String("was", string(state)), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/jobs/"+strconv.FormatInt(id, 10), "cancel requested (the job was "+string(state)+")")
 }
 
 // replayJob replays one dead letter at once.
@@ -468,7 +495,7 @@ func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := d.store.ReplayDead(ctx, sh.pool, store.ReplayFilter{IDs: []int64{id}}, 0, nil)
+	n, err := sh.client.DeadLetterReplay(ctx, skiplock.DeadLetterFilter{IDs: []int64{id}}, skiplock.DeadLetterReplayOptions{})
 	if err != nil {
 		d.dbFail(w, r, "replay", err)
 		return
@@ -486,7 +513,7 @@ func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
 
 type deadData struct {
 	Kind    string
-	Groups  []health.DeadGroup
+	Groups  []skiplock.DeadLetterGroup
 	Size    health.DeadLetterSize
 	Replays []replayStatus
 	Rate    float64
@@ -501,7 +528,11 @@ func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
 	replays := d.replays.status(sh.name) // before the groups: see status
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	groups, err := health.DeadLetterGroups(ctx, sh.read, d.opts.Schema, kind, 200)
+	groups, err := sh.reader.DeadLetterList(ctx, kind, 200)
+	if errors.Is(err, skiplock.ErrInvalidJob) {
+		d.fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
 	if err != nil {
 		d.dbFail(w, r, "dead-letter groups", err)
 		return
@@ -528,8 +559,8 @@ type confirmData struct {
 }
 
 // groupFilter reads kind and signature (both required: a group).
-func groupFilter(get func(string) string) (store.ReplayFilter, bool) {
-	f := store.ReplayFilter{Kind: strings.TrimSpace(get("kind")), Signature: get("signature")}
+func groupFilter(get func(string) string) (skiplock.DeadLetterFilter, bool) {
+	f := skiplock.DeadLetterFilter{Kind: strings.TrimSpace(get("kind")), Signature: get("signature")}
 	return f, f.Kind != "" && f.Signature != ""
 }
 
@@ -551,7 +582,7 @@ func (d *Dashboard) deadConfirm(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := d.store.CountDead(ctx, sh.pool, f)
+	n, err := sh.client.DeadLetterCount(ctx, f)
 	if err != nil {
 		d.dbFail(w, r, "count dead letters", err)
 		return
@@ -561,7 +592,7 @@ func (d *Dashboard) deadConfirm(w http.ResponseWriter, r *http.Request) {
 }
 
 // confirmed reads a group action's form: kind, signature and confirm=yes.
-func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request) (store.ReplayFilter, bool) {
+func (d *Dashboard) confirmed(w http.ResponseWriter, r *http.Request) (skiplock.DeadLetterFilter, bool) {
 	f, ok := groupFilter(r.PostFormValue)
 	if !ok {
 		d.fail(w, r, http.StatusBadRequest, "kind and signature are required")
@@ -585,12 +616,12 @@ func (d *Dashboard) replayGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := d.store.CountDead(ctx, sh.pool, f)
+	n, err := sh.client.DeadLetterCount(ctx, f)
 	if err != nil {
 		d.dbFail(w, r, "count dead letters", err)
 		return
 	}
-	started := d.replays.start(sh.name, sh.pool, d.store, f, n, d.opts.ReplayRate, d.log)
+	started := d.replays.start(sh.name, sh.client, f, n, d.opts.ReplayRate, d.log)
 	if !started {
 		d.redirect(w, r, "/dead", "a replay of this group is already running")
 		return
@@ -612,7 +643,7 @@ func (d *Dashboard) purgeGroup(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*d.opts.QueryTimeout)
 	defer cancel()
-	n, err := d.store.PurgeDead(ctx, sh.pool, f)
+	n, err := sh.client.DeadLetterPurge(ctx, f)
 	if err != nil {
 		d.dbFail(w, r, "purge", err)
 		return
@@ -631,7 +662,7 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	list, err := sh.client.ListSchedules(ctx)
+	list, err := sh.client.ScheduleList(ctx)
 	if err != nil {
 		d.dbFail(w, r, "schedules", err)
 		return

@@ -7,9 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock"
 )
 
 // keptReplays is how many finished replays the dead-letter page lists.
@@ -62,11 +60,11 @@ func newReplays() *replays {
 	return &replays{ctx: ctx, cancel: cancel}
 }
 
-// start replays the group (kind, signature) of database db (its name; pool
-// is its primary; st holds the statements for its schema) at rate jobs per
-// second and reports true, unless a replay of that group of that database
-// is already running (or the dashboard is closed).
-func (rs *replays) start(db string, pool *pgxpool.Pool, st *store.Store, f store.ReplayFilter, total int64, rate float64,
+// start replays the group (kind, signature) of database db (its name; c is
+// a client over its primary) at rate jobs per second and reports true,
+// unless a replay of that group of that database is already running (or
+// the dashboard is closed).
+func (rs *replays) start(db string, c *skiplock.Client, f skiplock.DeadLetterFilter, total int64, rate float64,
 	log *slog.Logger) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -95,7 +93,8 @@ func (rs *replays) start(db string, pool *pgxpool.Pool, st *store.Store, f store
 	go func() {
 		defer rs.wg.Done()
 		defer close(run.finished)
-		n, err := st.ReplayDead(rs.ctx, pool, f, rate, func(done int) { run.done.Store(int64(done)) })
+		n, err := c.DeadLetterReplay(rs.ctx, f, skiplock.DeadLetterReplayOptions{PerSecond: rate,
+			Progress: func(done int) { run.done.Store(int64(done)) }})
 		run.done.Store(int64(n))
 		if err != nil {
 			run.err.Store(err.Error())

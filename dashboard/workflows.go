@@ -11,7 +11,6 @@ import (
 	"strconv"
 
 	"github.com/skiplock/skiplock"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 // workflowsPage is the list of workflows and batches, newest first.
@@ -50,7 +49,7 @@ func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
 type workflowPage struct {
 	skiplock.WorkflowStatus
 	Levels [][]skiplock.TaskStatus
-	Waits  []store.WorkflowWait
+	Waits  []skiplock.WorkflowWait
 	Hidden bool
 }
 
@@ -75,7 +74,7 @@ func (d *Dashboard) workflow(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "workflow", err)
 		return
 	}
-	waits, err := d.store.WorkflowWaits(ctx, sh.pool, n)
+	waits, err := sh.client.WorkflowWaitList(ctx, n)
 	if err != nil {
 		d.dbFail(w, r, "workflow waits", err)
 		return
@@ -139,13 +138,13 @@ func (d *Dashboard) taskOutput(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	raw, found, err := d.store.TaskOutputByID(ctx, sh.pool, wf, task)
-	if err != nil {
-		d.dbFail(w, r, "task output", err)
+	raw, err := sh.client.WorkflowTaskOutput(ctx, wf, task)
+	if errors.Is(err, skiplock.ErrTaskNotFound) {
+		d.fail(w, r, http.StatusNotFound, "no such task")
 		return
 	}
-	if !found {
-		d.fail(w, r, http.StatusNotFound, "no such task")
+	if err != nil {
+		d.dbFail(w, r, "task output", err)
 		return
 	}
 	d.logFor(sh).Info("dashboard: task output revealed", slog.Int64("workflow_id", wf), slog.Int64("task_id", task), slog.String("user", user))

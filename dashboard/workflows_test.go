@@ -27,9 +27,9 @@ func TestWorkflowPages(t *testing.T) {
 				{Name: "notify", Kind: "notify", DependsOn: []string{"ship"}},
 			}})
 			require.NoError(t, err)
-			_, err = f.client.Signal(ctx, "paid", skiplock.SignalTarget{WorkflowID: id}, map[string]string{"by": marker})
+			_, err = f.client.SignalSend(ctx, "paid", skiplock.SignalTarget{WorkflowID: id}, map[string]string{"by": marker})
 			require.NoError(t, err)
-			_, err = f.db.Pool.Exec(ctx, `UPDATE `+f.d.store.Table("workflow_tasks")+` SET output = jsonb_build_object('x', $1::text),
+			_, err = f.db.Pool.Exec(ctx, `UPDATE skiplock.workflow_tasks SET output = jsonb_build_object('x', $1::text),
 				error = 'boom '||$1 WHERE workflow_id = $2 AND name = 'charge'`, marker, id)
 			require.NoError(t, err)
 
@@ -71,7 +71,7 @@ func TestRevealTaskOutput(t *testing.T) {
 	id, err := f.client.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "order", Tasks: []skiplock.Task{{Name: "charge", Kind: "charge"}}})
 	require.NoError(t, err)
 	var task int64
-	require.NoError(t, f.db.Pool.QueryRow(ctx, `UPDATE `+f.d.store.Table("workflow_tasks")+` SET output = jsonb_build_object('m', $1::text, 'h', $2::text)
+	require.NoError(t, f.db.Pool.QueryRow(ctx, `UPDATE skiplock.workflow_tasks SET output = jsonb_build_object('m', $1::text, 'h', $2::text)
 		WHERE workflow_id = $3 RETURNING id`, marker, hostile, id).Scan(&task))
 	auth := basicAuth("alice", "pw")
 	sameOrigin := http.Header{"Sec-Fetch-Site": {"same-origin"}, "Authorization": auth["Authorization"]}

@@ -74,8 +74,8 @@ func TestMetricsReference(t *testing.T) {
 	// No live worker serves this queue: skiplock_unhandled_ready_jobs.
 	_, err = c.Enqueue(ctx, skiplock.EnqueueParams{Queue: "orphans", Kind: "nobody"})
 	require.NoError(t, err)
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "conc", Queue: "default", Concurrency: 5}))
-	require.NoError(t, c.SetLimit(ctx, skiplock.Limit{Name: "rate", Kind: "ok", Rate: 100, Per: time.Second}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "conc", Queue: "default", Concurrency: 5}))
+	require.NoError(t, c.LimitSet(ctx, skiplock.Limit{Name: "rate", Kind: "ok", Rate: 100, Per: time.Second}))
 
 	require.NoError(t, c.Start(ctx))
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })

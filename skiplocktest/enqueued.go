@@ -38,12 +38,14 @@ type Match struct {
 
 // EnqueuedJob is a job found in flight (ready or running).
 type EnqueuedJob struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	State       string // "ready" or "running"
-	Priority    int
-	Attempts    int
+	ID       int64
+	Queue    string
+	Kind     string
+	State    string // "ready" or "running"
+	Priority int
+	// Attempt is the number of the job's latest attempt, as Job.Attempt
+	// and JobRecord.Attempt count it: 0 before its first run.
+	Attempt     int
 	MaxAttempts int
 	RunAt       time.Time
 	Scheduled   bool // RunAt is in the future, by the database clock
@@ -65,7 +67,7 @@ func RequireEnqueued(tb testing.TB, c *skiplock.Client, m Match) *EnqueuedJob {
 	return requireEnqueued(tb, c, c.Pool(), m)
 }
 
-// RequireEnqueuedTx is RequireEnqueued inside tx (a pgx.Tx, or a *sql.Tx
+// RequireEnqueuedTx is RequireEnqueued inside tx (a pgx transaction, or a *sql.Tx
 // wrapped with skiplock.SQLTx), so it sees jobs enqueued in tx that are
 // not committed yet.
 func RequireEnqueuedTx(tb testing.TB, c *skiplock.Client, tx skiplock.Tx, m Match) *EnqueuedJob {
@@ -80,7 +82,7 @@ func RequireNotEnqueued(tb testing.TB, c *skiplock.Client, m Match) {
 	requireNotEnqueued(tb, c, c.Pool(), m)
 }
 
-// RequireNotEnqueuedTx is RequireNotEnqueued inside tx (a pgx.Tx, or a
+// RequireNotEnqueuedTx is RequireNotEnqueued inside tx (a pgx transaction, or a
 // *sql.Tx wrapped with skiplock.SQLTx).
 func RequireNotEnqueuedTx(tb testing.TB, c *skiplock.Client, tx skiplock.Tx, m Match) {
 	tb.Helper()
@@ -350,7 +352,7 @@ func query(ctx context.Context, c *skiplock.Client, db skiplock.Tx, m Match, arg
 	out := make([]candidate, len(rows))
 	for i, r := range rows {
 		out[i] = candidate{argsContained: r.Contains, job: &EnqueuedJob{
-			ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Priority: r.Priority, Attempts: r.Attempts,
+			ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.State, Priority: r.Priority, Attempt: r.Attempts,
 			MaxAttempts: r.MaxAttempts, RunAt: r.RunAt, Scheduled: r.Scheduled, Tenant: deref(r.Tenant),
 			Entity: deref(r.Entity), UniqueKey: deref(r.UniqueKey), Payload: json.RawMessage(r.Payload),
 		}}

@@ -19,7 +19,7 @@
 //	// res.Completed == 1
 //
 // The RequireEnqueuedTx and RequireNotEnqueuedTx variants look inside a
-// transaction that has not committed yet (a pgx.Tx, or a *sql.Tx through skiplock.SQLTx), which is how
+// transaction that has not committed yet (a pgx transaction, or a *sql.Tx through skiplock.SQLTx), which is how
 // to test code that enqueues with EnqueueTx before its caller commits.
 //
 // Every helper fails the test through its testing.TB with a message that

@@ -86,7 +86,7 @@ func run(ctx context.Context, url, schema string, jobs, runs int) error {
 		return err
 	}
 	defer func() { close(release); _ = c.Stop(context.Background()) }()
-	err = c.AddSchedule(ctx, skiplock.Schedule{Name: "surroundings", Every: time.Hour, Queue: queue, Kind: kind})
+	err = c.ScheduleAdd(ctx, skiplock.Schedule{Name: "surroundings", Every: time.Hour, Queue: queue, Kind: kind})
 	if err != nil {
 		return err
 	}

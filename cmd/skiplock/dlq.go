@@ -10,11 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/health"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 func newDLQCmd(g *globals) *cobra.Command {
@@ -32,8 +31,8 @@ Payloads are never printed: look a sample id up in the jobs_dead table under acc
 
 // dlqListOut is `skiplock dlq list --json`.
 type dlqListOut struct {
-	Size   health.DeadLetterSize `json:"size"`
-	Groups []health.DeadGroup    `json:"groups"`
+	Size   health.DeadLetterSize      `json:"size"`
+	Groups []skiplock.DeadLetterGroup `json:"groups"`
 }
 
 func newDLQListCmd(g *globals) *cobra.Command {
@@ -47,23 +46,20 @@ func newDLQListCmd(g *globals) *cobra.Command {
 			if limit < 1 || limit > 10000 {
 				return usageError("--limit: must be between 1 and 10000, got %d", limit)
 			}
-			pool, err := g.connect(cmd.Context(), 2)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
+			defer closePool()
 			ctx, cancel := context.WithTimeout(cmd.Context(), opsStatementTimeout)
 			defer cancel()
-			size, err := health.DeadLetterSizeOf(ctx, pool, g.schema)
+			size, err := health.DeadLetterSizeOf(ctx, c.Pool(), g.schema)
 			if err != nil {
 				return err
 			}
-			groups, err := health.DeadLetterGroups(ctx, pool, g.schema, kind, limit)
+			groups, err := c.DeadLetterList(ctx, kind, limit)
 			if err != nil {
 				return err
-			}
-			if groups == nil {
-				groups = []health.DeadGroup{}
 			}
 			if g.jsonOut {
 				return printJSON(cmd.OutOrStdout(), dlqListOut{Size: size, Groups: groups})
@@ -94,7 +90,7 @@ func trend(last, prev int64) string {
 	}
 }
 
-func printDeadGroups(w io.Writer, groups []health.DeadGroup) error {
+func printDeadGroups(w io.Writer, groups []skiplock.DeadLetterGroup) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "COUNT\tKIND\tFIRST\tLAST\tSAMPLE ID\tSIGNATURE")
 	for _, gr := range groups {
@@ -125,19 +121,19 @@ func (f *dlqFilterFlags) add(cmd *cobra.Command, purge bool) {
 	fl.BoolVar(&f.yes, "yes", false, "do it (without --yes: a dry run that prints what would be done, changes nothing and exits 0)")
 }
 
-func (f *dlqFilterFlags) filter(purge bool) (store.ReplayFilter, error) {
+func (f *dlqFilterFlags) filter(purge bool) (skiplock.DeadLetterFilter, error) {
 	if f.limit < 0 {
-		return store.ReplayFilter{}, usageError("--limit: must not be negative, got %d", f.limit)
+		return skiplock.DeadLetterFilter{}, usageError("--limit: must not be negative, got %d", f.limit)
 	}
 	if f.olderThan < 0 {
-		return store.ReplayFilter{}, usageError("--older-than: must not be negative, got %s", f.olderThan)
+		return skiplock.DeadLetterFilter{}, usageError("--older-than: must not be negative, got %s", f.olderThan)
 	}
 	for _, id := range f.ids {
 		if id <= 0 {
-			return store.ReplayFilter{}, usageError("--id: job ids are positive, got %d", id)
+			return skiplock.DeadLetterFilter{}, usageError("--id: job ids are positive, got %d", id)
 		}
 	}
-	hf := store.ReplayFilter{Kind: f.kind, Signature: f.signature, IDs: f.ids, Limit: f.limit, OlderThan: f.olderThan}
+	hf := skiplock.DeadLetterFilter{Kind: f.kind, Signature: f.signature, IDs: f.ids, Limit: f.limit, OlderThan: f.olderThan}
 	if hf.Kind == "" && hf.Signature == "" && len(hf.IDs) == 0 && !(purge && hf.OlderThan > 0) {
 		if purge {
 			return hf, usageError("select what to purge with --kind, --signature, --id or --older-than")
@@ -171,24 +167,24 @@ func (f *dlqFilterFlags) describe() string {
 // matchingGroups returns the dead-letter groups a kind/signature filter
 // selects (nil when the filter also selects by id or age: the groups'
 // counts would not be what it selects).
-func (g *globals) matchingGroups(ctx context.Context, pool *pgxpool.Pool, f store.ReplayFilter) ([]health.DeadGroup, error) {
+func (g *globals) matchingGroups(ctx context.Context, c *skiplock.Client, f skiplock.DeadLetterFilter) ([]skiplock.DeadLetterGroup, error) {
 	if len(f.IDs) > 0 || f.OlderThan > 0 {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
-	groups, err := health.DeadLetterGroups(ctx, pool, g.schema, f.Kind, 10000)
+	groups, err := c.DeadLetterList(ctx, f.Kind, skiplock.MaxDeadLetterListLimit)
 	if err != nil {
 		return nil, err
 	}
 	if f.Signature == "" {
 		return groups, nil
 	}
-	sig, err := health.ErrorSignature(ctx, pool, g.schema, f.Signature)
+	sig, err := health.ErrorSignature(ctx, c.Pool(), g.schema, f.Signature)
 	if err != nil {
 		return nil, fmt.Errorf("normalise --signature: %w", err)
 	}
-	var out []health.DeadGroup
+	var out []skiplock.DeadLetterGroup
 	for _, gr := range groups {
 		if gr.Signature == sig {
 			out = append(out, gr)
@@ -199,17 +195,17 @@ func (g *globals) matchingGroups(ctx context.Context, pool *pgxpool.Pool, f stor
 
 // dlqPreviewOut is what replay and purge print without --yes.
 type dlqPreviewOut struct {
-	DryRun bool               `json:"dry_run"`
-	Action string             `json:"action"`
-	Count  int64              `json:"count"`
-	Groups []health.DeadGroup `json:"groups,omitempty"`
+	DryRun bool                       `json:"dry_run"`
+	Action string                     `json:"action"`
+	Count  int64                      `json:"count"`
+	Groups []skiplock.DeadLetterGroup `json:"groups,omitempty"`
 }
 
 // preview is the dry run: it prints what replay or purge would do (data on
 // stdout), says on stderr that nothing was done and how to do it, and exits
 // 0, so a script can tell a preview from a mistake (exit 2).
-func (g *globals) preview(cmd *cobra.Command, pool *pgxpool.Pool, f *dlqFilterFlags, hf store.ReplayFilter, action string, n int64, extra string) error {
-	groups, err := g.matchingGroups(cmd.Context(), pool, hf)
+func (g *globals) preview(cmd *cobra.Command, c *skiplock.Client, f *dlqFilterFlags, hf skiplock.DeadLetterFilter, action string, n int64, extra string) error {
+	groups, err := g.matchingGroups(cmd.Context(), c, hf)
 	if err != nil {
 		return err
 	}
@@ -249,12 +245,12 @@ stays dead. Without --yes it is a dry run: it prints what it would replay and ex
 			if err != nil {
 				return err
 			}
-			pool, err := g.connect(cmd.Context(), 2)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			n, err := g.countDead(cmd.Context(), pool, hf)
+			defer closePool()
+			n, err := g.countDead(cmd.Context(), c, hf)
 			if err != nil {
 				return err
 			}
@@ -263,14 +259,14 @@ stays dead. Without --yes it is a dry run: it prints what it would replay and ex
 				if n > 0 {
 					eta = fmt.Sprintf(", at %g/s: about %s", rate, humanDuration(time.Duration(float64(n)/rate*float64(time.Second))))
 				}
-				return g.preview(cmd, pool, &f, hf, "replay", n, eta)
+				return g.preview(cmd, c, &f, hf, "replay", n, eta)
 			}
 			progress := newProgress(cmd.ErrOrStderr(), int(n), "replay")
 			last := 0
-			done, err := store.New(g.schema).ReplayDead(cmd.Context(), pool, hf, rate, func(d int) {
+			done, err := c.DeadLetterReplay(cmd.Context(), hf, skiplock.DeadLetterReplayOptions{PerSecond: rate, Progress: func(d int) {
 				progress.Add(d - last)
 				last = d
-			})
+			}})
 			progress.Finish()
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
@@ -308,19 +304,19 @@ Without --yes it is a dry run: it prints what it would delete and exits 0.`,
 			if err != nil {
 				return err
 			}
-			pool, err := g.connect(cmd.Context(), 2)
+			c, closePool, err := g.clientForCLI(cmd)
 			if err != nil {
 				return err
 			}
-			defer pool.Close()
-			n, err := g.countDead(cmd.Context(), pool, hf)
+			defer closePool()
+			n, err := g.countDead(cmd.Context(), c, hf)
 			if err != nil {
 				return err
 			}
 			if !f.yes {
-				return g.preview(cmd, pool, &f, hf, "purge", n, "")
+				return g.preview(cmd, c, &f, hf, "purge", n, "")
 			}
-			purged, err := store.New(g.schema).PurgeDead(cmd.Context(), pool, hf)
+			purged, err := c.DeadLetterPurge(cmd.Context(), hf)
 			if err != nil {
 				return fmt.Errorf("dlq purge: %w after %d purged", err, purged)
 			}
@@ -337,10 +333,10 @@ Without --yes it is a dry run: it prints what it would delete and exits 0.`,
 }
 
 // countDead counts what a filter selects, capped by its Limit.
-func (g *globals) countDead(ctx context.Context, pool *pgxpool.Pool, hf store.ReplayFilter) (int64, error) {
+func (g *globals) countDead(ctx context.Context, c *skiplock.Client, hf skiplock.DeadLetterFilter) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, opsStatementTimeout)
 	defer cancel()
-	n, err := store.New(g.schema).CountDead(ctx, pool, hf)
+	n, err := c.DeadLetterCount(ctx, hf)
 	if err != nil {
 		return 0, err
 	}

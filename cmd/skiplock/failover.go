@@ -33,7 +33,7 @@ to a synchronous standby, and safe while workers run.`,
 				return err
 			}
 			defer closePool()
-			v, err := c.AdvanceLeaseTokens(cmd.Context())
+			v, err := c.LeaseTokensAdvance(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -122,7 +122,7 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 	line("queue", j.Queue)
 	line("kind", j.Kind)
 	line("priority", strconv.Itoa(j.Priority))
-	attempts := strconv.Itoa(j.Attempts)
+	attempts := strconv.Itoa(j.Attempt)
 	if j.MaxAttempts > 0 {
 		attempts += " of " + strconv.Itoa(j.MaxAttempts)
 	}
@@ -220,7 +220,7 @@ func printJobs(w io.Writer, jobs []skiplock.JobRecord) error {
 			finished = j.FinishedAt.UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, termSafe(string(j.State)), termSafe(j.Queue), termSafe(j.Kind),
-			j.Attempts, finished, termSafe(j.Outcome), oneLine(j.LastError))
+			j.Attempt, finished, termSafe(j.Outcome), oneLine(j.LastError))
 	}
 	return tw.Flush()
 }

@@ -53,7 +53,7 @@ func TestJobCLI(t *testing.T) {
 	var rec skiplock.JobRecord
 	decodeJSON(t, out, &rec)
 	require.Equal(t, skiplock.JobStateCompleted, rec.State)
-	require.Equal(t, 2, rec.Attempts)
+	require.Equal(t, 2, rec.Attempt)
 	require.Equal(t, "completed", rec.Outcome)
 	require.Contains(t, rec.LastError, "smtp: 550")
 	require.NotNil(t, rec.FinishedAt)

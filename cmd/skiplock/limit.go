@@ -47,7 +47,7 @@ func newLimitSetCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closePool()
-			if err := c.SetLimit(cmd.Context(), l); err != nil {
+			if err := c.LimitSet(cmd.Context(), l); err != nil {
 				return limitUsage(err)
 			}
 			if g.jsonOut {
@@ -78,7 +78,7 @@ func newLimitListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closePool()
-			ls, err := c.Limits(cmd.Context())
+			ls, err := c.LimitList(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -129,7 +129,7 @@ func newLimitRemoveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closePool()
-			err = c.RemoveLimit(cmd.Context(), args[0])
+			err = c.LimitRemove(cmd.Context(), args[0])
 			if errors.Is(err, skiplock.ErrLimitNotFound) {
 				return &exitError{code: 1, err: fmt.Errorf("limit %s: not found", args[0])}
 			}

@@ -52,7 +52,7 @@ applies it every 10 seconds, at most 1,000 jobs per queue per pass, the longest-
 				return err
 			}
 			defer closePool()
-			if err := c.SetQueueAging(cmd.Context(), args[0], after, to); err != nil {
+			if err := c.QueueAgingSet(cmd.Context(), args[0], after, to); err != nil {
 				var fe *skiplock.FieldError
 				if errors.As(err, &fe) {
 					flag := "--" + fe.Field
@@ -104,7 +104,7 @@ next claim.`,
 				return err
 			}
 			defer closePool()
-			if err := c.SetTenantWeight(cmd.Context(), args[0], args[1], weight); err != nil {
+			if err := c.TenantWeightSet(cmd.Context(), args[0], args[1], weight); err != nil {
 				var fe *skiplock.FieldError
 				if errors.As(err, &fe) {
 					return usageError("%s: %s", strings.ToUpper(fe.Field), fe.Message)
@@ -139,7 +139,7 @@ func newQueueWeightsCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closePool()
-			ws, err := c.TenantWeights(cmd.Context(), queue)
+			ws, err := c.TenantWeightList(cmd.Context(), queue)
 			if err != nil {
 				return err
 			}
@@ -194,9 +194,9 @@ paused before its first job, but warns on stderr in case the name is a typo.`,
 				if err := g.warnUnseen(cmd, c.Pool(), queue); err != nil {
 					return err
 				}
-				err = c.PauseQueue(cmd.Context(), queue)
+				err = c.QueuePause(cmd.Context(), queue)
 			} else {
-				err = c.ResumeQueue(cmd.Context(), queue)
+				err = c.QueueResume(cmd.Context(), queue)
 			}
 			if err != nil {
 				return queueUsage(err)

@@ -129,7 +129,7 @@ to the Unix epoch.`,
 				return err
 			}
 			defer closePool()
-			if err := c.AddSchedule(cmd.Context(), s); err != nil {
+			if err := c.ScheduleAdd(cmd.Context(), s); err != nil {
 				return scheduleUsage(err)
 			}
 			info, err := findSchedule(cmd.Context(), c, s.Name)
@@ -175,7 +175,7 @@ func scheduleUsage(err error) error {
 }
 
 func findSchedule(ctx context.Context, c *skiplock.Client, name string) (skiplock.ScheduleInfo, error) {
-	all, err := c.ListSchedules(ctx)
+	all, err := c.ScheduleList(ctx)
 	if err != nil {
 		return skiplock.ScheduleInfo{}, err
 	}
@@ -234,7 +234,7 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closePool()
-			all, err := c.ListSchedules(cmd.Context())
+			all, err := c.ScheduleList(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -282,7 +282,7 @@ func newScheduleRemoveCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closePool()
-			if err := c.RemoveSchedule(cmd.Context(), args[0]); err != nil {
+			if err := c.ScheduleRemove(cmd.Context(), args[0]); err != nil {
 				if errors.Is(err, skiplock.ErrScheduleNotFound) {
 					return fmt.Errorf("schedule %q: not found", args[0])
 				}

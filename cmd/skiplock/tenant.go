@@ -72,7 +72,7 @@ the target already is merged into that one.`,
 					return err
 				}
 			}
-			res, err := skiplock.MoveTenant(ctx, from, to, skiplock.MoveTenantOptions{Tenant: tenant, Schema: g.schema, BatchSize: batch})
+			res, err := skiplock.TenantMove(ctx, from, to, skiplock.TenantMoveOptions{Tenant: tenant, Schema: g.schema, BatchSize: batch})
 			var fe *skiplock.FieldError
 			if errors.As(err, &fe) && fe.Field == "to" {
 				return usageError("--to: %s", fe.Message)

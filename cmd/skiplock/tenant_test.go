@@ -33,9 +33,9 @@ func TestTenantMoveCLI(t *testing.T) {
 	code, out, stderr := runCLI(t, "tenant", "move", "--tenant", "acme", "--from", a.URL, "--to", b.URL, "--batch", "3", "--json")
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, out+stderr, opsSecret)
-	var res skiplock.MoveTenantResult
+	var res skiplock.TenantMoveResult
 	decodeJSON(t, out, &res)
-	require.Equal(t, skiplock.MoveTenantResult{Moved: 7, Batches: 3, LeftRunning: 1}, res)
+	require.Equal(t, skiplock.TenantMoveResult{Moved: 7, Batches: 3, LeftRunning: 1}, res)
 	require.EqualValues(t, 7, opsCount(t, b, `SELECT count(*) FROM skiplock.jobs WHERE tenant = 'acme' AND state = 'ready'`))
 	require.EqualValues(t, 1, opsCount(t, b, `SELECT count(*) FROM skiplock.jobs WHERE run_at > now() + interval '50 minutes' AND run_at < '9000-01-01'`),
 		"the scheduled job keeps its run_at")

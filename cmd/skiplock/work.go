@@ -26,7 +26,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/dashboard"
-	"github.com/skiplock/skiplock/internal/worker"
+	"github.com/skiplock/skiplock/internal/errtext"
 	"github.com/skiplock/skiplock/metrics"
 )
 
@@ -615,11 +615,11 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 // String is the tail as error text: cut on a character boundary and made
-// storable (worker.ErrorTail), whatever bytes the child wrote.
+// storable (errtext.Tail), whatever bytes the child wrote.
 func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return worker.ErrorTail(t.buf, t.max)
+	return errtext.Tail(t.buf, t.max)
 }
 
 // workerMetricsServer is the --metrics-addr server: /metrics and /healthz,

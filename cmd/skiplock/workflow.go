@@ -271,7 +271,7 @@ The same as SQL: SELECT skiplock.signal(name => 'NAME', workflow_id => ID, paylo
 				return err
 			}
 			defer closePool()
-			id, err := c.Signal(cmd.Context(), args[0], skiplock.SignalTarget{WorkflowID: wf, JobID: job}, raw)
+			id, err := c.SignalSend(cmd.Context(), args[0], skiplock.SignalTarget{WorkflowID: wf, JobID: job}, raw)
 			var fe *skiplock.FieldError
 			if errors.As(err, &fe) {
 				flag := map[string]string{"name": "NAME", "payload": "--payload", "workflow_id": "--workflow",

@@ -15,29 +15,23 @@ package flow
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skiplock/skiplock/internal/sentinel"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
 )
 
-// Errors of the engine. The root package exports each under the same name;
-// the texts are the public ones.
+// Errors of the engine, defined in internal/sentinel, which the root package
+// exports under the same names.
 var (
-	// ErrNotInHandler: the context is not a handler's, run by a Client.
-	ErrNotInHandler = errors.New("skiplock: not called with the context of a running handler")
-	// ErrNotATask: the running job is not a workflow task.
-	ErrNotATask = errors.New("skiplock: the running job is not a workflow task")
-	// ErrTaskNotFinished: TaskOutput asked for a task that has not completed.
-	ErrTaskNotFinished = errors.New("skiplock: the task has not completed")
-	// ErrWorkflowNotFound: no workflow has this id.
-	ErrWorkflowNotFound = errors.New("skiplock: workflow not found")
-	// ErrStepRecorded: another run of the job recorded the step meanwhile.
-	ErrStepRecorded = errors.New("skiplock: the step was recorded by another run of the job")
-	// ErrSignalTimeout: no signal came before the wait's timeout.
-	ErrSignalTimeout = errors.New("skiplock: no signal before the timeout")
+	ErrNotInHandler     = sentinel.ErrNotInHandler
+	ErrNotATask         = sentinel.ErrNotATask
+	ErrTaskNotFinished  = sentinel.ErrTaskNotFinished
+	ErrWorkflowNotFound = sentinel.ErrWorkflowNotFound
+	ErrStepRecorded     = sentinel.ErrStepRecorded
+	ErrSignalTimeout    = sentinel.ErrSignalTimeout
 )
 
 // FieldError is an invalid field the engine found (a cycle in the task

@@ -27,7 +27,7 @@ type AgingConfig struct {
 }
 
 // NewAging returns the priority-aging pass (migration 010): in the queues
-// configured for it (Client.SetQueueAging), ready jobs due for longer than
+// configured for it (Client.QueueAgingSet), ready jobs due for longer than
 // the queue's age are promoted to its priority, so higher-priority work
 // cannot starve them forever. Every started client runs it; passes in
 // several processes at once are safe (SKIP LOCKED), and a pass with no

@@ -293,7 +293,7 @@ func (r *Runner) count(res result, s Settled) {
 }
 
 // logSettled logs what became of a job when it is worth a line: every
-// failed attempt with its error text (storable and bounded, see ErrorText;
+// failed attempt with its error text (storable and bounded, see errtext.Text;
 // skiplock never puts payload data in it), the move to the dead-letter
 // table at error level with its reason, a lost lease, and a CompleteTx
 // whose transaction did not commit.

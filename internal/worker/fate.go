@@ -1,13 +1,17 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"github.com/skiplock/skiplock/internal/errtext"
+)
 
 // Result is what one handler run returned, in the runtime's terms: the root
 // package translates a handler's error into it, and Decide turns it, with
 // the run's state, into the Outcome to write.
 type Result struct {
 	// Err is the handler's error; nil means success. Its text becomes the
-	// job's error text (made storable by ErrorText).
+	// job's error text (made storable by errtext.Text).
 	Err error
 	// Snooze asks to run the job again after SnoozeFor without spending the
 	// attempt.
@@ -73,7 +77,7 @@ const (
 // Decide is the one place where a job's fate is decided: from the job (its
 // attempt and max_attempts), what its handler returned and the state of the
 // run, the Outcome to write. It is pure; every error text it returns is
-// made storable by ErrorText.
+// made storable by errtext.Text.
 //
 // In order: a job that never reached its handler or whose handler was
 // abandoned is handed back; a job the handler sent back to the table in its
@@ -131,7 +135,7 @@ func handlerOutcome(j *Job, res Result) Outcome {
 	case res.Snooze:
 		return Outcome{Kind: Snooze, Delay: res.SnoozeFor}
 	case res.Final != "":
-		return Outcome{Kind: DeadLetter, Reason: res.Final, Error: ErrorText(res.Err.Error())}
+		return Outcome{Kind: DeadLetter, Reason: res.Final, Error: errtext.Text(res.Err.Error())}
 	case res.Panicked:
 		return failure(j, res, reasonPanic, res.Err.Error())
 	case res.TimedOut > 0:
@@ -148,13 +152,13 @@ func failure(j *Job, res Result, reason, text string) Outcome {
 		maxAttempts = min(maxAttempts, res.MaxAttempts)
 	}
 	if j.Attempt >= maxAttempts {
-		return Outcome{Kind: DeadLetter, Reason: reason, Error: ErrorText(text)}
+		return Outcome{Kind: DeadLetter, Reason: reason, Error: errtext.Text(text)}
 	}
 	var delay time.Duration
 	if res.Backoff != nil {
 		delay = res.Backoff(j.Attempt)
 	}
-	return Outcome{Kind: Retry, Reason: reason, Delay: delay, Error: ErrorText(text)}
+	return Outcome{Kind: Retry, Reason: reason, Delay: delay, Error: errtext.Text(text)}
 }
 
 // Settled is what became of a job once its outcome was written.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/skiplock/skiplock/internal/errtext"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -19,7 +20,7 @@ func TestDecide(t *testing.T) {
 	first := &Job{ClaimedRow: store.ClaimedRow{Attempt: 1, MaxAttempts: 3}}
 	last := &Job{ClaimedRow: store.ClaimedRow{Attempt: 3, MaxAttempts: 3}}
 	hostile := errors.New("crash\x00dump \xff\xfe end")
-	huge := errors.New(strings.Repeat("é", MaxErrorBytes)) // 2 bytes a character
+	huge := errors.New(strings.Repeat("é", errtext.MaxBytes)) // 2 bytes a character
 
 	cases := []struct {
 		name string
@@ -90,7 +91,7 @@ func TestDecide(t *testing.T) {
 		{"hostile final error text is made storable", first, Result{Err: hostile, Final: "discarded"}, RunState{},
 			Outcome{Kind: DeadLetter, Reason: "discarded", Error: "crash\uFFFDdump \uFFFD end"}},
 		{"huge error text is bounded", last, Result{Err: huge}, RunState{},
-			Outcome{Kind: DeadLetter, Reason: "error", Error: strings.Repeat("é", (MaxErrorBytes-len(cutMark))/2) + cutMark}},
+			Outcome{Kind: DeadLetter, Reason: "error", Error: strings.Repeat("é", (errtext.MaxBytes-len(errtext.CutMark))/2) + errtext.CutMark}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

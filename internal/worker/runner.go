@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/sentinel"
 	"github.com/skiplock/skiplock/internal/service"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -67,7 +68,7 @@ type Outcome struct {
 	Kind   OutcomeKind
 	Delay  time.Duration
 	Reason string // DeadLetter: error, panic, timeout, discarded, cancelled, unknown_kind; Retry: error, panic, timeout
-	Error  string // for last_error (storable: see ErrorText); never contains payload data put there by skiplock
+	Error  string // for last_error (storable: see errtext.Text); never contains payload data put there by skiplock
 	Refund bool
 	// CompletedTx: the handler completed the job in its own transaction and
 	// committed it. The outcome (a Retry or DeadLetter) is a fallback for a
@@ -89,8 +90,8 @@ type Handler func(ctx context.Context, job *Job) Result
 
 // Causes of a handler's context cancellation.
 var (
-	ErrLeaseLost = errors.New("skiplock: lease lost")
-	ErrCancelled = errors.New("skiplock: job cancelled")
+	ErrLeaseLost = sentinel.ErrLeaseLost // the public skiplock.ErrLeaseLost
+	ErrCancelled = sentinel.ErrCancelled // the public skiplock.ErrCancelled
 	ErrHardStop  = errors.New("skiplock: worker stopping")
 )
 

@@ -774,7 +774,7 @@ func TestBadInputMatrix(t *testing.T) {
 		_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: "q", Kind: "k", UniqueKey: fmt.Sprint("u", i)})
 		require.NoError(t, err)
 	}
-	require.NoError(t, c.AddSchedule(ctx, skiplock.Schedule{Name: "s1", Every: time.Hour, Queue: "q", Kind: "k"}))
+	require.NoError(t, c.ScheduleAdd(ctx, skiplock.Schedule{Name: "s1", Every: time.Hour, Queue: "q", Kind: "k"}))
 	_, err = db.Pool.Exec(ctx, `INSERT INTO skiplock.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind, reason, payload)
 		VALUES (999999, 0, 1, 1, now(), now(), 'q', 'k', 'error', '{}')`)
 	require.NoError(t, err)

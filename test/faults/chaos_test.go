@@ -468,10 +468,10 @@ func (ch *chaos) failover() string {
 		c.px.SetTarget(fmt.Sprintf("127.0.0.1:%d", next.Port()))
 	}
 	ch.cluster = next
-	_, err := ch.prodClient.AdvanceLeaseTokens(ctx)
+	_, err := ch.prodClient.LeaseTokensAdvance(ctx)
 	for i := 0; err != nil && i < 50; i++ { // the producers' pool may hand out a connection to the dead primary first
 		time.Sleep(100 * time.Millisecond)
-		_, err = ch.prodClient.AdvanceLeaseTokens(ctx)
+		_, err = ch.prodClient.LeaseTokensAdvance(ctx)
 	}
 	require.NoError(ch.t, err)
 	port := old.Port()

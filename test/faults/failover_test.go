@@ -365,7 +365,7 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 	// The runbook's advance (skiplock failover advance-tokens), then a fresh claim: every new token is above
 	// every token the old primary handed out, and the lost leases are fenced
 	// off.
-	advanced, err := client.AdvanceLeaseTokens(ctx)
+	advanced, err := client.LeaseTokensAdvance(ctx)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "UPDATE skiplock.jobs SET state = 'ready', locked_by = NULL, lease_token = NULL, lease_expires_at = NULL")
 	require.NoError(t, err) // as the reaper would once the leases expire

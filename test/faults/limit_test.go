@@ -46,9 +46,9 @@ func TestLimitWithRoomHoldsThroughKill9AndSIGSTOP(t *testing.T) {
 func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 	e := newEnv(t)
 	ctx := context.Background()
-	require.NoError(t, e.client.SetLimit(ctx, skiplock.Limit{Name: "cap", Kind: "job", Concurrency: limit}))
+	require.NoError(t, e.client.LimitSet(ctx, skiplock.Limit{Name: "cap", Kind: "job", Concurrency: limit}))
 	if rate > 0 { // checked over every window of the run
-		require.NoError(t, e.client.SetLimit(ctx, skiplock.Limit{Name: "pace", Queue: "default", Rate: rate, Per: time.Second}))
+		require.NoError(t, e.client.LimitSet(ctx, skiplock.Limit{Name: "pace", Queue: "default", Rate: rate, Per: time.Second}))
 		// The workers prune starts older than the window (every 7.5–12.5
 		// s): the check reads a copy of every start committed, made in the
 		// starting transaction.

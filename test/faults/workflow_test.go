@@ -196,7 +196,7 @@ func runWorkflowFaults(t *testing.T, e *env, what string, pause int, fault func(
 	// the wait's checkpoint), whatever the faults do meanwhile.
 	send := func(id int64) error {
 		for n := 1; n <= 2; n++ {
-			if _, err := e.client.Signal(ctx, "go", skiplock.SignalTarget{WorkflowID: id}, map[string]int{"n": n}); err != nil {
+			if _, err := e.client.SignalSend(ctx, "go", skiplock.SignalTarget{WorkflowID: id}, map[string]int{"n": n}); err != nil {
 				return err
 			}
 		}

@@ -372,7 +372,7 @@ func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skip
 			return err
 		}
 	}
-	if _, err := skiplock.StepTx(ctx, "two", func(ctx context.Context, tx pgx.Tx) (int, error) {
+	if _, err := skiplock.StepTx(ctx, "two", func(ctx context.Context, tx skiplock.Tx) (int, error) {
 		_, err := tx.Exec(ctx, "INSERT INTO public.wf_effects (job_id, task_id, step) VALUES ($1, $2, 'two')", j.ID, info.TaskID)
 		return 2, err
 	}); err != nil {

@@ -1,44 +1,48 @@
-package worker
+// Package errtext makes a job's error text storable and bounded: the one
+// home of that rule, used by the runtime (a handler's error) and by the CLI's
+// --exec worker (the tail of a child's stderr). It imports nothing of
+// skiplock's.
+package errtext
 
 import (
 	"strings"
 	"unicode/utf8"
 )
 
-// MaxErrorBytes bounds a job's error text as stored (last_error, the
+// MaxBytes bounds a job's error text as stored (last_error, the
 // dead-letter error) and logged: at most this many bytes, the cut mark
 // included.
-const MaxErrorBytes = 4096
+const MaxBytes = 4096
 
-// cutMark ends an error text that was cut to MaxErrorBytes.
-const cutMark = "…"
+// CutMark ends an error text that was cut to MaxBytes.
+const CutMark = "…"
 
-// ErrorText makes s storable as a job's error text, whatever bytes a
+// Text makes s storable as a job's error text, whatever bytes a
 // handler put in it: invalid UTF-8 sequences and NUL bytes (which
 // PostgreSQL's text refuses) become U+FFFD, and text longer than
-// MaxErrorBytes is cut on a character boundary and marked with "…".
+// MaxBytes is cut on a character boundary and marked with "…".
 // It is idempotent.
-func ErrorText(s string) string {
+func Text(s string) string {
 	if !utf8.ValidString(s) {
 		s = strings.ToValidUTF8(s, "\uFFFD")
 	}
 	if strings.IndexByte(s, 0) >= 0 {
 		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
 	}
-	if len(s) <= MaxErrorBytes {
+	if len(s) <= MaxBytes {
 		return s
 	}
-	cut := MaxErrorBytes - len(cutMark)
+	cut := MaxBytes - len(CutMark)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return s[:cut] + cutMark
+	return s[:cut] + CutMark
 }
 
-// ErrorTail returns the last max bytes of b (all of b if shorter) as error
-// text: starting on a character boundary, then made storable by ErrorText.
+// Tail returns the last max bytes of b (all of b if shorter) as error
+// text: starting on a character boundary, then made storable by Text.
 // It is for output whose end says most, such as a child process's stderr.
-func ErrorTail(b []byte, max int) string {
+func Tail(b []byte, max int) string {
 	if max < 0 {
 		max = 0
 	}
@@ -50,5 +54,5 @@ func ErrorTail(b []byte, max int) string {
 			b = b[1:]
 		}
 	}
-	return ErrorText(string(b))
+	return Text(string(b))
 }
