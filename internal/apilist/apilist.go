@@ -125,8 +125,10 @@ func constValue(c *types.Const) string {
 	if v.Kind() == constant.String {
 		return v.ExactString()
 	}
-	if n, ok := constant.Int64Val(v); ok && types.TypeString(c.Type(), nil) == "time.Duration" {
-		return fmt.Sprintf("%s (%s)", v.String(), time.Duration(n))
+	if v.Kind() == constant.Int && types.TypeString(c.Type(), nil) == "time.Duration" {
+		if n, ok := constant.Int64Val(v); ok {
+			return fmt.Sprintf("%s (%s)", v.String(), time.Duration(n))
+		}
 	}
 	return v.String()
 }
