@@ -21,7 +21,7 @@ CORE_PKGS  = $(shell $(GO) list ./... | grep -v -e /test/faults -e /test/exactly
 FAST_PKGS  = $(shell $(GO) list ./... | grep -v -e /test/ -e /bench)
 PARALLEL  ?= 4
 
-.PHONY: run test test-fast test-faults lint test-go api bench bench-peers pressure build chaos chaos-long chaos-failover fuzz e2e
+.PHONY: run test test-fast test-faults lint test-go api docs bench bench-peers pressure build chaos chaos-long chaos-failover fuzz e2e
 
 run:
 	$(GO) run ./cmd/skiplock dev
@@ -51,6 +51,13 @@ test-faults:
 # listings from the code; commit them with the change (docs/api.md).
 api:
 	$(GO) test -count=1 -run '^TestAPIMatchesListing$$' ./internal/apilist -update
+
+# Regenerate what is generated from the code: the CLI reference from the
+# command tree (docs/reference/cli.md) and today's schema (schema.sql); tests
+# fail while either is stale.
+docs:
+	$(GO) test -count=1 -run '^TestCLIReferenceIsCurrent$$' ./cmd/skiplock -update
+	$(GO) generate ./internal/migrations
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -105,9 +105,9 @@ database reached directly).`,
 		"(default $SKIPLOCK_LISTEN_URL); with --database-url repeated, give it once per --database-url, in the same order (\"\" for a database that LISTENs on its own URL)")
 	fl.DurationVar(&f.pollInterval, "poll-interval", time.Second, "backstop poll interval")
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
-	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
-	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by `job get` (default 24h; at least 1h; negative: forever)")
-	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by `workflow get` (default 168h; at least 1h; negative: forever)")
+	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for 'job get' (Config.DeleteCompleted)")
+	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by 'job get' (default 24h; at least 1h; negative: forever)")
+	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by 'workflow get' (default 168h; at least 1h; negative: forever)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464; "+
 		"beyond loopback it needs SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN), as serve does")
 	fl.StringArrayVar(&f.metricsHosts, "metrics-allowed-host", nil, "a host name the --metrics-addr listener also answers to (repeatable; * for any)")
