@@ -78,7 +78,7 @@ var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": tru
 // subcommands are the constructors of the top-level commands, in the order
 // `skiplock --help` lists them (cobra sorts them by name).
 var subcommands = []func(*globals) *cobra.Command{
-	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newJobCmd, newLimitCmd,
+	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newImportCmd, newJobCmd, newLimitCmd,
 	newMigrateCmd, newQueueCmd, newScheduleCmd, newServeCmd, newStatsCmd, newTenantCmd, newTopCmd, newSignalCmd,
 	newWorkCmd, newWorkflowCmd,
 }
