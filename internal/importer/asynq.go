@@ -21,7 +21,7 @@ import (
 // AsynqBytesKey is the key of the one-key object an asynq payload becomes
 // when it is not a JSON object skiplock can store: {"$asynq_bytes":
 // "<standard base64 of the payload's bytes>"}. A handler reads the bytes
-// back with a field `B []byte `json:"$asynq_bytes"“ (encoding/json decodes
+// back with a field of type []byte tagged json:"$asynq_bytes" (encoding/json decodes
 // base64 into a []byte). A JSON object payload is stored as it is.
 const AsynqBytesKey = "$asynq_bytes"
 
