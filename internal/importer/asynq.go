@@ -82,6 +82,10 @@ type asynqImport struct {
 	states []string
 	lt     lockTimer
 	sum    *Summary
+	// refused are the tasks of this run that skiplock would not take and
+	// that went back to asynq.
+	refused   map[string]bool
+	refusedIn map[string]int64 // by queue
 }
 
 // Asynq moves asynq's waiting tasks into skiplock (see the package comment
@@ -91,7 +95,8 @@ func Asynq(ctx context.Context, o AsynqOptions) (Summary, error) {
 		o.BatchSize = DefaultBatchSize
 	}
 	sum := newSummary("asynq", o.DryRun)
-	a := &asynqImport{o: o, q: sqlfile.Render(rawSQL, "skiplock", nil), states: AsynqStates, sum: &sum}
+	a := &asynqImport{o: o, q: sqlfile.Render(rawSQL, "skiplock", nil), states: AsynqStates, sum: &sum,
+		refused: map[string]bool{}, refusedIn: map[string]int64{}}
 	if o.Archived {
 		a.states = append(append([]string(nil), AsynqStates...), "archived")
 	}
@@ -231,6 +236,9 @@ func (a *asynqImport) leftBehind(ctx context.Context, q string) error {
 	for _, c := range waiting {
 		w += c.Val()
 	}
+	if len(waiting) > 0 {
+		w -= a.refusedIn[q] // counted as invalid already
+	}
 	add("waiting (busy in asynq or enqueued during the import)", w)
 	return nil
 }
@@ -243,9 +251,17 @@ func (a *asynqImport) importQueue(ctx context.Context, q string) error {
 	}
 	for _, state := range a.states {
 		for {
-			ids, err := a.list(ctx, q, state, int64(a.o.BatchSize))
+			// Tasks refused earlier in this run went back where asynq
+			// takes them from next: read past them.
+			listed, err := a.list(ctx, q, state, int64(a.o.BatchSize+len(a.refused)))
 			if err != nil {
 				return fmt.Errorf("asynq: list %s tasks: %w", state, err)
+			}
+			var ids []string
+			for _, id := range listed {
+				if !a.refused[id] && len(ids) < a.o.BatchSize {
+					ids = append(ids, id)
+				}
 			}
 			if len(ids) == 0 {
 				break
@@ -311,6 +327,8 @@ func (a *asynqImport) process(ctx context.Context, q string, held []heldTask, st
 		if err != nil {
 			a.sum.Left[invalidReason(err)]++
 			refused = append(refused, h.id)
+			a.refused[h.id] = true
+			a.refusedIn[q]++
 			continue
 		}
 		params = append(params, p)
