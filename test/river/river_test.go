@@ -489,3 +489,44 @@ func TestRiverImportCrash(t *testing.T) {
 		t.Errorf("%d River rows left (%v)", left, err)
 	}
 }
+
+// TestRiverImportFromAnotherDatabase moves River's jobs from a database of
+// their own (--from-url): skiplock commits first, then River's rows go;
+// every job carries a unique key, so a second run while they are in flight
+// makes nothing new.
+func TestRiverImportFromAnotherDatabase(t *testing.T) {
+	ctx := context.Background()
+	db := dbtest.New(t)
+	rdb := dbtest.NewEmpty(t)
+	migrateRiver(t, rdb.Pool)
+	rc, err := river.NewClient(riverpgxv5.New(rdb.Pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i := range 7 {
+		res, err := rc.Insert(ctx, emailArgs{To: fmt.Sprint(i)}, &river.InsertOpts{Queue: "mail", Priority: 1 + i%4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Job.ID)
+	}
+	client, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := importer.River(ctx, importer.RiverOptions{Source: rdb.Pool, Dest: db.Pool, Client: client, BatchSize: 3})
+	if err != nil || sum.MovedTotal != 7 {
+		t.Fatalf("import: %+v, %v", sum, err)
+	}
+	jobs := importedJobs(t, db)
+	for _, id := range ids {
+		if len(jobs[id]) != 1 || jobs[id][0].uniqueKey != fmt.Sprintf("river:%d", id) {
+			t.Errorf("River job %d: %+v", id, jobs[id])
+		}
+	}
+	var left int
+	if err := rdb.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d River rows left (%v)", left, err)
+	}
+}
