@@ -18,7 +18,9 @@ for i = 3, #ARGV do
   local removed = 0
   local score = ""
   if state == "pending" then
-    removed = redis.call("LREM", ARGV[1] .. "pending", 0, id)
+    -- From the tail, where the import reads its batch (and asynq
+    -- dequeues): LREM with count 0 would scan the whole list per task.
+    removed = redis.call("LREM", ARGV[1] .. "pending", -1, id)
   elseif state == "scheduled" or state == "retry" or (state == "archived" and ARGV[2] == "1") then
     score = redis.call("ZSCORE", ARGV[1] .. state, id) or ""
     removed = redis.call("ZREM", ARGV[1] .. state, id)
