@@ -530,3 +530,46 @@ func TestRiverImportFromAnotherDatabase(t *testing.T) {
 		t.Errorf("%d River rows left (%v)", left, err)
 	}
 }
+
+// TestRiverImportLeaves checks what the import leaves in River, and says
+// so: a unique job whose key a waiting skiplock job holds, and a job skiplock
+// would refuse (scheduled more than five years ahead), both still River's.
+func TestRiverImportLeaves(t *testing.T) {
+	ctx := context.Background()
+	db := dbtest.New(t)
+	migrateRiver(t, db.Pool)
+	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rc.Insert(ctx, emailArgs{To: "dup@example.com"}, &river.InsertOpts{Queue: "mail", UniqueOpts: river.UniqueOpts{ByArgs: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unique := res.Job
+	res, err = rc.Insert(ctx, reportArgs{Day: "2040-01-01"}, &river.InsertOpts{Queue: "reports", ScheduledAt: time.Now().AddDate(6, 0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	far := res.Job
+	client, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(ctx, skiplock.EnqueueParams{Queue: "mail", Kind: "email",
+		UniqueKey: "river:" + hex.EncodeToString(unique.UniqueKey)}); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := importer.River(ctx, importer.RiverOptions{Source: db.Pool, Dest: db.Pool, Client: client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.MovedTotal != 0 || sum.Left["unique key held"] != 1 || sum.Left["invalid: run_at"] != 1 || len(sum.Left) != 2 {
+		t.Fatalf("summary: %+v", sum)
+	}
+	for _, j := range []*rivertype.JobRow{unique, far} {
+		if s := riverState(t, db.Pool, j.ID); s != string(j.State) {
+			t.Errorf("River job %d: %s, want it left %s", j.ID, s, j.State)
+		}
+	}
+}
