@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
@@ -75,14 +76,14 @@ func heldAfterCrash(t *testing.T, ctx context.Context, a *asynqImport, q string,
 // asynq's protobuf encoder would (field numbers of asynq.proto).
 func appendTaskMessage(b []byte, typ, id, queue, payload string) []byte {
 	str := func(b []byte, num int, s string) []byte {
-		b = append(b, byte(num<<3|2), byte(len(s)))
+		b = append(b, byte(protowire.EncodeTag(protowire.Number(num), protowire.BytesType)), byte(len(s)))
 		return append(b, s...)
 	}
 	b = str(b, 1, typ)
 	b = str(b, 2, payload)
 	b = str(b, 3, id)
 	b = str(b, 4, queue)
-	return append(b, 5<<3|0, 3) // retry 3
+	return append(b, byte(protowire.EncodeTag(5, protowire.VarintType)), 3) // retry 3
 }
 
 // TestAsynqRecover settles each kind of batch a killed run leaves held: a
