@@ -371,6 +371,9 @@ func riverParams(j riverJob) skiplock.EnqueueParams {
 	if len(j.uniqueKey) > 0 && riverUniqueActive(j.uniqueStates, j.state) {
 		p.UniqueKey = "river:" + hex.EncodeToString(j.uniqueKey)
 		meta["unique_key"] = hex.EncodeToString(j.uniqueKey)
+		if j.uniqueStates != nil {
+			meta["unique_states"] = *j.uniqueStates // River's bitmask, as river_job_state_in_bitmask reads it
+		}
 	}
 	p.Metadata = fitMetadata(skiplock.Metadata{"river": meta}, "river", "errors", "metadata")
 	return p

@@ -573,3 +573,46 @@ func TestRiverImportLeaves(t *testing.T) {
 		}
 	}
 }
+
+// TestRiverImportFilters moves only the kinds and queues asked for.
+func TestRiverImportFilters(t *testing.T) {
+	ctx := context.Background()
+	db := dbtest.New(t)
+	migrateRiver(t, db.Pool)
+	rc, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"mail", "bulk"} {
+		for _, args := range []river.JobArgs{emailArgs{To: q}, reportArgs{Day: q}} {
+			if _, err := rc.Insert(ctx, args, &river.InsertOpts{Queue: q}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	client, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := importer.RiverOptions{Source: db.Pool, Dest: db.Pool, Client: client, Kinds: []string{"email"}, Queues: []string{"bulk"}}
+	sum, err := importer.River(ctx, opts)
+	if err != nil || sum.MovedTotal != 1 || sum.Moved["available"]["email"] != 1 {
+		t.Fatalf("--kind email --queue bulk: %+v, %v", sum, err)
+	}
+	opts.Queues = nil
+	sum, err = importer.River(ctx, opts)
+	if err != nil || sum.MovedTotal != 1 {
+		t.Fatalf("--kind email: %+v, %v", sum, err)
+	}
+	var left []string
+	rows, err := db.Pool.Query(ctx, `SELECT kind || '/' || queue FROM river_job ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(left) != "[report/bulk report/mail]" {
+		t.Errorf("left in River: %v", left)
+	}
+}
