@@ -31,10 +31,15 @@ test: lint test-go
 # contrib/otelskiplock is a module of its own (OpenTelemetry stays out of
 # skiplock's go.mod); it builds against this checkout through a replace.
 CONTRIB   := contrib/otelskiplock
+# test/river is a module of its own too: River's own migrator and client make
+# the schema and the jobs `skiplock import river` moves, and River needs newer
+# golang.org/x modules than skiplock's go.mod pins.
+RIVERTEST := test/river
 
 test-go:
 	$(GO) test -race -count=1 -p 2 -parallel $(PARALLEL) -timeout 15m $(CORE_PKGS)
 	cd $(CONTRIB) && $(GO) test -race -count=1 -timeout 5m ./...
+	cd $(RIVERTEST) && $(GO) test -race -count=1 -timeout 10m ./...
 
 # The fast tier: unit tests and the in-process database tests. Tests that
 # start clusters of their own or run for long are gated on testing.Short.
@@ -71,6 +76,7 @@ lint:
 	@test -x $(GOBIN)/staticcheck || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
 	$(GOBIN)/staticcheck $(PKGS)
 	cd $(CONTRIB) && $(GO) vet ./... && $(GOBIN)/staticcheck ./...
+	cd $(RIVERTEST) && $(GO) vet ./... && $(GOBIN)/staticcheck ./...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3x $(PKGS)
