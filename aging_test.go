@@ -16,6 +16,7 @@ import (
 // promoted and runs while a steady stream of higher-priority jobs would
 // otherwise keep it waiting forever; without aging it stays starved.
 func TestPriorityAgingEndsStarvation(t *testing.T) {
+	skipInShort(t, "runs for seconds of wall time")
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()

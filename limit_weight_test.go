@@ -67,6 +67,7 @@ func TestLimitWeightValidationNamesTheField(t *testing.T) {
 // start is recorded with its job's weight, the limit binds, and a job
 // heavier than the rate never runs (LimitList reports it).
 func TestWeightedRateLimitIsNeverExceeded(t *testing.T) {
+	skipInShort(t, "runs for seconds of wall time")
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
@@ -223,6 +224,7 @@ func TestIdleRateLimitedPoolDoesNotSpin(t *testing.T) {
 // starts right when enough of the window's weight has left it, though the
 // poll interval is 10 s: limit_next_start knows the waiting job's weight.
 func TestHeavyJobWakesWhenItsWeightFits(t *testing.T) {
+	skipInShort(t, "runs for seconds of wall time")
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()

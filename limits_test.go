@@ -204,6 +204,7 @@ func TestLimitsAreNeverExceeded(t *testing.T) {
 // takes as long as the rate says), every job runs once, and a limit
 // partitioned per customer holds per customer.
 func TestRateLimitIsNeverExceeded(t *testing.T) {
+	skipInShort(t, "runs for seconds of wall time")
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
@@ -349,6 +350,7 @@ func (c *claimCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 // frees, though the poll interval is 10 s, and the pool does not claim in
 // between (completions free no rate window, so they do not wake it).
 func TestRateLimitWakesWhenTheWindowFrees(t *testing.T) {
+	skipInShort(t, "runs for seconds of wall time")
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()

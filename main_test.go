@@ -11,3 +11,13 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
+
+// skipInShort leaves a test that runs for seconds of wall time (rate
+// windows, reaper turns, aging passes) out of `make test-fast` (-short);
+// `make test` still runs it.
+func skipInShort(t *testing.T, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: %s; make test runs it", why)
+	}
+}

@@ -17,6 +17,7 @@ import (
 // entries, so four processes must not pay for it four times. An expired
 // lease still goes back to ready.
 func TestFleetTakesOneReaperTurnPerInterval(t *testing.T) {
+	skipInShort(t, "runs for seconds of wall time")
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()

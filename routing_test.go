@@ -336,6 +336,7 @@ type span struct {
 // each, many jobs over a few entities. No two runs of one entity overlap;
 // runs of different entities do.
 func TestEntitySerializationUnderConcurrency(t *testing.T) {
+	skipInShort(t, "runs for seconds of wall time")
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
