@@ -80,6 +80,11 @@ type Outcome struct {
 	// transaction (Result.SnoozedTx); Kind is Nothing and it settles as
 	// snoozed.
 	SnoozedTx bool
+	// MaxAttempts is the job's effective attempt budget when the handler's
+	// cap (Result.MaxAttempts) is below the job's own: a Retry or
+	// DeadLetter writes it into the job's max_attempts, so that what is
+	// stored, logged and shown is the budget that decided. 0: the job's own.
+	MaxAttempts int
 }
 
 // Handler runs one job and reports what it returned; Decide makes that the
