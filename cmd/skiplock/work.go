@@ -46,6 +46,7 @@ type workFlags struct {
 	pollInterval time.Duration
 	execCmd      string
 	metricsAddr  string
+	fleetMetrics bool
 	// metricsHosts and insecureNoAuth are --metrics-allowed-host and
 	// --insecure-no-auth: the metrics listener follows serve's rules.
 	metricsHosts   []string
@@ -109,8 +110,9 @@ database reached directly).`,
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for `job get` (Config.DeleteCompleted)")
 	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by `job get` (default 24h; at least 1h; negative: forever)")
 	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by `workflow get` (default 168h; at least 1h; negative: forever)")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464; "+
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters: claims, runs and outcomes by queue and kind, durations) and /healthz on this address, e.g. 127.0.0.1:9464; "+
 		"beyond loopback it needs SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN), as serve does")
+	fl.BoolVar(&f.fleetMetrics, "fleet-metrics", false, "also serve the fleet metrics (the queue's health read from the database) at --metrics-addr; give it to one process of the fleet only, or serve them with `skiplock serve` instead")
 	fl.StringArrayVar(&f.metricsHosts, "metrics-allowed-host", nil, "a host name the --metrics-addr listener also answers to (repeatable; * for any)")
 	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow --metrics-addr beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read queue and kind names and counts)")
 	return cmd
@@ -165,6 +167,9 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 	// --log-format json) never interleave within a line.
 	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	log := g.logger(stderr)
+	if f.fleetMetrics && f.metricsAddr == "" {
+		return usageError("--fleet-metrics: needs --metrics-addr")
+	}
 	metricsAccess, err := g.workMetricsAccess(f, log)
 	if err != nil {
 		return err
@@ -214,10 +219,10 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 		}
 		clients = append(clients, c)
 		dbs = append(dbs, metrics.Database{Name: databaseLabel(pool), Pool: pool, Schema: g.schema,
-			Collectors: []prometheus.Collector{metrics.NewClientCollector(c)}})
+			Collectors: []prometheus.Collector{metrics.NewClientCollector(c)}, ProcessOnly: !f.fleetMetrics})
 	}
 	if f.metricsAddr != "" {
-		h := metrics.Handler(dbs[0].Pool, g.schema, dbs[0].Collectors...)
+		h := g.workMetricsHandler(dbs[0].Pool, f.fleetMetrics, dbs[0].Collectors...)
 		if len(dbs) > 1 {
 			h = metrics.HandlerForDatabases(dbs)
 		}
@@ -743,10 +748,19 @@ func (t *tailBuffer) String() string {
 	return errtext.Tail(t.buf, t.max)
 }
 
+// workMetricsHandler is what --metrics-addr serves over one database: this
+// process's metrics, and with fleet (--fleet-metrics) the queue's health.
+func (g *globals) workMetricsHandler(pool *pgxpool.Pool, fleet bool, cs ...prometheus.Collector) http.Handler {
+	if fleet {
+		return metrics.Handler(pool, g.schema, cs...)
+	}
+	return metrics.ProcessHandler(cs...)
+}
+
 // workerMetricsServer is the --metrics-addr server: /metrics and /healthz,
 // with the same timeouts as serve.
 func (g *globals) workerMetricsServer(pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) *http.Server {
-	return metricsServer(metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)), log)
+	return metricsServer(g.workMetricsHandler(pool, false, metrics.NewClientCollector(c)), log)
 }
 
 // metricsServer serves h at /metrics, and /healthz.

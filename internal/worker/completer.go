@@ -19,6 +19,10 @@ import (
 type result struct {
 	job *Job
 	out Outcome
+	// ran: the handler was called, and took took (for the per-kind
+	// duration histogram).
+	ran  bool
+	took time.Duration
 }
 
 // completer writes outcomes in batches: while one batch is being written the
@@ -278,6 +282,7 @@ func (c *completer) wakeEntityQueues(queues []string) {
 
 // count updates the counters for one settled outcome and logs it.
 func (r *Runner) count(res result, s Settled) {
+	r.kinds.add(res.job.Queue, res.job.Kind, s, res.ran, res.took)
 	switch s {
 	case Completed:
 		r.completed.Add(1)
