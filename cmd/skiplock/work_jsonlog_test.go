@@ -129,3 +129,19 @@ func inFlight(ctx context.Context, db *dbtest.DB) (int, error) {
 	err := db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+db.Schema+".jobs").Scan(&n)
 	return n, err
 }
+
+// The notes commands print on stderr (a dry run, a warning) are JSON
+// records under --log-format json too.
+func TestCommandNotesAreJSON(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	for _, args := range [][]string{
+		{"queue", "pause", "typo-queue"},
+		{"dlq", "replay", "--kind", "nothing"},
+	} {
+		code, _, stderr := runCLI(t, append(args, "--log-format", "json", "--database-url", db.URL)...)
+		require.Equal(t, 0, code, "%v: %s", args, stderr)
+		recs := requireJSONLines(t, []byte(stderr))
+		require.NotEmpty(t, recs, args)
+	}
+}
