@@ -84,7 +84,10 @@ own migrated skiplock schema): one client per database, each with --concurrency 
 its own, its own claim loop, LISTEN connection, reaper and scheduler, so a backlog in one
 database never takes slots from another, and a database that is down (at start or
 later) holds up none of the others. Log lines then carry database=host:port/name, and
---metrics-addr serves every database's metrics with a database label. Behind a
+--metrics-addr serves every database's metrics with a database label.
+--metrics-addr serves this process's own metrics (sum them over the fleet); the queue's
+health read from the database comes from one place: skiplock serve, or --fleet-metrics on
+one worker. Behind a
 transaction-mode pooler, give --listen-url once per --database-url, in the same order:
 the first --listen-url is the first database's direct URL for LISTEN, and so on ("" for a
 database reached directly).`,
