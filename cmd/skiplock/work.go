@@ -656,24 +656,32 @@ type outputLines struct {
 
 func (l *outputLines) Write(p []byte) (int, error) {
 	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 || i > execLineBytes {
-			break
-		}
-		l.run.emit(l.name, l.buf[:i], l.part)
-		l.buf, l.part = l.buf[i+1:], false
-	}
-	for len(l.buf) > execLineBytes {
-		l.run.emit(l.name, l.buf[:execLineBytes], true)
-		l.buf, l.part = l.buf[execLineBytes:], true
-	}
+	l.lines()
 	l.buf = append([]byte(nil), l.buf...) // let the pipe's buffer go
 	return len(p), nil
 }
 
+// lines logs every whole line in buf, and the parts of a line longer than
+// execLineBytes; what is left is the start of a line.
+func (l *outputLines) lines() {
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		switch {
+		case i >= 0 && i <= execLineBytes:
+			l.run.emit(l.name, l.buf[:i], l.part)
+			l.buf, l.part = l.buf[i+1:], false
+		case len(l.buf) > execLineBytes:
+			l.run.emit(l.name, l.buf[:execLineBytes], true)
+			l.buf, l.part = l.buf[execLineBytes:], true
+		default:
+			return
+		}
+	}
+}
+
 // flush logs what is left of a last line without a newline.
 func (l *outputLines) flush() {
+	l.lines()
 	if len(l.buf) > 0 {
 		l.run.emit(l.name, l.buf, l.part)
 		l.buf = nil

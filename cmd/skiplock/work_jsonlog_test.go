@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -144,4 +145,33 @@ func TestCommandNotesAreJSON(t *testing.T) {
 		recs := requireJSONLines(t, []byte(stderr))
 		require.NotEmpty(t, recs, args)
 	}
+}
+
+// outputLines: whole lines one record each, a long line in parts marked
+// part, a last line without a newline logged at flush, and no record
+// holding a newline.
+func TestOutputLines(t *testing.T) {
+	var buf bytes.Buffer
+	g := testGlobals()
+	g.logFormat = "json"
+	run := &outputLog{log: g.loggerAt(&buf, slog.LevelDebug), left: execOutputCap}
+	l := run.stream("stderr")
+	long := strings.Repeat("y", execLineBytes+10)
+	for _, chunk := range []string{"one\ntw", "o\n" + long, "\nthree\nfo", "ur"} {
+		_, err := l.Write([]byte(chunk))
+		require.NoError(t, err)
+	}
+	l.flush()
+	var got []string
+	var parts int
+	for _, r := range requireJSONLines(t, buf.Bytes()) {
+		line := r["line"].(string)
+		require.NotContains(t, line, "\n")
+		got = append(got, line)
+		if r["part"] == true {
+			parts++
+		}
+	}
+	require.Equal(t, []string{"one", "two", long[:execLineBytes], long[execLineBytes:], "three", "four"}, got)
+	require.Equal(t, 2, parts)
 }
