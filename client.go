@@ -218,9 +218,11 @@ func (c *Client) StopAndCancel(ctx context.Context) error {
 type Stats struct {
 	// Claimed, Completed, Failed, DeadLettered and LeaseLost count jobs
 	// since Start: claimed by this process; completed; failed attempts
-	// (see below); moved to the dead-letter table; and whose lease was
-	// found lost (their outcome was not written by this process). Failed
-	// counts every failed attempt, retried or dead-lettered.
+	// (see below); moved to the dead-letter table (by a handler's final
+	// failure, or by this process's reaper: a lease expired at the last
+	// attempt); and whose lease was found lost (their outcome was not
+	// written by this process). Failed counts every failed attempt, retried
+	// or dead-lettered.
 	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
 	// Running is the number of handlers running now.
 	Running int
@@ -258,6 +260,56 @@ func (c *Client) Stats() Stats {
 	}
 	// The runtime's counters have Stats's fields in Stats's order: a copy.
 	return Stats(r.Stats())
+}
+
+// KindStats is one (queue, kind) pair's handler runs and outcomes in this
+// process since Start (Client.KindStats): the counts behind the process
+// metrics by queue and kind.
+type KindStats struct {
+	// Queue and Kind name the pair. A process keeps at most MaxKindSeries
+	// pairs; the kinds seen after that are counted as OtherKind.
+	Queue, Kind string
+	// What became of the jobs: completed, retried after a failure,
+	// snoozed, handed back (released), moved to the dead-letter table,
+	// whose lease was lost, and whose outcome the database refused
+	// (unwritten: the reaper returns them).
+	Completed, Retried, Snoozed, Released, DeadLettered, LeaseLost, Unwritten int64
+	// Runs counts the handler runs; RunCounts is the cumulative count of
+	// those that took at most each RunBuckets bound; RunSum is their total
+	// duration (a Prometheus histogram's parts).
+	Runs      uint64
+	RunCounts []uint64
+	RunSum    time.Duration
+}
+
+// RunBuckets are the upper bounds, in seconds, of the handler-duration
+// histogram in KindStats: 5 ms to 1 hour. A copy of the runtime's.
+var RunBuckets = slices.Clone(worker.RunBuckets)
+
+// MaxKindSeries bounds the (queue, kind) pairs KindStats keeps apart, so
+// that the metrics built on it have a bounded label set (a fallback
+// handler runs any kind).
+const MaxKindSeries = worker.MaxKindSeries
+
+// OtherKind is the kind KindStats counts the pairs beyond MaxKindSeries
+// under.
+const OtherKind = worker.OtherKind
+
+// KindStats returns this process's handler runs and outcomes per (queue,
+// kind) since Start, sorted by queue and kind (nil before Start).
+func (c *Client) KindStats() []KindStats {
+	c.mu.Lock()
+	r := c.runner
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	ks := r.KindStats()
+	out := make([]KindStats, len(ks))
+	for i, k := range ks {
+		out[i] = KindStats(k) // the runtime's fields, in this order
+	}
+	return out
 }
 
 // Reap returns expired leases now (the reaper also runs on its own).

@@ -1,6 +1,7 @@
 package skiplock
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,6 +118,13 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	if maxAttempts < 0 || maxAttempts > MaxAttemptsLimit {
 		return a, invalidJob("max_attempts", "must be between 1 and %d, got %d", MaxAttemptsLimit, maxAttempts)
 	}
+	// A handler this client registered for the kind with WithMaxAttempts
+	// caps the budget stored with the job, so that job get and the logs show
+	// the budget that decides (a worker elsewhere writes its cap with the
+	// first failure).
+	if hc := c.handlerMaxAttempts(p.Kind); hc > 0 && hc < cmp.Or(maxAttempts, DefaultMaxAttempts) {
+		maxAttempts = hc
+	}
 	if maxAttempts > 0 {
 		a.MaxAttempts = &maxAttempts
 	}
@@ -154,6 +162,17 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	}
 	a.Queue, a.Kind, a.Payload, a.Priority, a.Delay, a.Bump = p.Queue, p.Kind, string(raw), p.Priority, p.Delay, p.BumpSchedule
 	return a, nil
+}
+
+// handlerMaxAttempts is the WithMaxAttempts of the handler this client
+// registered for kind, 0 when none caps it.
+func (c *Client) handlerMaxAttempts(kind string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.handlers[kind]; h != nil {
+		return h.maxAttempts
+	}
+	return 0
 }
 
 // Validate checks p exactly as Enqueue would, without touching the database.

@@ -31,7 +31,9 @@ type JobRow struct {
 	// when the job is claimed (so a run cut short by a crash counts).
 	Attempt int
 	// MaxAttempts is the job's attempt budget: a failure at attempt
-	// MaxAttempts is final (WithMaxAttempts may lower it).
+	// MaxAttempts is final. It is the effective budget: the handler's
+	// WithMaxAttempts when lower than the job's (which a failure then
+	// stores with the job).
 	MaxAttempts int
 	// Payload is the job's payload as stored (a JSON object); Job.Args is
 	// it decoded.
@@ -125,6 +127,8 @@ func WithBackoff(f func(attempt int) time.Duration) HandlerOption {
 
 // WithMaxAttempts caps the attempts of jobs of this kind run by this client:
 // a failure at attempt n (or the job's own max_attempts, if lower) is final.
+// The cap is stored as the job's max_attempts: by Enqueue on this client, and
+// with the first failure wherever the job was enqueued.
 func WithMaxAttempts(n int) HandlerOption { return func(h *handlerEntry) { h.maxAttempts = n } }
 
 type handlerEntry struct {
@@ -171,6 +175,9 @@ func newEntry[T any](c *Client, fn HandlerFunc[T], opts []HandlerOption) *handle
 		// conversion is a copy, with no allocation (a field added to one and
 		// not the other fails to compile here).
 		j := &Job[T]{JobRow: JobRow(wj.ClaimedRow), WorkerID: run.worker, Metadata: run.metadata(wj.Metadata), run: run}
+		if h.maxAttempts > 0 && h.maxAttempts < j.MaxAttempts {
+			j.MaxAttempts = h.maxAttempts // the budget that decides, as the failure writes it
+		}
 		if err := decodeArgs(wj.Payload, &j.Args); err != nil {
 			return &decodeError{err: err}
 		}

@@ -270,8 +270,10 @@ func (c *Client) JobList(ctx context.Context, p JobListParams) ([]JobRecord, err
 // JobRetry gives a dead or completed job a new attempt: exactly one new
 // ready job, due now, with the old one's queue, kind, payload, priority,
 // attempt budget, tenant and entity, and a new id, which it returns. A dead
-// job leaves the dead-letter table in the same statement (so two racing
-// retries create one job); a completed job's history stays. A job in
+// job leaves the dead-letter table in the same statement; a completed job's
+// history stays. It is idempotent: a second call, concurrent or up to a week
+// later, returns the same new id and makes no second copy (to run the job
+// once more, retry that copy). A job in
 // flight is refused with a *JobStateError (ErrJobState), an unknown id with
 // ErrJobNotFound; a dead job whose unique key is in flight again is refused
 // and stays dead.
@@ -291,13 +293,16 @@ func (c *Client) JobRetry(ctx context.Context, id int64) (int64, error) {
 	return 0, &JobStateError{ID: id, State: JobState(state), Action: "retry", Allow: "dead or completed"}
 }
 
-// JobCancel cancels a job in flight and returns the state it was in
-// (JobStateReady for a scheduled job too): a ready or scheduled job goes to
+// JobCancel cancels a job in flight and returns the state it was in, as
+// JobList shows it (JobStateScheduled for a ready job not yet due): a ready
+// or scheduled job goes to
 // the dead-letter table with reason
 // "cancelled"; a running job's handler context is cancelled (its worker
 // hears of it by NOTIFY, or at the latest with its next heartbeat) and the
 // job is dead-lettered when the handler returns. A dead or completed job is
-// refused with a *JobStateError, an unknown id with ErrJobNotFound.
+// refused with a *JobStateError, an unknown id with ErrJobNotFound. It is
+// idempotent: a repeated cancel (up to a week later) returns the state the
+// first one found.
 func (c *Client) JobCancel(ctx context.Context, id int64) (JobState, error) {
 	if err := validateJobID(id); err != nil {
 		return "", err
@@ -309,13 +314,14 @@ func (c *Client) JobCancel(ctx context.Context, id int64) (JobState, error) {
 	if state != "" {
 		return JobState(state), nil
 	}
-	return "", c.refusal(ctx, id, "cancel", "ready, scheduled or running")
+	return c.repeated(ctx, id, "cancel", "ready, scheduled or running")
 }
 
 // JobDelete deletes a ready (or scheduled) job or a dead letter and returns
 // the state it was in. A running job is refused (cancel it instead), and so
 // is a completed one (the history is retired whole, by dropping its daily
-// partition); an unknown id returns ErrJobNotFound.
+// partition); an unknown id returns ErrJobNotFound. A repeated delete (up
+// to a week later) returns the state the first one found.
 func (c *Client) JobDelete(ctx context.Context, id int64) (JobState, error) {
 	if err := validateJobID(id); err != nil {
 		return "", err
@@ -327,7 +333,21 @@ func (c *Client) JobDelete(ctx context.Context, id int64) (JobState, error) {
 	if state != "" {
 		return JobState(state), nil
 	}
-	return "", c.refusal(ctx, id, "delete", "ready, scheduled or dead")
+	return c.repeated(ctx, id, "delete", "ready, scheduled or dead")
+}
+
+// repeated answers an action that found nothing to act on: what an
+// earlier call of the same action did, if one did (the action is
+// idempotent), else why it is refused.
+func (c *Client) repeated(ctx context.Context, id int64, action, allow string) (JobState, error) {
+	was, _, found, err := c.store.JobAction(ctx, c.pool, id, action)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("skiplock: job %s: %w", action, err)
+	case found:
+		return JobState(was), nil
+	}
+	return "", c.refusal(ctx, id, action, allow)
 }
 
 // refusal explains why an action found nothing to act on: the job is in

@@ -208,8 +208,10 @@ func TestDeadJobLookupRetryDelete(t *testing.T) {
 	require.Equal(t, skiplock.JobStateDead, rec.State)
 	require.Equal(t, "cancelled", rec.Outcome)
 	require.NotNil(t, rec.FinishedAt)
-	_, err = c.JobCancel(ctx, ids[0])
-	requireStateError(t, err, skiplock.JobStateDead, "cancel")
+	// A second cancel answers what the first did.
+	st, err := c.JobCancel(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateReady, st)
 
 	dead, err := c.JobList(ctx, skiplock.JobListParams{State: skiplock.JobStateDead})
 	require.NoError(t, err)
@@ -220,33 +222,27 @@ func TestDeadJobLookupRetryDelete(t *testing.T) {
 	require.Len(t, page, 1)
 	require.Equal(t, ids[0], page[0].ID)
 
-	// Eight racing retries of one dead job create exactly one job.
+	// Eight racing retries of one dead job create exactly one job, and all
+	// eight answer its id: none says "not found".
 	results := make(chan error, 8)
 	newIDs := make(chan int64, 8)
 	for range 8 {
 		go func() {
 			id, err := c.JobRetry(ctx, ids[0])
-			if err == nil {
-				newIDs <- id
-			}
+			newIDs <- id
 			results <- err
 		}()
 	}
-	var ok, notFound int
 	for range 8 {
-		err := <-results
-		switch {
-		case err == nil:
-			ok++
-		case errors.Is(err, skiplock.ErrJobNotFound):
-			notFound++
-		default:
-			t.Fatalf("retry: %v", err)
-		}
+		require.NoError(t, <-results)
 	}
-	require.Equal(t, 1, ok)
-	require.Equal(t, 7, notFound)
 	retried := <-newIDs
+	for range 7 {
+		require.Equal(t, retried, <-newIDs)
+	}
+	again, err := c.JobRetry(ctx, ids[0])
+	require.NoError(t, err)
+	require.Equal(t, retried, again, "a later retry answers the same copy")
 	rec, err = c.JobGet(ctx, retried)
 	require.NoError(t, err)
 	require.Equal(t, skiplock.JobStateReady, rec.State)
@@ -261,19 +257,58 @@ func TestDeadJobLookupRetryDelete(t *testing.T) {
 	_, err = c.JobRetry(ctx, retried)
 	requireStateError(t, err, skiplock.JobStateReady, "retry")
 
-	// Delete: the dead letter and the ready job; then they are gone.
-	st, err := c.JobDelete(ctx, ids[1])
+	// Delete: the dead letter and the ready job; then they are gone, and a
+	// repeated delete answers what the first did.
+	st, err = c.JobDelete(ctx, ids[1])
 	require.NoError(t, err)
 	require.Equal(t, skiplock.JobStateDead, st)
 	st, err = c.JobDelete(ctx, retried)
 	require.NoError(t, err)
 	require.Equal(t, skiplock.JobStateReady, st)
-	for _, id := range []int64{ids[1], retried} {
+	for id, was := range map[int64]skiplock.JobState{ids[1]: skiplock.JobStateDead, retried: skiplock.JobStateReady} {
 		_, err = c.JobGet(ctx, id)
 		require.ErrorIs(t, err, skiplock.ErrJobNotFound)
-		_, err = c.JobDelete(ctx, id)
-		require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+		st, err = c.JobDelete(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, was, st)
 	}
+	_, err = c.JobDelete(ctx, 999999)
+	require.ErrorIs(t, err, skiplock.ErrJobNotFound)
+}
+
+// Racing retries of one completed job make one copy; each answers its id.
+func TestRetryCompletedJobOnce(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 20 * time.Millisecond})
+	require.NoError(t, skiplock.Handle(c, "once", func(context.Context, *skiplock.Job[map[string]any]) error { return nil }))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "once"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	getEventually(t, c, r.ID, skiplock.JobStateCompleted)
+	require.NoError(t, c.Stop(ctx))
+
+	ids := make(chan int64, 8)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			id, err := c.JobRetry(ctx, r.ID)
+			ids <- id
+			errs <- err
+		}()
+	}
+	first := int64(0)
+	for range 8 {
+		require.NoError(t, <-errs)
+		id := <-ids
+		if first == 0 {
+			first = id
+		}
+		require.Equal(t, first, id)
+	}
+	require.NotEqual(t, r.ID, first)
+	require.Equal(t, 1, countJobs(t, db.Pool, "kind = 'once'"), "one copy")
 }
 
 // A retried dead job whose unique key is in flight again stays dead.
@@ -353,6 +388,59 @@ func TestRunningJobCancelAndScheduled(t *testing.T) {
 	st, err = c.JobDelete(ctx, later.ID)
 	require.NoError(t, err)
 	require.Equal(t, skiplock.JobStateScheduled, st)
+
+	// Cancel reports the state job list shows: scheduled, not ready.
+	soon, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "long", Delay: time.Hour})
+	require.NoError(t, err)
+	st, err = c.JobCancel(ctx, soon.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateScheduled, st)
+	st, err = c.JobCancel(ctx, soon.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateScheduled, st, "a repeated cancel answers the first")
+	st, err = c.JobCancel(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateRunning, st, "the running job's repeated cancel too")
+}
+
+// A handler's WithMaxAttempts is the budget stored with the job: stamped by
+// Enqueue on the client that registered it, and written with the first
+// failure when another client enqueued the job.
+func TestHandlerMaxAttemptsIsStored(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	producer := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	elsewhere, err := producer.Enqueue(ctx, skiplock.EnqueueParams{Kind: "flaky"})
+	require.NoError(t, err)
+	rec, err := producer.JobGet(ctx, elsewhere.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.DefaultMaxAttempts, rec.MaxAttempts)
+
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 20 * time.Millisecond,
+		Backoff: func(int) time.Duration { return 0 }})
+	seen := make(chan int, 16)
+	require.NoError(t, skiplock.Handle(c, "flaky", func(_ context.Context, j *skiplock.Job[map[string]any]) error {
+		seen <- j.MaxAttempts
+		return errors.New("always")
+	}, skiplock.WithMaxAttempts(3)))
+	here, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "flaky"})
+	require.NoError(t, err)
+	rec, err = c.JobGet(ctx, here.ID)
+	require.NoError(t, err)
+	require.Equal(t, 3, rec.MaxAttempts, "stamped at enqueue")
+
+	require.NoError(t, c.Start(ctx))
+	for _, id := range []int64{elsewhere.ID, here.ID} {
+		rec = getEventually(t, c, id, skiplock.JobStateDead)
+		require.Equal(t, 3, rec.Attempt)
+		require.Equal(t, 3, rec.MaxAttempts, "job %d: the budget that decided", id)
+	}
+	require.NoError(t, c.Stop(ctx))
+	close(seen)
+	for m := range seen {
+		require.Equal(t, 3, m, "the handler sees the effective budget")
+	}
 }
 
 // Bad input is an error naming the field, and changes nothing.

@@ -626,7 +626,8 @@ func TestReplayAndPurgeOne(t *testing.T) {
 	assert.Equal(t, 2, f.count(`SELECT count(*) FROM skiplock.jobs_dead`))
 	assert.Equal(t, 1, f.count(`SELECT count(*) FROM skiplock.jobs WHERE kind = 'webhook.deliver'`))
 	code, _, _ = f.do(http.MethodPost, fmt.Sprintf("/jobs/%d/replay", f.deadIDs[0]), url.Values{}, nil)
-	assert.Equal(t, http.StatusConflict, code, "a dead letter replays once")
+	assert.Equal(t, http.StatusSeeOther, code, "a second replay answers the first's copy")
+	assert.Equal(t, 1, f.count(`SELECT count(*) FROM skiplock.jobs WHERE kind = 'webhook.deliver'`), "a dead letter replays once")
 
 	sig := "POST https://hooks.example.com/1: 503 " + hostile
 	form := url.Values{"kind": {"webhook.deliver"}, "signature": {sig}, "confirm": {"yes"}}

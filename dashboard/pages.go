@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/health"
 )
@@ -495,18 +496,29 @@ func (d *Dashboard) replayJob(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := d.timeout(r)
 	defer cancel()
-	n, err := sh.client.DeadLetterReplay(ctx, skiplock.DeadLetterFilter{IDs: []int64{id}}, skiplock.DeadLetterReplayOptions{})
-	if err != nil {
-		d.dbFail(w, r, "replay", err)
-		return
+	// JobRetry, not a replay by id: it is idempotent, so a double click
+	// (or two operators) makes one copy and the second answers the first's.
+	// Only a dead letter (or one replayed already, which is gone from every
+	// table but the record of its retry) is replayed here.
+	newID, err := int64(0), error(nil)
+	if rec, gerr := sh.client.JobGet(ctx, id); gerr == nil && rec.State != skiplock.JobStateDead {
+		err = &skiplock.JobStateError{ID: id, State: rec.State, Action: "replay", Allow: "dead"}
+	} else {
+		newID, err = sh.client.JobRetry(ctx, id)
 	}
-	if n == 0 {
+	var pe *pgconn.PgError
+	switch {
+	case errors.Is(err, skiplock.ErrJobNotFound) || errors.Is(err, skiplock.ErrJobState) ||
+		errors.As(err, &pe) && pe.Code == "55000":
 		d.fail(w, r, http.StatusConflict, "job "+strconv.FormatInt(id, 10)+
 			" is not in the dead-letter table (or a job with its unique key is in flight)")
 		return
+	case err != nil:
+		d.dbFail(w, r, "replay", err)
+		return
 	}
-	d.logFor(sh).Info("dashboard: dead letter replayed", slog.Int64("job_id", id), slog.String("user", d.who(r)))
-	d.redirect(w, r, "/dead", "job "+strconv.FormatInt(id, 10)+" replayed as a new job")
+	d.logFor(sh).Info("dashboard: dead letter replayed", slog.Int64("job_id", id), slog.Int64("new_id", newID), slog.String("user", d.who(r)))
+	d.redirect(w, r, "/dead", "job "+strconv.FormatInt(id, 10)+" replayed as job "+strconv.FormatInt(newID, 10))
 }
 
 // Dead letters -----------------------------------------------------------------

@@ -43,7 +43,7 @@ func TestClientCollector(t *testing.T) {
 # HELP skiplock_process_jobs_completed_total Jobs completed by this process.
 # TYPE skiplock_process_jobs_completed_total counter
 skiplock_process_jobs_completed_total 2
-# HELP skiplock_process_jobs_dead_lettered_total Jobs this process moved to the dead-letter table.
+# HELP skiplock_process_jobs_dead_lettered_total Jobs this process moved to the dead-letter table (a handler's final failure, or its reaper).
 # TYPE skiplock_process_jobs_dead_lettered_total counter
 skiplock_process_jobs_dead_lettered_total 1
 # HELP skiplock_process_jobs_claimed_total Jobs claimed by this process.
@@ -56,9 +56,22 @@ skiplock_process_jobs_claimed_total 3
 	var found bool
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
-			require.Empty(t, m.GetLabel(), "%s carries labels", mf.GetName())
+			for _, l := range m.GetLabel() {
+				require.Contains(t, []string{"queue", "kind", "outcome"}, l.GetName(), "%s: only queue, kind and outcome", mf.GetName())
+			}
 		}
-		if mf.GetName() == "skiplock_claim_duration_seconds" {
+		if mf.GetName() == "skiplock_process_job_runs_total" {
+			outcomes := map[string]float64{}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" {
+						outcomes[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+			require.Equal(t, map[string]float64{"completed": 2, "dead_lettered": 1}, outcomes)
+		}
+		if mf.GetName() == "skiplock_process_claim_duration_seconds" {
 			found = true
 			h := mf.GetMetric()[0].GetHistogram()
 			require.NotZero(t, h.GetSampleCount(), "no claim observed")
@@ -68,5 +81,5 @@ skiplock_process_jobs_claimed_total 3
 		}
 		require.NotContains(t, mf.String(), "PII-123")
 	}
-	require.True(t, found, "skiplock_claim_duration_seconds missing")
+	require.True(t, found, "skiplock_process_claim_duration_seconds missing")
 }

@@ -25,6 +25,10 @@ type Database struct {
 	// of its client, NewReplicaCollector of its replica): their metrics
 	// get the database label too.
 	Collectors []prometheus.Collector
+	// ProcessOnly leaves the fleet metrics (NewCollector) out: only
+	// Collectors, for a worker process that serves its own metrics
+	// (ProcessHandler over several databases).
+	ProcessOnly bool
 }
 
 // HandlerForDatabases is Handler for a process over several databases: each
@@ -51,7 +55,9 @@ func registryForDatabases(dbs []Database, extra ...prometheus.Collector) *promet
 			schema = "skiplock"
 		}
 		r := prometheus.WrapRegistererWith(prometheus.Labels{"database": d.Name}, reg)
-		r.MustRegister(newCollector(d.Pool, schema, DefaultTimeout, DefaultCacheFor))
+		if !d.ProcessOnly {
+			r.MustRegister(newCollector(d.Pool, schema, DefaultTimeout, DefaultCacheFor))
+		}
 		r.MustRegister(d.Collectors...)
 	}
 	return reg

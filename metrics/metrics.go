@@ -6,21 +6,27 @@
 // a short timeout and cached for about a second, so concurrent scrapes (two
 // Prometheus replicas, a dashboard) cost one round of queries.
 //
-// Every metric (its name starting with skiplock_), with its type, labels
-// and the collector that exports it, is in one table: docs/reference/metrics.md
-// in the repository, which a test keeps equal to what these collectors
-// describe. NewCollector exports the queue's health (backlog, lag, dead
-// letters, vacuum state, workers, limits), NewClientCollector one worker
-// process's own counters and claim histogram, NewReplicaCollector a
-// standby's state. Labels carry queue names, kinds, states, worker ids and
-// limit names only, never job ids or payload values, plus the database's
-// name under HandlerForDatabases.
+// Two kinds of metrics, from two kinds of collector, so that sum() over
+// every scrape of a fleet is right:
 //
-// The counters skiplock_jobs_{claimed,completed,failed}_total are sums of
-// the cumulative per-process counters that every worker writes into the
-// workers table with its heartbeat, over every process listed there (a
-// stopped process keeps its final counts). They advance once per heartbeat
-// interval, not per job; use rate() over a window of a minute or more.
+//   - fleet metrics (NewCollector): what the database says about the whole
+//     queue (backlog, lag, dead letters, vacuum state, workers, limits), the
+//     same from whichever process reads them. Serve them from exactly one
+//     place: skiplock serve's /metrics, skiplock work --fleet-metrics on one
+//     process, or Handler in one service of yours.
+//   - process metrics (NewClientCollector, names starting with
+//     skiplock_process_): what this process did (claims, handler runs and
+//     outcomes by queue and kind, their durations), served by every worker
+//     (ProcessHandler); sum them over the fleet.
+//
+// NewReplicaCollector exports a standby's state. Every metric (its name
+// starting with skiplock_), with its type, labels and the collector that
+// exports it, is in one table: docs/reference/metrics.md in the repository,
+// which a test keeps equal to what these collectors describe. Labels carry
+// queue names, kinds, states, outcomes and limit names only (a process
+// keeps at most skiplock.MaxKindSeries kinds apart), never job ids, worker
+// ids or payload values, plus the database's name under
+// HandlerForDatabases.
 package metrics
 
 import (
@@ -68,6 +74,17 @@ func Handler(pool *pgxpool.Pool, schema string, extra ...prometheus.Collector) h
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
 }
 
+// ProcessHandler serves a worker process's own metrics: extra (such as
+// NewClientCollector) with the Go runtime and process collectors, from a
+// private registry, without the fleet metrics of NewCollector. Every worker
+// can serve it: summed over the fleet, its counters are the fleet's.
+func ProcessHandler(extra ...prometheus.Collector) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(extra...)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, Registry: reg})
+}
+
 // registry is what Handler serves: the skiplock collector, the Go runtime
 // and process collectors, and extra.
 func registry(pool *pgxpool.Pool, schema string, extra ...prometheus.Collector) *prometheus.Registry {
@@ -93,7 +110,7 @@ type descs struct {
 	up, queueJobs, queueLag, queuePaused, unhandled                 *prometheus.Desc
 	dead, dead24h, deadPrev24h                                      *prometheus.Desc
 	liveTuples, deadTuples, avThreshold, lastAutovacuum, xmin       *prometheus.Desc
-	workers, workerClaimP99, claimed, completed, failed, collectErr *prometheus.Desc
+	workers, collectErr                                             *prometheus.Desc
 	limitConcurrency, limitRate, limitUsed, limitMaxUsed, limitFull *prometheus.Desc
 }
 
@@ -116,10 +133,6 @@ func newDescs() descs {
 		lastAutovacuum:   d("last_autovacuum_age_seconds", "Seconds since autovacuum last finished on the hot jobs table (absent when it never ran since statistics were reset)."),
 		xmin:             d("xmin_horizon_age_seconds", "Age of the oldest transaction of this database holding back the xmin horizon (0 when none)."),
 		workers:          d("workers", "Worker processes in the workers table by state: live, stale (not stopped, no beat within 5m), stopped.", "state"),
-		workerClaimP99:   d("worker_claim_p99_seconds", "Claim latency p99 of each live worker process, as it last reported.", "worker"),
-		claimed:          d("jobs_claimed_total", "Jobs claimed, summed over the cumulative counters of every worker process in the workers table."),
-		completed:        d("jobs_completed_total", "Jobs completed, summed over the cumulative counters of every worker process in the workers table."),
-		failed:           d("jobs_failed_total", "Failed attempts, summed over the cumulative counters of every worker process in the workers table."),
 		collectErr:       d("collector_error", "Never exported: carries a failed read's error to the registry."),
 		limitConcurrency: d("limit_concurrency", "A concurrency limit's most running jobs (per partition value when it has a partition).", "limit"),
 		limitRate:        d("limit_rate_per_second", "A rate limit's most job starts per second, averaged over its window (per partition value when it has a partition).", "limit"),
@@ -153,7 +166,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.d.up, c.d.queueJobs, c.d.queueLag, c.d.queuePaused, c.d.unhandled, c.d.dead, c.d.dead24h, c.d.deadPrev24h,
 		c.d.liveTuples, c.d.deadTuples, c.d.avThreshold, c.d.lastAutovacuum, c.d.xmin,
-		c.d.workers, c.d.workerClaimP99, c.d.claimed, c.d.completed, c.d.failed, c.d.collectErr,
+		c.d.workers, c.d.collectErr,
 		c.d.limitConcurrency, c.d.limitRate, c.d.limitUsed, c.d.limitMaxUsed, c.d.limitFull,
 	} {
 		ch <- d
@@ -183,9 +196,6 @@ func (c *collector) read() []prometheus.Metric {
 	var ms []prometheus.Metric
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ms = append(ms, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
-	}
-	counter := func(d *prometheus.Desc, v float64) {
-		ms = append(ms, prometheus.MustNewConstMetric(d, prometheus.CounterValue, v))
 	}
 	var firstErr error
 	fail := func(err error) {
@@ -237,20 +247,6 @@ func (c *collector) read() []prometheus.Metric {
 		gauge(c.d.workers, float64(t.Live), "live")
 		gauge(c.d.workers, float64(t.Stale), "stale")
 		gauge(c.d.workers, float64(t.Stopped), "stopped")
-		counter(c.d.claimed, float64(t.Claimed))
-		counter(c.d.completed, float64(t.Completed))
-		counter(c.d.failed, float64(t.Failed))
-		if t.Live > 0 {
-			if ws, err := health.Workers(ctx, c.pool, c.schema); err != nil {
-				fail(err)
-			} else {
-				for _, w := range ws {
-					if w.Live && w.ClaimP99MS != nil {
-						gauge(c.d.workerClaimP99, *w.ClaimP99MS/1000, w.ID)
-					}
-				}
-			}
-		}
 	}
 	if ls, err := health.Limits(ctx, c.pool, c.schema, false); err != nil {
 		fail(err)

@@ -89,7 +89,7 @@ func TestMetricsReference(t *testing.T) {
 
 	// What each collector declares.
 	sources := map[string]prometheus.Collector{
-		"health":  NewCollector(db.Pool, db.Schema),
+		"fleet":   NewCollector(db.Pool, db.Schema),
 		"process": NewClientCollector(c),
 		"replica": NewReplicaCollector(db.Pool, db.Schema), // the primary answers as a replica that is not in recovery
 	}

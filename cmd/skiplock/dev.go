@@ -53,7 +53,7 @@ func (g *globals) runDev(cmd *cobra.Command, f devFlags) error {
 
 	throwaway := g.databaseURL() == ""
 	if throwaway {
-		fmt.Fprintln(stderr, "dev: no DATABASE_URL configured; starting a throwaway PostgreSQL cluster")
+		g.say(stderr, "dev: no DATABASE_URL configured; starting a throwaway PostgreSQL cluster")
 		cl, err := devdb.Start(ctx, devdb.Options{Logger: log})
 		if err != nil {
 			return fmt.Errorf("dev: %w (or set DATABASE_URL to use an existing server)", err)
@@ -61,13 +61,13 @@ func (g *globals) runDev(cmd *cobra.Command, f devFlags) error {
 		defer func() {
 			if f.keep {
 				_ = cl.Stop(context.Background())
-				fmt.Fprintln(stderr, "dev: cluster data kept in", cl.Dir())
+				g.say(stderr, "dev: cluster data kept in "+cl.Dir(), slog.String("dir", cl.Dir()))
 				return
 			}
 			_ = cl.Remove()
 		}()
 		g.databaseURLs = []string{cl.URL("postgres")}
-		fmt.Fprintln(stderr, "dev: PostgreSQL running:", g.databaseURL())
+		g.say(stderr, "dev: PostgreSQL running: "+g.databaseURL(), slog.String("url", g.databaseURL()))
 	}
 	pool, err := g.connect(ctx, 20)
 	if err != nil {
@@ -78,7 +78,8 @@ func (g *globals) runDev(cmd *cobra.Command, f devFlags) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "dev: schema %q migrated (%d applied)\n", g.schema, len(ran))
+	g.say(stderr, fmt.Sprintf("dev: schema %q migrated (%d applied)", g.schema, len(ran)),
+		slog.String("schema", g.schema), slog.Int("applied", len(ran)))
 
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: slog.New(devClientLog{g.loggerAt(stderr, slog.LevelWarn).Handler()}),
@@ -109,14 +110,14 @@ func (g *globals) runDev(cmd *cobra.Command, f devFlags) error {
 	defer stopServe()
 
 	go produceDemo(ctx, c, f.rate, log)
-	fmt.Fprintf(stderr, "dev: demo workload running at ~%d jobs/s; Ctrl-C to stop\n", f.rate)
+	g.say(stderr, fmt.Sprintf("dev: demo workload running at ~%d jobs/s; Ctrl-C to stop", f.rate), slog.Int("rate", f.rate))
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	var last skiplock.Stats
 	for {
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(stderr, "dev: stopping")
+			g.say(stderr, "dev: stopping")
 			return nil
 		case <-t.C:
 			s := c.Stats()

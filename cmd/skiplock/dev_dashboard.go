@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -23,6 +22,6 @@ func (g *globals) startDevDashboard(stderr io.Writer, pool *pgxpool.Pool, addr s
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintln(stderr, "dev: dashboard on", url)
+	g.say(stderr, "dev: dashboard on "+url, slog.String("url", url))
 	return stop, nil
 }

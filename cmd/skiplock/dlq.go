@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"strings"
 	"text/tabwriter"
@@ -222,7 +223,8 @@ func (g *globals) preview(cmd *cobra.Command, c *skiplock.Client, f *dlqFilterFl
 			}
 		}
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "skiplock: dry run, nothing done: pass --yes to %s these %d dead letter(s)\n", action, n)
+	g.say(cmd.ErrOrStderr(), fmt.Sprintf("skiplock: dry run, nothing done: pass --yes to %s these %d dead letter(s)", action, n),
+		slog.Bool("dry_run", true), slog.Int64("dead_letters", int64(n)))
 	return nil
 }
 
@@ -261,7 +263,7 @@ stays dead. Without --yes it is a dry run: it prints what it would replay and ex
 				}
 				return g.preview(cmd, c, &f, hf, "replay", n, eta)
 			}
-			progress := newProgress(cmd.ErrOrStderr(), int(n), "replay")
+			progress := g.newProgress(cmd.ErrOrStderr(), int(n), "replay")
 			last := 0
 			done, err := c.DeadLetterReplay(cmd.Context(), hf, skiplock.DeadLetterReplayOptions{PerSecond: rate, Progress: func(d int) {
 				progress.Add(d - last)

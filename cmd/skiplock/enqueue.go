@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -332,7 +333,7 @@ func (g *globals) enqueueFile(ctx context.Context, cmd *cobra.Command, path stri
 		}
 	}
 
-	progress := newProgress(cmd.ErrOrStderr(), lines, "enqueue")
+	progress := g.newProgress(cmd.ErrOrStderr(), lines, "enqueue")
 	start := time.Now()
 	var inserted int64
 	batch := make([]skiplock.EnqueueParams, 0, batchSize)
@@ -417,10 +418,17 @@ type progress struct {
 	total int
 	done  int
 	last  time.Time
+	// say, when set (--log-format json), writes the progress lines as
+	// records instead.
+	say func(line string, attrs ...slog.Attr)
 }
 
-func newProgress(w io.Writer, total int, label string) *progress {
+func (g *globals) newProgress(w io.Writer, total int, label string) *progress {
 	p := &progress{w: w, label: label, total: total, last: time.Now()}
+	if g.logFormat == "json" {
+		p.say = func(line string, attrs ...slog.Attr) { g.say(w, line, attrs...) }
+		return p
+	}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(label),
 			progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionClearOnFinish())
@@ -435,6 +443,11 @@ func (p *progress) Add(n int) {
 		return
 	}
 	if time.Since(p.last) >= 2*time.Second {
+		if p.say != nil {
+			p.say(fmt.Sprintf("%s: %d/%d", p.label, p.done, p.total), slog.Int("done", p.done), slog.Int("total", p.total))
+			p.last = time.Now()
+			return
+		}
 		fmt.Fprintf(p.w, "%s: %d/%d\n", p.label, p.done, p.total)
 		p.last = time.Now()
 	}

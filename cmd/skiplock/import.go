@@ -87,7 +87,7 @@ refuses while a River client holds the leadership. See docs/coming-from-river.md
 			// The dry run's count is the progress bar's total.
 			sum, err := importer.River(ctx, opts)
 			if err == nil && !o.dryRun {
-				bar := newProgress(cmd.ErrOrStderr(), int(sum.MovedTotal), "import river")
+				bar := g.newProgress(cmd.ErrOrStderr(), int(sum.MovedTotal), "import river")
 				opts.DryRun, opts.Progress = false, bar.Add
 				sum, err = importer.River(ctx, opts)
 				bar.Finish()
@@ -154,7 +154,7 @@ task id is the job's unique key. A payload that is not a JSON object arrives as
 				BatchSize: o.batch, DryRun: true}
 			sum, err := importer.Asynq(ctx, opts)
 			if err == nil && !o.dryRun {
-				bar := newProgress(cmd.ErrOrStderr(), int(sum.MovedTotal), "import asynq")
+				bar := g.newProgress(cmd.ErrOrStderr(), int(sum.MovedTotal), "import asynq")
 				opts.DryRun, opts.Progress = false, bar.Add
 				sum, err = importer.Asynq(ctx, opts)
 				bar.Finish()

@@ -234,12 +234,16 @@ func (g *globals) newJobActionCmd(action string) *cobra.Command {
 	long := map[string]string{
 		"retry": `Creates exactly one new ready job, due now, from a dead or completed job (same queue, kind,
 payload, priority and attempt budget) and prints its id. A dead job leaves the dead-letter
-table; a completed job's history stays. Jobs in flight are refused.`,
+table; a completed job's history stays. Jobs in flight are refused. Idempotent: run again
+(or twice at once) it prints the same new id and makes no second copy; to run the job once
+more, retry that copy.`,
 		"cancel": `A ready (or scheduled) job goes to the dead-letter table with reason cancelled. A running
 job's worker is told at once (NOTIFY, and again by its next heartbeat), cancels the handler's
-context and dead-letters the job when the handler returns.`,
+context and dead-letters the job when the handler returns. Prints the state the job had, as
+job list shows it; run again, it prints the same.`,
 		"delete": `Removes a ready or scheduled job, or a dead letter, for good. A running job must be
-cancelled instead; completed jobs leave the history only when their day's partition is dropped.`,
+cancelled instead; completed jobs leave the history only when their day's partition is dropped.
+Run again, it prints the state the first call found.`,
 	}[action]
 	cmd := &cobra.Command{
 		Use:   action + " ID",

@@ -160,3 +160,41 @@ func TestWorkWorkflowRetentionFlag(t *testing.T) {
 	require.Equal(t, 2, code, stderr)
 	require.Contains(t, stderr, "--workflow-retention: must be at least 1h")
 }
+
+// Two `job retry` of one dead job at once make one copy, and both print
+// its id; a later retry prints it again, and `job cancel` run twice
+// prints the same state.
+func TestJobRetryTwiceConcurrently(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c, err := skiplock.NewClient(db.Pool, skiplock.Config{})
+	require.NoError(t, err)
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "twice", Delay: time.Hour})
+	require.NoError(t, err)
+	id := strconv.FormatInt(r.ID, 10)
+	url := []string{"--database-url", db.URL}
+	for range 2 {
+		code, out, stderr := runCLI(t, append([]string{"job", "cancel", id, "--json"}, url...)...)
+		require.Equal(t, 0, code, stderr)
+		require.Contains(t, out, `"was":"scheduled"`)
+	}
+
+	outs := make(chan string, 2)
+	for range 2 {
+		go func() {
+			code, out, stderr := runCLI(t, append([]string{"job", "retry", id}, url...)...)
+			if code != 0 {
+				out = "exit " + strconv.Itoa(code) + ": " + stderr
+			}
+			outs <- out
+		}()
+	}
+	first, second := <-outs, <-outs
+	require.Contains(t, first, "job "+id+" retried as job ")
+	require.Equal(t, first, second, "both print the one copy")
+	code, again, stderr := runCLI(t, append([]string{"job", "retry", id}, url...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, first, again)
+	require.Equal(t, 1, int(opsCount(t, db, "SELECT count(*) FROM skiplock.jobs WHERE kind = 'twice'")), "one copy")
+}

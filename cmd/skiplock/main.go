@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"regexp"
@@ -45,6 +46,16 @@ func runIn(ctx context.Context, p process, args []string, stdout, stderr *os.Fil
 	} else if isSyntax(err) {
 		code, usage = 2, true
 	}
+	if g.logFormat == "json" {
+		// One JSON record, usage included, so that a log pipeline parses
+		// every line of stderr to the last.
+		attrs := []slog.Attr{slog.Int("exit_code", code)}
+		if usage && cmd != nil {
+			attrs = append(attrs, slog.String("usage", cmd.UsageString()))
+		}
+		g.printErrorJSON(stderr, err, attrs)
+		return code
+	}
 	if err != nil {
 		g.printError(stderr, err)
 	}
@@ -54,16 +65,35 @@ func runIn(ctx context.Context, p process, args []string, stdout, stderr *os.Fil
 	return code
 }
 
-// printError writes one error line with exactly one "skiplock:" prefix (the
-// library's errors carry their own), plus the fix when the error says the
-// schema was never migrated.
-func (g *globals) printError(w io.Writer, err error) {
+// printErrorJSON is printError under --log-format json: one record at
+// error level, the message as printError words it, the fix (if any) in
+// "hint", and attrs.
+func (g *globals) printErrorJSON(w io.Writer, err error, attrs []slog.Attr) {
+	msg := "exit"
+	if err != nil {
+		msg = errorLine(err)
+		if hint := g.migrateHint(err); hint != "" {
+			attrs = append(attrs, slog.String("hint", hint))
+		}
+	}
+	g.loggerAt(w, slog.LevelError).LogAttrs(context.Background(), slog.LevelError, "skiplock: "+msg, attrs...)
+}
+
+// errorLine is an error's text with exactly one "skiplock:" prefix removed
+// from its start and none inside.
+func errorLine(err error) string {
 	msg := strings.TrimSpace(err.Error())
 	for strings.HasPrefix(msg, "skiplock: ") {
 		msg = strings.TrimPrefix(msg, "skiplock: ")
 	}
-	msg = strings.ReplaceAll(msg, ": skiplock: ", ": ")
-	fmt.Fprintln(w, "skiplock:", termSafeLines(msg))
+	return strings.ReplaceAll(msg, ": skiplock: ", ": ")
+}
+
+// printError writes one error line with exactly one "skiplock:" prefix (the
+// library's errors carry their own), plus the fix when the error says the
+// schema was never migrated.
+func (g *globals) printError(w io.Writer, err error) {
+	fmt.Fprintln(w, "skiplock:", termSafeLines(errorLine(err)))
 	if hint := g.migrateHint(err); hint != "" {
 		fmt.Fprintln(w, "skiplock:", hint)
 	}

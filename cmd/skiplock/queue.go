@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -227,7 +228,8 @@ func (g *globals) warnUnseen(cmd *cobra.Command, db health.DBTX, queue string) e
 		return err
 	}
 	if !seen {
-		fmt.Fprintf(cmd.ErrOrStderr(), "skiplock: warning: queue %q has no jobs, dead letters, schedules or workers yet (a typo?); pausing it anyway\n", queue)
+		g.say(cmd.ErrOrStderr(), fmt.Sprintf("skiplock: warning: queue %q has no jobs, dead letters, schedules or workers yet (a typo?); pausing it anyway", queue),
+			slog.String("queue", queue))
 	}
 	return nil
 }

@@ -218,13 +218,35 @@ func (g *globals) logger(w io.Writer) *slog.Logger {
 	return g.loggerAt(w, lvl)
 }
 
-// loggerAt is a logger in --log-format at a fixed level.
+// loggerAt is a logger in --log-format at a fixed level. In JSON every
+// duration is a number of seconds (a float), not slog's nanoseconds.
 func (g *globals) loggerAt(w io.Writer, lvl slog.Level) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: lvl}
 	if g.logFormat == "json" {
+		opts.ReplaceAttr = durationSeconds
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationSeconds writes a duration as seconds (slog's JSON handler writes
+// integer nanoseconds).
+func durationSeconds(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.Float64Value(a.Value.Duration().Seconds())
+	}
+	return a
+}
+
+// say writes one progress line on w (serve's and dev's "dashboard on …"):
+// the line as is in text, one JSON record with attrs under --log-format
+// json, so that every line on stderr parses.
+func (g *globals) say(w io.Writer, line string, attrs ...slog.Attr) {
+	if g.logFormat == "json" {
+		g.loggerAt(w, slog.LevelInfo).LogAttrs(context.Background(), slog.LevelInfo, line, attrs...)
+		return
+	}
+	fmt.Fprintln(w, line)
 }
 
 // databaseURL resolves the connection: --database-url, $DATABASE_URL, or

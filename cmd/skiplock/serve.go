@@ -181,7 +181,7 @@ func (g *globals) runServe(cmd *cobra.Command, f serveFlags) error {
 		if err != nil {
 			return err
 		}
-		return serveUntilDone(ctx, stderr, url, stop, failed)
+		return g.serveUntilDone(ctx, stderr, url, stop, failed)
 	}
 	pool, err := g.connect(ctx, 10)
 	if err != nil {
@@ -200,15 +200,15 @@ func (g *globals) runServe(cmd *cobra.Command, f serveFlags) error {
 	if err != nil {
 		return err
 	}
-	return serveUntilDone(ctx, stderr, url, stop, failed)
+	return g.serveUntilDone(ctx, stderr, url, stop, failed)
 }
 
 // serveUntilDone serves until ctx ends (a signal) or the server fails.
-func serveUntilDone(ctx context.Context, stderr io.Writer, url string, stop func(), failed <-chan error) error {
-	fmt.Fprintln(stderr, "serve: dashboard on", url)
+func (g *globals) serveUntilDone(ctx context.Context, stderr io.Writer, url string, stop func(), failed <-chan error) error {
+	g.say(stderr, "serve: dashboard on "+url, slog.String("url", url))
 	select {
 	case <-ctx.Done():
-		fmt.Fprintln(stderr, "serve: shutting down")
+		g.say(stderr, "serve: shutting down")
 		stop()
 		return nil
 	case err := <-failed:

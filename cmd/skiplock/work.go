@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ type workFlags struct {
 	pollInterval time.Duration
 	execCmd      string
 	metricsAddr  string
+	fleetMetrics bool
 	// metricsHosts and insecureNoAuth are --metrics-allowed-host and
 	// --insecure-no-auth: the metrics listener follows serve's rules.
 	metricsHosts   []string
@@ -82,7 +84,10 @@ own migrated skiplock schema): one client per database, each with --concurrency 
 its own, its own claim loop, LISTEN connection, reaper and scheduler, so a backlog in one
 database never takes slots from another, and a database that is down (at start or
 later) holds up none of the others. Log lines then carry database=host:port/name, and
---metrics-addr serves every database's metrics with a database label. Behind a
+--metrics-addr serves every database's metrics with a database label.
+--metrics-addr serves this process's own metrics (sum them over the fleet); the queue's
+health read from the database comes from one place: skiplock serve, or --fleet-metrics on
+one worker. Behind a
 transaction-mode pooler, give --listen-url once per --database-url, in the same order:
 the first --listen-url is the first database's direct URL for LISTEN, and so on ("" for a
 database reached directly).`,
@@ -108,8 +113,9 @@ database reached directly).`,
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for 'job get' (Config.DeleteCompleted)")
 	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by 'job get' (default 24h; at least 1h; negative: forever)")
 	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by 'workflow get' (default 168h; at least 1h; negative: forever)")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters and claim histogram, and the queue's health) and /healthz on this address, e.g. 127.0.0.1:9464; "+
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters: claims, runs and outcomes by queue and kind, durations) and /healthz on this address, e.g. 127.0.0.1:9464; "+
 		"beyond loopback it needs SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN), as serve does")
+	fl.BoolVar(&f.fleetMetrics, "fleet-metrics", false, "also serve the fleet metrics (the queue's health read from the database) at --metrics-addr; give it to one process of the fleet only, or serve them with 'skiplock serve' instead")
 	fl.StringArrayVar(&f.metricsHosts, "metrics-allowed-host", nil, "a host name the --metrics-addr listener also answers to (repeatable; * for any)")
 	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow --metrics-addr beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read queue and kind names and counts)")
 	return cmd
@@ -159,7 +165,14 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 			}
 		}
 	}
-	log := g.logger(cmd.ErrOrStderr())
+	// Every writer of stderr goes through one lock: the worker's log records
+	// and its children's output (copied raw, or as records under
+	// --log-format json) never interleave within a line.
+	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
+	log := g.logger(stderr)
+	if f.fleetMetrics && f.metricsAddr == "" {
+		return usageError("--fleet-metrics: needs --metrics-addr")
+	}
 	metricsAccess, err := g.workMetricsAccess(f, log)
 	if err != nil {
 		return err
@@ -181,7 +194,6 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 	if err != nil {
 		return err
 	}
-	stderr := &lockedWriter{w: cmd.ErrOrStderr()}
 	var clients []*skiplock.Client
 	var dbs []metrics.Database
 	for i, u := range urls {
@@ -210,10 +222,10 @@ func (g *globals) runWork(cmd *cobra.Command, f workFlags) error {
 		}
 		clients = append(clients, c)
 		dbs = append(dbs, metrics.Database{Name: databaseLabel(pool), Pool: pool, Schema: g.schema,
-			Collectors: []prometheus.Collector{metrics.NewClientCollector(c)}})
+			Collectors: []prometheus.Collector{metrics.NewClientCollector(c)}, ProcessOnly: !f.fleetMetrics})
 	}
 	if f.metricsAddr != "" {
-		h := metrics.Handler(dbs[0].Pool, g.schema, dbs[0].Collectors...)
+		h := g.workMetricsHandler(dbs[0].Pool, f.fleetMetrics, dbs[0].Collectors...)
 		if len(dbs) > 1 {
 			h = metrics.HandlerForDatabases(dbs)
 		}
@@ -348,7 +360,11 @@ func (g *globals) newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.
 	if f.maxAttempts > 0 {
 		opts = append(opts, skiplock.WithMaxAttempts(f.maxAttempts))
 	}
-	if err := skiplock.HandleFallback(c, execHandler(f.execCmd, f.killGrace, stderr), opts...); err != nil {
+	var outLog *slog.Logger // nil: the children's output is copied raw
+	if g.logFormat == "json" {
+		outLog = g.loggerAt(stderr, slog.LevelDebug)
+	}
+	if err := skiplock.HandleFallback(c, execHandler(f.execCmd, f.killGrace, stderr, outLog), opts...); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -370,9 +386,11 @@ func (g *globals) newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.
 //
 // So the outcome is written within the timeout + grace + execOutputDrain.
 // The child's output is copied to the worker's stderr up to execOutputCap
-// bytes per run (then one "truncated" line); the tail of its stderr
-// (stderrTailBytes) is the error text of a failed attempt.
-func execHandler(command string, grace time.Duration, stderr *lockedWriter) skiplock.HandlerFunc[json.RawMessage] {
+// bytes per run (then one "truncated" line), or, with outLog (--log-format
+// json), logged as records of at most execLineBytes each (outputLog); the
+// tail of its stderr (stderrTailBytes) is the error text of a failed
+// attempt.
+func execHandler(command string, grace time.Duration, stderr *lockedWriter, outLog *slog.Logger) skiplock.HandlerFunc[json.RawMessage] {
 	return func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
 		c := exec.Command("sh", "-c", command)
 		c.Stdin = bytes.NewReader(j.Payload)
@@ -392,8 +410,19 @@ func execHandler(command string, grace time.Duration, stderr *lockedWriter) skip
 		// longer than this.
 		c.WaitDelay = execOutputDrain
 		tail := &tailBuffer{max: stderrTailBytes}
-		log := &cappedWriter{w: stderr, left: execOutputCap, jobID: j.ID}
-		out, err := startOutputPipes(c, log, multiWriter{tail, log})
+		var stdoutW, stderrW io.Writer
+		if outLog != nil {
+			run := &outputLog{log: outLog, left: execOutputCap,
+				job: []slog.Attr{slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind)}}
+			o, e := run.stream("stdout"), run.stream("stderr")
+			defer o.flush()
+			defer e.flush()
+			stdoutW, stderrW = o, e
+		} else {
+			log := &cappedWriter{w: stderr, left: execOutputCap, jobID: j.ID}
+			stdoutW, stderrW = log, log
+		}
+		out, err := startOutputPipes(c, stdoutW, multiWriter{tail, stderrW})
 		if err != nil {
 			return fmt.Errorf("start: %w", err)
 		}
@@ -570,6 +599,114 @@ func (c *cappedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// execLineBytes bounds one record of a child's output under --log-format
+// json: a longer line is logged in parts of at most this many bytes.
+const execLineBytes = 4096
+
+// outputLog logs one run's output under --log-format json: each line (or
+// part of a line, execLineBytes at most) of the child's stdout or stderr
+// becomes one record "skiplock: job output" with the job's id, queue and
+// kind, the stream, and the text made safe to carry (outputText). Like the
+// raw copy it stops after execOutputCap bytes of the run, with one record
+// saying so.
+type outputLog struct {
+	log *slog.Logger
+	job []slog.Attr
+	mu  sync.Mutex // guards left and cut
+	// left is what the run may still log; cut is set once it is spent.
+	left int
+	cut  bool
+}
+
+// stream is the writer of one of the run's streams.
+func (o *outputLog) stream(name string) *outputLines {
+	return &outputLines{run: o, name: name}
+}
+
+// emit logs one line of stream, within the run's cap.
+func (o *outputLog) emit(stream string, line []byte, part bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.cut {
+		return
+	}
+	if len(line) > o.left {
+		line, o.cut = line[:o.left], true
+	}
+	o.left -= len(line)
+	attrs := append(append([]slog.Attr{}, o.job...), slog.String("stream", stream), slog.String("line", outputText(line)))
+	if part {
+		attrs = append(attrs, slog.Bool("part", true))
+	}
+	o.log.LogAttrs(context.Background(), slog.LevelInfo, "skiplock: job output", attrs...)
+	if o.cut {
+		o.log.LogAttrs(context.Background(), slog.LevelWarn, "skiplock: job output truncated; the rest is not logged",
+			append(append([]slog.Attr{}, o.job...), slog.Int("max_bytes", execOutputCap))...)
+	}
+}
+
+// outputLines splits one stream into lines for outputLog. Only its pipe's
+// copy goroutine writes to it, and flush runs after that copy ended.
+type outputLines struct {
+	run  *outputLog
+	name string
+	buf  []byte
+	part bool // the buffered text continues a line already logged in part
+}
+
+func (l *outputLines) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	l.lines()
+	l.buf = append([]byte(nil), l.buf...) // let the pipe's buffer go
+	return len(p), nil
+}
+
+// lines logs every whole line in buf, and the parts of a line longer than
+// execLineBytes; what is left is the start of a line.
+func (l *outputLines) lines() {
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		switch {
+		case i >= 0 && i <= execLineBytes:
+			l.run.emit(l.name, l.buf[:i], l.part)
+			l.buf, l.part = l.buf[i+1:], false
+		case len(l.buf) > execLineBytes:
+			l.run.emit(l.name, l.buf[:execLineBytes], true)
+			l.buf, l.part = l.buf[execLineBytes:], true
+		default:
+			return
+		}
+	}
+}
+
+// flush logs what is left of a last line without a newline.
+func (l *outputLines) flush() {
+	l.lines()
+	if len(l.buf) > 0 {
+		l.run.emit(l.name, l.buf, l.part)
+		l.buf = nil
+	}
+}
+
+// ansiEscape matches terminal escape sequences: CSI (colours, cursor
+// moves) and OSC (titles, links), and any other ESC-introduced pair.
+var ansiEscape = regexp.MustCompile(`\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?|[@-Z\\-_])`)
+
+// outputText makes a child's output safe to carry in a log record: valid
+// UTF-8 (invalid bytes become U+FFFD), without terminal escape sequences,
+// and with control characters (NUL included) but tab shown as U+FFFD. A
+// trailing carriage return (CRLF) is dropped.
+func outputText(b []byte) string {
+	b = bytes.TrimSuffix(b, []byte("\r"))
+	s := ansiEscape.ReplaceAllString(strings.ToValidUTF8(string(b), "\uFFFD"), "")
+	return strings.Map(func(r rune) rune {
+		if r != '\t' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
 // lockedWriter serializes writes from concurrent children.
 type lockedWriter struct {
 	mu sync.Mutex // guards w
@@ -622,10 +759,19 @@ func (t *tailBuffer) String() string {
 	return errtext.Tail(t.buf, t.max)
 }
 
+// workMetricsHandler is what --metrics-addr serves over one database: this
+// process's metrics, and with fleet (--fleet-metrics) the queue's health.
+func (g *globals) workMetricsHandler(pool *pgxpool.Pool, fleet bool, cs ...prometheus.Collector) http.Handler {
+	if fleet {
+		return metrics.Handler(pool, g.schema, cs...)
+	}
+	return metrics.ProcessHandler(cs...)
+}
+
 // workerMetricsServer is the --metrics-addr server: /metrics and /healthz,
 // with the same timeouts as serve.
 func (g *globals) workerMetricsServer(pool *pgxpool.Pool, c *skiplock.Client, log *slog.Logger) *http.Server {
-	return metricsServer(metrics.Handler(pool, g.schema, metrics.NewClientCollector(c)), log)
+	return metricsServer(g.workMetricsHandler(pool, false, metrics.NewClientCollector(c)), log)
 }
 
 // metricsServer serves h at /metrics, and /healthz.

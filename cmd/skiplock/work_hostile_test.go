@@ -117,7 +117,7 @@ func FuzzExecStderr(f *testing.F) {
 	}
 	file := filepath.Join(f.TempDir(), "stderr")
 	command := "cat >/dev/null; cat '" + file + "' >&2; exit 1"
-	if err := skiplock.HandleFallback(c, execHandler(command, defaultKillGrace, &lockedWriter{w: &bytes.Buffer{}})); err != nil {
+	if err := skiplock.HandleFallback(c, execHandler(command, defaultKillGrace, &lockedWriter{w: &bytes.Buffer{}}, nil)); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -54,7 +54,7 @@ func TestWorkManyDatabases(t *testing.T) {
 	addr := freeAddr(t)
 	bg := startCLI(ctx, t, "work", "--database-url", a.URL, "--database-url", b.URL,
 		"--exec", "cat >/dev/null; sleep 0.05", "--concurrency", "2", "--poll-interval", "100ms",
-		"--metrics-addr", addr)
+		"--metrics-addr", addr, "--fleet-metrics")
 	require.Eventually(t, func() bool {
 		return count(b.Pool, "SELECT count(*) FROM skiplock.jobs_done") == few
 	}, 20*time.Second, 20*time.Millisecond, "the small database's jobs complete")

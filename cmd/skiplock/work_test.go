@@ -33,7 +33,7 @@ func TestWorkMetricsAddr(t *testing.T) {
 	require.NoError(t, err)
 	addr := freeAddr(t)
 	bg := startCLI(ctx, t, "work", "--database-url", db.URL, "--exec", "cat >/dev/null",
-		"--metrics-addr", addr, "--poll-interval", "100ms")
+		"--metrics-addr", addr, "--fleet-metrics", "--poll-interval", "100ms")
 	scrape := func() string {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
@@ -48,7 +48,9 @@ func TestWorkMetricsAddr(t *testing.T) {
 		body = scrape()
 		return strings.Contains(body, "skiplock_process_jobs_completed_total 3")
 	}, 20*time.Second, 50*time.Millisecond, "metrics never showed 3 completed jobs:\n%s", body)
-	require.Contains(t, body, "skiplock_claim_duration_seconds_bucket")
+	require.Contains(t, body, "skiplock_process_claim_duration_seconds_bucket")
+	require.Contains(t, body, `skiplock_process_job_runs_total{kind="k",outcome="completed",queue="default"} 3`)
+	require.Contains(t, body, `skiplock_process_job_duration_seconds_count{kind="k",queue="default"} 3`)
 	require.Contains(t, body, `skiplock_queue_jobs{queue="default",state="scheduled"} 1`)
 	require.NotContains(t, body, "PII-42")
 

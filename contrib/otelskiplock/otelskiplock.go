@@ -16,14 +16,27 @@
 // and never a handler's error text (which may quote one): a failed run's
 // span has status Error with the outcome ("error", "panic", "timeout") as
 // its description; the error itself is in the job's last_error.
+//
+// It also records metrics named after OpenTelemetry's messaging semantic
+// conventions, through the global MeterProvider (or WithMeterProvider):
+// messaging.process.duration (a histogram of handler runs, in seconds),
+// messaging.client.consumed.messages (jobs handed to a handler),
+// messaging.client.sent.messages (jobs enqueued) and
+// messaging.client.operation.duration (enqueue calls, in seconds). Their
+// attributes are messaging.system ("skiplock"), messaging.destination.name
+// (the queue), messaging.operation.name ("process" or "send"),
+// skiplock.kind, and on a run skiplock.outcome and, when it failed,
+// error.type (the outcome): a bounded set, never a job id or payload.
 package otelskiplock
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -61,6 +74,28 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(m *Middleware) { m.tp = tp }
 }
 
+// WithMeterProvider sets the MeterProvider of the metrics (default: the
+// global one, otel.GetMeterProvider()).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(m *Middleware) { m.mp = mp }
+}
+
+// Metric names, from OpenTelemetry's messaging semantic conventions.
+const (
+	MetricProcessDuration   = "messaging.process.duration"
+	MetricConsumedMessages  = "messaging.client.consumed.messages"
+	MetricSentMessages      = "messaging.client.sent.messages"
+	MetricOperationDuration = "messaging.client.operation.duration"
+)
+
+// Attributes of the messaging semantic conventions the metrics carry
+// (besides AttrMessagingSystem, AttrKind and AttrOutcome).
+const (
+	AttrDestinationName = attribute.Key("messaging.destination.name")
+	AttrOperationName   = attribute.Key("messaging.operation.name")
+	AttrErrorType       = attribute.Key("error.type")
+)
+
 // WithPropagator sets how the trace context is written into and read from a
 // job's metadata (default: the global propagator, otel.GetTextMapPropagator();
 // with the SDK's default of no propagator, a W3C TraceContext one).
@@ -70,9 +105,13 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 
 // Middleware is skiplock enqueue and work middleware that traces jobs.
 type Middleware struct {
+	mp     metric.MeterProvider
 	tp     trace.TracerProvider
 	prop   propagation.TextMapPropagator
 	tracer trace.Tracer
+
+	processDur, opDur metric.Float64Histogram
+	consumed, sent    metric.Int64Counter
 }
 
 // New returns the middleware. Register Enqueue and Work on skiplock.Config
@@ -92,7 +131,36 @@ func New(opts ...Option) *Middleware {
 		}
 	}
 	m.tracer = m.tp.Tracer(ScopeName)
+	if m.mp == nil {
+		m.mp = otel.GetMeterProvider()
+	}
+	m.instruments()
 	return m
+}
+
+// instruments creates the metric instruments. An instrument the provider
+// refuses is replaced by its no-op (the provider reports the error through
+// otel.Handle), so metrics never fail a job.
+func (m *Middleware) instruments() {
+	meter := m.mp.Meter(ScopeName)
+	var err error
+	secs := []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+	if m.processDur, err = meter.Float64Histogram(MetricProcessDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of a skiplock handler run."), metric.WithExplicitBucketBoundaries(secs...)); err != nil {
+		otel.Handle(err)
+	}
+	if m.consumed, err = meter.Int64Counter(MetricConsumedMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Jobs handed to a skiplock handler.")); err != nil {
+		otel.Handle(err)
+	}
+	if m.sent, err = meter.Int64Counter(MetricSentMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Jobs enqueued to skiplock.")); err != nil {
+		otel.Handle(err)
+	}
+	if m.opDur, err = meter.Float64Histogram(MetricOperationDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of a skiplock enqueue call.")); err != nil {
+		otel.Handle(err)
+	}
 }
 
 // Register appends the middleware to cfg's enqueue and work middleware.
@@ -124,13 +192,42 @@ func (m *Middleware) Enqueue(ctx context.Context, jobs []*skiplock.EnqueueParams
 		m.prop.Inject(ctx, md)
 		p.Metadata = md
 	}
+	began := time.Now()
 	err := next(ctx)
 	if err != nil {
 		// skiplock's enqueue errors name a field or a database condition,
 		// never a value.
 		span.SetStatus(codes.Error, err.Error())
 	}
+	m.recordSend(ctx, jobs, time.Since(began), err)
 	return err
+}
+
+// recordSend counts the jobs of one enqueue call per queue and kind, once
+// it succeeded, and times the call.
+func (m *Middleware) recordSend(ctx context.Context, jobs []*skiplock.EnqueueParams, took time.Duration, err error) {
+	type dest struct{ queue, kind string }
+	if err == nil && m.sent != nil {
+		n := map[dest]int64{}
+		for _, p := range jobs {
+			q := p.Queue
+			if q == "" {
+				q = skiplock.DefaultQueue
+			}
+			n[dest{q, p.Kind}]++
+		}
+		for d, c := range n {
+			m.sent.Add(ctx, c, metric.WithAttributes(AttrMessagingSystem.String("skiplock"), AttrOperationName.String("send"),
+				AttrDestinationName.String(d.queue), AttrKind.String(d.kind)))
+		}
+	}
+	if m.opDur != nil {
+		attrs := []attribute.KeyValue{AttrMessagingSystem.String("skiplock"), AttrOperationName.String("send")}
+		if err != nil {
+			attrs = append(attrs, AttrErrorType.String("error"))
+		}
+		m.opDur.Record(ctx, took.Seconds(), metric.WithAttributes(attrs...))
+	}
 }
 
 // common returns the value every job shares, if they share one.
@@ -162,12 +259,24 @@ func (m *Middleware) Work(ctx context.Context, job *skiplock.JobInfo, next func(
 			AttrAttempt.Int(job.Attempt), AttrMaxAttempts.Int(job.MaxAttempts),
 		))
 	defer span.End()
+	common := []attribute.KeyValue{AttrMessagingSystem.String("skiplock"), AttrOperationName.String("process"),
+		AttrDestinationName.String(job.Queue), AttrKind.String(job.Kind)}
+	if m.consumed != nil {
+		m.consumed.Add(ctx, 1, metric.WithAttributes(common...))
+	}
+	began := time.Now()
 	err := next(ctx)
+	took := time.Since(began)
 	outcome := skiplock.AttemptOutcome(ctx, err)
 	span.SetAttributes(AttrOutcome.String(outcome))
+	attrs := append(common, AttrOutcome.String(outcome))
 	switch outcome {
 	case skiplock.AttemptError, skiplock.AttemptPanic, skiplock.AttemptTimeout:
 		span.SetStatus(codes.Error, outcome)
+		attrs = append(attrs, AttrErrorType.String(outcome))
+	}
+	if m.processDur != nil {
+		m.processDur.Record(ctx, took.Seconds(), metric.WithAttributes(attrs...))
 	}
 	return err
 }

@@ -124,7 +124,10 @@ func NewRetention(cfg RetentionConfig) *Retention {
 		}}
 	r.dead = &service.Periodic{Name: "dead_letter_retention", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
 		Tick: func(ctx context.Context) error {
-			_, err := r.PurgeDeadLetters(ctx)
+			if _, err := r.PurgeDeadLetters(ctx); err != nil {
+				return err
+			}
+			_, err := r.PurgeJobActions(ctx)
 			return err
 		}}
 	r.workflows = &service.Periodic{Name: "workflow_retention", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
@@ -214,6 +217,21 @@ func (r *Retention) PurgeDeadLetters(ctx context.Context) (DeadLetterStats, erro
 		retention: r.cfg.DeadLetterRetention, retentionAttr: "dead_letter_retention"},
 		func(tx pgx.Tx) (int64, error) {
 			return r.st.PurgeDeadBatch(ctx, tx, r.cfg.DeadLetterRetention, r.cfg.DeadLetterBatch)
+		})
+}
+
+// JobActionRetention is how long a job's retry, cancel or delete is
+// remembered, so that a repeated call answers what the first did.
+const JobActionRetention = 7 * 24 * time.Hour
+
+// PurgeJobActions runs one pass over the job action records (migration
+// 018): batches of at most DeadLetterBatch records older than
+// JobActionRetention, as PurgeDeadLetters does.
+func (r *Retention) PurgeJobActions(ctx context.Context) (PurgeStats, error) {
+	return r.purge(ctx, purgePass{lock: "job_actions", what: "job action records", size: r.cfg.DeadLetterBatch,
+		retention: JobActionRetention, retentionAttr: "job_action_retention"},
+		func(tx pgx.Tx) (int64, error) {
+			return r.st.PruneJobActions(ctx, tx, r.cfg.DeadLetterBatch)
 		})
 }
 

@@ -286,3 +286,23 @@ func TestRetentionService(t *testing.T) {
 	require.NoError(t, r.Stop(ctx))
 	require.NoError(t, r.Stop(ctx))
 }
+
+// The records of job actions (migration 018) are kept a week: older ones
+// go in bounded batches, recent ones stay, whatever the dead-letter
+// retention.
+func TestRetentionJobActions(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.job_actions (id, action, was, new_id, acted_at)
+		SELECT g, 'retry', 'dead', g + 100000, now() - interval '8 days' FROM generate_series(1, 25) AS g`)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO skiplock.job_actions (id, action, was, acted_at)
+		VALUES (500, 'cancel', 'scheduled', now() - interval '6 days')`)
+	require.NoError(t, err)
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, DeadLetterRetention: -1, DeadLetterBatch: 10})
+	st, err := r.PurgeJobActions(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PurgeStats{Purged: 25, Batches: 3}, st)
+	require.Equal(t, int64(1), retCount(t, db, `SELECT count(*) FROM skiplock.job_actions`), "the recent record stays")
+}

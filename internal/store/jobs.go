@@ -101,6 +101,9 @@ type Reschedule struct {
 	Delay  time.Duration
 	Refund bool    // true: the attempt is not spent (snooze, never started)
 	Error  *string // nil keeps the previous last_error
+	// MaxAttempts, when positive and below the job's, becomes its
+	// max_attempts: the handler's cap (WithMaxAttempts) that decided.
+	MaxAttempts int
 }
 
 // RescheduleQuery returns jobs to ready; it returns the ids whose lease
@@ -108,14 +111,14 @@ type Reschedule struct {
 func (s *Store) RescheduleQuery(rs []Reschedule, worker string) Query {
 	n := len(rs)
 	ids, tokens, delays := make([]int64, n), make([]int64, n), make([]int64, n)
-	refunds, errs := make([]int32, n), make([]*string, n)
+	refunds, errs, caps := make([]int32, n), make([]*string, n), make([]int32, n)
 	for i, r := range rs {
-		ids[i], tokens[i], delays[i], errs[i] = r.ID, r.Token, Micros(r.Delay), r.Error
+		ids[i], tokens[i], delays[i], errs[i], caps[i] = r.ID, r.Token, Micros(r.Delay), r.Error, int32(r.MaxAttempts)
 		if r.Refund {
 			refunds[i] = 1
 		}
 	}
-	return Query{s.SQL("reschedule"), []any{ids, tokens, delays, refunds, errs, worker}}
+	return Query{s.SQL("reschedule"), []any{ids, tokens, delays, refunds, errs, worker, caps}}
 }
 
 // Dead is one job going to the dead-letter table.
@@ -123,6 +126,8 @@ type Dead struct {
 	Lease
 	Reason string
 	Error  string
+	// MaxAttempts: as Reschedule.MaxAttempts, stored with the dead letter.
+	MaxAttempts int
 }
 
 // DeadLetterQuery moves jobs to jobs_dead; it returns the ids whose lease
@@ -130,10 +135,11 @@ type Dead struct {
 func (s *Store) DeadLetterQuery(ds []Dead, worker string) Query {
 	n := len(ds)
 	ids, tokens, reasons, errs := make([]int64, n), make([]int64, n), make([]string, n), make([]string, n)
+	caps := make([]int32, n)
 	for i, d := range ds {
-		ids[i], tokens[i], reasons[i], errs[i] = d.ID, d.Token, d.Reason, d.Error
+		ids[i], tokens[i], reasons[i], errs[i], caps[i] = d.ID, d.Token, d.Reason, d.Error, int32(d.MaxAttempts)
 	}
-	return Query{s.SQL("dead_letter"), []any{ids, tokens, reasons, errs, worker}}
+	return Query{s.SQL("dead_letter"), []any{ids, tokens, reasons, errs, worker, caps}}
 }
 
 // Reap returns expired leases to ready (or to the dead-letter table) and

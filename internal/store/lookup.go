@@ -109,6 +109,31 @@ func (s *Store) JobDelete(ctx context.Context, db DBTX, id int64) (string, error
 	return state, err
 }
 
+// JobAction reads what an earlier action ("retry", "cancel" or "delete")
+// on the job did: the state the job was in and a retry's new id (found
+// false: never done, or more than a week ago).
+func (s *Store) JobAction(ctx context.Context, db DBTX, id int64, action string) (was string, newID int64, found bool, err error) {
+	var nid *int64
+	err = db.QueryRow(ctx, s.SQL("job_action"), id, action).Scan(&was, &nid)
+	if isNoRows(err) {
+		return "", 0, false, nil
+	}
+	if err != nil {
+		return "", 0, false, err
+	}
+	if nid != nil {
+		newID = *nid
+	}
+	return was, newID, true, nil
+}
+
+// PruneJobActions deletes up to batch action records older than a week and
+// returns how many it deleted.
+func (s *Store) PruneJobActions(ctx context.Context, db DBTX, batch int) (int64, error) {
+	tag, err := db.Exec(ctx, s.SQL("prune_job_actions"), batch)
+	return tag.RowsAffected(), err
+}
+
 func nullable(s string) any {
 	if s == "" {
 		return nil

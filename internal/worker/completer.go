@@ -19,6 +19,10 @@ import (
 type result struct {
 	job *Job
 	out Outcome
+	// ran: the handler was called, and took took (for the per-kind
+	// duration histogram).
+	ran  bool
+	took time.Duration
 }
 
 // completer writes outcomes in batches: while one batch is being written the
@@ -278,6 +282,7 @@ func (c *completer) wakeEntityQueues(queues []string) {
 
 // count updates the counters for one settled outcome and logs it.
 func (r *Runner) count(res result, s Settled) {
+	r.kinds.add(res.job.Queue, res.job.Kind, s, res.ran, res.took)
 	switch s {
 	case Completed:
 		r.completed.Add(1)
@@ -299,16 +304,20 @@ func (r *Runner) count(res result, s Settled) {
 // whose transaction did not commit.
 func logSettled(log *slog.Logger, res result, s Settled) {
 	j, out := res.job, res.out
+	maxAttempts := j.MaxAttempts
+	if out.MaxAttempts > 0 {
+		maxAttempts = out.MaxAttempts // the handler's cap, written with the outcome
+	}
 	job := []slog.Attr{slog.Int64("job_id", j.ID), slog.String("queue", j.Queue),
 		slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt)}
 	switch s {
 	case Retried:
 		logAttrs(log, slog.LevelWarn, "skiplock: job failed; will retry", append(job,
-			slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", out.Reason),
+			slog.Int("max_attempts", maxAttempts), slog.String("reason", out.Reason),
 			slog.Duration("retry_in", out.Delay), slog.String("error", out.Error))...)
 	case DeadLettered:
 		logAttrs(log, slog.LevelError, "skiplock: job moved to the dead-letter table", append(job,
-			slog.Int("max_attempts", j.MaxAttempts), slog.String("reason", out.Reason),
+			slog.Int("max_attempts", maxAttempts), slog.String("reason", out.Reason),
 			slog.String("error", out.Error))...)
 	case LeaseLost:
 		logAttrs(log, slog.LevelWarn, "skiplock: lease lost before the outcome was written; nothing written", job...)
@@ -328,13 +337,13 @@ func planWrites(batch []result) store.Outcomes {
 			w.Done = append(w.Done, l)
 		case Retry:
 			e := res.out.Error
-			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e})
+			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e, MaxAttempts: res.out.MaxAttempts})
 		case Snooze:
 			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Refund: true})
 		case Release:
 			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Refund: res.out.Refund})
 		case DeadLetter:
-			w.Deads = append(w.Deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error})
+			w.Deads = append(w.Deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error, MaxAttempts: res.out.MaxAttempts})
 		}
 	}
 	// Lock rows in id order, as the heartbeat does, so that the two never

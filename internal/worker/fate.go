@@ -147,18 +147,18 @@ func handlerOutcome(j *Job, res Result) Outcome {
 // failure is the outcome of a failed attempt: a retry after backoff, or the
 // dead-letter table once the attempts are spent.
 func failure(j *Job, res Result, reason, text string) Outcome {
-	maxAttempts := j.MaxAttempts
-	if res.MaxAttempts > 0 {
-		maxAttempts = min(maxAttempts, res.MaxAttempts)
+	maxAttempts, capped := j.MaxAttempts, 0
+	if res.MaxAttempts > 0 && res.MaxAttempts < maxAttempts {
+		maxAttempts, capped = res.MaxAttempts, res.MaxAttempts
 	}
 	if j.Attempt >= maxAttempts {
-		return Outcome{Kind: DeadLetter, Reason: reason, Error: errtext.Text(text)}
+		return Outcome{Kind: DeadLetter, Reason: reason, Error: errtext.Text(text), MaxAttempts: capped}
 	}
 	var delay time.Duration
 	if res.Backoff != nil {
 		delay = res.Backoff(j.Attempt)
 	}
-	return Outcome{Kind: Retry, Reason: reason, Delay: delay, Error: errtext.Text(text)}
+	return Outcome{Kind: Retry, Reason: reason, Delay: delay, Error: errtext.Text(text), MaxAttempts: capped}
 }
 
 // Settled is what became of a job once its outcome was written.

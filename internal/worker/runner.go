@@ -80,6 +80,11 @@ type Outcome struct {
 	// transaction (Result.SnoozedTx); Kind is Nothing and it settles as
 	// snoozed.
 	SnoozedTx bool
+	// MaxAttempts is the job's effective attempt budget when the handler's
+	// cap (Result.MaxAttempts) is below the job's own: a Retry or
+	// DeadLetter writes it into the job's max_attempts, so that what is
+	// stored, logged and shown is the budget that decided. 0: the job's own.
+	MaxAttempts int
 }
 
 // Handler runs one job and reports what it returned; Decide makes that the
@@ -229,6 +234,7 @@ type Runner struct {
 	pollOnly                                    atomic.Bool
 	warnedPolling                               atomic.Bool
 	claimLat                                    latencyRing
+	kinds                                       kindStats
 }
 
 // New validates nothing (the root package did) and returns a Runner.
@@ -399,6 +405,10 @@ func (r *Runner) Stats() Stats {
 	}
 }
 
+// KindStats returns this process's handler runs and outcomes per (queue,
+// kind) since Start, sorted by queue and kind.
+func (r *Runner) KindStats() []KindStats { return r.kinds.snapshot() }
+
 func (r *Runner) onNotify(channel, payload string) {
 	if channel == r.cfg.Store.CancelChannel() {
 		var id int64
@@ -481,7 +491,9 @@ func (r *Runner) execute(j *Job, stopping bool) {
 		cancel(ErrCancelled)
 	}
 
+	began := time.Now()
 	res := r.cfg.Handler(ctx, j)
+	took := time.Since(began)
 	cause := context.Cause(ctx)
 	cancel(nil)
 
@@ -494,10 +506,10 @@ func (r *Runner) execute(j *Job, stopping bool) {
 		// Someone else may own the job now (or the handler's own commit
 		// completed it, which the heartbeat then missed): write nothing.
 		r.untrack([]*Job{j})
-		r.count(result{job: j, out: out}, Settle(out, false))
+		r.count(result{job: j, out: out, ran: true, took: took}, Settle(out, false))
 		return
 	}
-	r.completer.add(result{job: j, out: out})
+	r.completer.add(result{job: j, out: out, ran: true, took: took})
 }
 
 // markLost records that the lease of id is gone and cancels its handler.
@@ -702,6 +714,7 @@ func (r *Runner) Reap(ctx context.Context) {
 			}
 			return
 		}
+		r.dead.Add(int64(dead))
 		if back+dead > 0 {
 			r.log.Info("skiplock: reaped expired leases", slog.Int("back_to_ready", back), slog.Int("dead_lettered", dead))
 		}

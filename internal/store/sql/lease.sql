@@ -103,32 +103,36 @@ RETURNING id;
 -- backoff delay), a snooze (refund 1: no attempt spent), or a job handed back
 -- at shutdown (refund 1 if it never started).
 --   $1 ids  $2 tokens  $3 delays (microseconds)  $4 refunds  $5 errors (NULL keeps the last)  $6 worker id
+--   $7 the handler's attempt caps (0: none; a lower one becomes max_attempts,
+--      so the stored budget is the one that decides)
 UPDATE {{schema}}.jobs AS j
 SET state            = 'ready',
     attempts         = j.attempts - l.refund,
+    max_attempts     = LEAST(j.max_attempts, NULLIF(l.max_attempts, 0)),
     run_at           = now() + l.delay_us * interval '1 microsecond',
     last_error       = COALESCE(l.err, j.last_error),
     locked_by        = NULL,
     lease_token      = NULL,
     lease_expires_at = NULL,
     cancel_requested = false
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[]) AS l(id, token, delay_us, refund, err)
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[], $7::int[]) AS l(id, token, delay_us, refund, err, max_attempts)
 WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $6
 RETURNING j.id;
 
 -- name: dead_letter
 -- Final failure: the row leaves the hot table for jobs_dead in one statement,
 -- so the failure context is never lost and never duplicated.
---   $1 ids  $2 tokens  $3 reasons  $4 errors  $5 worker id
+--   $1 ids  $2 tokens  $3 reasons  $4 errors  $5 worker id  $6 the handler's
+--   attempt caps (as reschedule's $7)
 WITH d AS (
     DELETE FROM {{schema}}.jobs AS j
-    USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS l(id, token, reason, err)
+    USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $6::int[]) AS l(id, token, reason, err, cap)
     WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
-    RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error
+    RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error, l.cap AS dead_cap
 )
 INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
                                   reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
-SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.queue, d.kind,
+SELECT d.id, d.priority, d.attempts, LEAST(d.max_attempts, NULLIF(d.dead_cap, 0)), d.run_at, d.created_at, d.queue, d.kind,
        d.dead_reason, d.locked_by, d.unique_key, d.tenant, d.entity, COALESCE(d.dead_error, d.last_error), d.payload, d.metadata, d.limit_weight
 FROM d
 RETURNING id;
@@ -208,7 +212,10 @@ SELECT (SELECT count(*) FROM back)::int, (SELECT count(*) FROM buried)::int;
 -- Cancels a job by id. A ready job goes straight to the dead-letter table
 -- with reason 'cancelled'; a running job is flagged and its worker is told
 -- (NOTIFY on the cancel channel, and again by its next heartbeat), cancels
--- the handler's context and dead-letters it. Returns the job's state before.
+-- the handler's context and dead-letters it. Returns the job's state before,
+-- as job list shows it ('scheduled' for a ready job not yet due), and
+-- records it in job_actions (migration 018), where a repeated cancel finds
+-- it (job_action).
 --   $1 id
 WITH r AS (
     DELETE FROM {{schema}}.jobs AS j WHERE j.id = $1 AND j.state = 'ready' RETURNING j.*
@@ -225,10 +232,19 @@ flagged AS (
     UPDATE {{schema}}.jobs AS j SET cancel_requested = true
     WHERE j.id = $1 AND j.state = 'running'
     RETURNING j.id, pg_notify({{schema_lit}} || '.cancel', j.id::text)
+),
+was AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM r WHERE r.run_at > now()) THEN 'scheduled'
+                WHEN EXISTS (SELECT 1 FROM buried) THEN 'ready'
+                WHEN EXISTS (SELECT 1 FROM flagged) THEN 'running'
+                ELSE '' END AS state
+),
+recorded AS (
+    INSERT INTO {{schema}}.job_actions (id, action, was)
+    SELECT $1, 'cancel', was.state FROM was WHERE was.state <> ''
+    ON CONFLICT (id, action) DO NOTHING
 )
-SELECT CASE WHEN EXISTS (SELECT 1 FROM buried) THEN 'ready'
-            WHEN EXISTS (SELECT 1 FROM flagged) THEN 'running'
-            ELSE '' END;
+SELECT was.state FROM was;
 
 -- name: worker_beat
 -- One row per worker process, refreshed with every heartbeat.

@@ -109,7 +109,8 @@ SELECT r.new_id, r.state FROM {{schema}}.retry_job($1) AS r;
 -- Deletes a ready (or scheduled) job or a dead letter. Running jobs are
 -- cancelled, not deleted; finished jobs leave only when their partition is
 -- dropped. Returns the state the job was in ('' when neither table had it
--- in a deletable state).
+-- in a deletable state) and records it in job_actions (migration 018),
+-- where a repeated delete finds it (job_action).
 --   $1 id
 WITH r AS (
     DELETE FROM {{schema}}.jobs AS j WHERE j.id = $1 AND j.state = 'ready'
@@ -118,8 +119,33 @@ WITH r AS (
 d AS (
     DELETE FROM {{schema}}.jobs_dead AS d WHERE d.id = $1
     RETURNING 'dead'::text AS state
+),
+was AS (
+    SELECT coalesce((SELECT r.state FROM r), (SELECT d.state FROM d), '') AS state
+),
+recorded AS (
+    INSERT INTO {{schema}}.job_actions (id, action, was)
+    SELECT $1, 'delete', was.state FROM was WHERE was.state <> ''
+    ON CONFLICT (id, action) DO NOTHING
 )
-SELECT coalesce((SELECT r.state FROM r), (SELECT d.state FROM d), '');
+SELECT was.state FROM was;
+
+-- name: job_action
+-- What an earlier retry, cancel or delete of the job did (job_actions,
+-- migration 018): the state the job was in, and a retry's copy. No row
+-- when it was never done. Read in a statement of its own, after the
+-- action found nothing, so that it sees a concurrent call that committed
+-- while this one waited for the job's row.
+--   $1 id  $2 action
+SELECT a.was, a.new_id FROM {{schema}}.job_actions AS a WHERE a.id = $1 AND a.action = $2;
+
+-- name: prune_job_actions
+-- The retention pass's bound on job_actions: records older than a week,
+-- oldest first, a batch at a time.
+--   $1 batch
+DELETE FROM {{schema}}.job_actions AS a
+WHERE (a.id, a.action) IN (SELECT x.id, x.action FROM {{schema}}.job_actions AS x
+                           WHERE x.acted_at < now() - interval '7 days' ORDER BY x.acted_at LIMIT $1);
 
 -- name: enqueued_jobs
 -- skiplocktest's view of in-flight jobs (RequireEnqueued and friends), in id
