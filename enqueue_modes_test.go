@@ -104,16 +104,16 @@ func TestUniqueAndModesRacingEnqueue(t *testing.T) {
 
 			var payload modeJob
 			var raw []byte
-			var wait time.Duration
+			var wait float64 // seconds
 			require.NoError(t, db.Pool.QueryRow(context.Background(),
-				`SELECT payload, extract(epoch FROM run_at - now())::float8 * 1e9 FROM skiplock.jobs WHERE id = $1`,
+				`SELECT payload, extract(epoch FROM run_at - now())::float8 FROM skiplock.jobs WHERE id = $1`,
 				rs[0].ID).Scan(&raw, &wait))
 			require.NoError(t, json.Unmarshal(raw, &payload))
 			require.Equal(t, 1, payload.Doc)
 			if tc.payloadFromAny {
 				require.True(t, payload.N >= 0 && payload.N < n)
 			}
-			require.InDelta(t, float64(tc.due), float64(wait), float64(time.Minute), "run_at")
+			require.InDelta(t, tc.due.Seconds(), wait, time.Minute.Seconds(), "run_at")
 		})
 	}
 }
