@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
-	"time"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
