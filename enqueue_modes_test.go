@@ -407,3 +407,74 @@ func TestSQLEnqueueModes(t *testing.T) {
 	plain := one(db.Pool, `SELECT skiplock.enqueue('q', 'k', '{}', 0, now(), NULL, 'u1')`)
 	require.Equal(t, plain, one(db.Pool, `SELECT skiplock.enqueue('q', 'k', unique_key => 'u1')`))
 }
+
+// A storm of supersedes of one key against two worker processes whose
+// handler claims success even when cancelled: no superseded job ever
+// completes (each one's completion is refused by the fence), the completed
+// runs of the key never overlap (by the database's clock: claim to
+// completion), and the last payload is the one that completes last.
+func TestSupersedeStorm(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	const enqueues = 60
+	var mu sync.Mutex
+	returnedOK := map[int64]bool{} // guarded by mu: runs whose handler returned nil
+	clients := make([]*skiplock.Client, 2)
+	for i := range clients {
+		clients[i] = newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Millisecond,
+			Pools: []skiplock.WorkerPool{{Queues: []string{"storm"}, Concurrency: 4}}})
+		require.NoError(t, skiplock.Handle(clients[i], "render", func(ctx context.Context, j *skiplock.Job[map[string]int]) error {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(j.Args["rev"]%7) * time.Millisecond):
+			}
+			mu.Lock()
+			returnedOK[j.ID] = true
+			mu.Unlock()
+			return nil // even when cancelled: the fence must refuse a superseded run's completion
+		}))
+		require.NoError(t, clients[i].Start(ctx))
+	}
+	defer func() {
+		for _, c := range clients {
+			require.NoError(t, c.Stop(ctx))
+		}
+	}()
+	var last skiplock.EnqueueResult
+	for rev := 1; rev <= enqueues; rev++ {
+		var err error
+		last, err = clients[rev%2].Enqueue(ctx, skiplock.EnqueueParams{Queue: "storm", Kind: "render", UniqueKey: "doc",
+			Supersede: true, Payload: map[string]int{"rev": rev}})
+		require.NoError(t, err)
+		time.Sleep(time.Duration(rev%4) * time.Millisecond)
+	}
+	getEventually(t, clients[0], last.ID, skiplock.JobStateCompleted)
+
+	var superseded, completedSuperseded int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE d.id IN (SELECT id FROM skiplock.jobs_done))
+		FROM skiplock.jobs_dead AS d WHERE d.last_error = 'superseded'`).Scan(&superseded, &completedSuperseded))
+	require.Zero(t, completedSuperseded, "a superseded job completed")
+	require.Positive(t, superseded, "the storm superseded running jobs")
+	var overlaps int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs_done AS a JOIN skiplock.jobs_done AS b
+		ON a.id < b.id AND a.attempted_at < b.finished_at AND b.attempted_at < a.finished_at
+		WHERE a.queue = 'storm' AND b.queue = 'storm'`).Scan(&overlaps))
+	require.Zero(t, overlaps, "two completed runs of the key overlapped")
+	var lastRev int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (payload->>'rev')::int FROM skiplock.jobs_done
+		WHERE queue = 'storm' ORDER BY finished_at DESC LIMIT 1`).Scan(&lastRev))
+	require.Equal(t, enqueues, lastRev, "the newest payload completes last")
+	require.Equal(t, 0, countJobs(t, db.Pool, "queue = 'storm'"), "nothing left")
+	mu.Lock()
+	refused := 0
+	for id := range returnedOK {
+		var done bool
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM skiplock.jobs_done WHERE id = $1)`, id).Scan(&done))
+		if !done {
+			refused++
+		}
+	}
+	mu.Unlock()
+	t.Logf("%d enqueues, %d running jobs superseded, %d handler successes refused by the fence", enqueues, superseded, refused)
+}
