@@ -85,6 +85,14 @@ BEGIN
 
     -- A period: take the key's hold for this bucket, or return its job.
     IF p_unique_period IS NOT NULL THEN
+        -- Held by a committed job: answered by a read, no row lock (a lock
+        -- writes WAL, and its commit waits for the flush).
+        SELECT u.job_id INTO id FROM {{schema}}.unique_keys AS u
+        WHERE u.queue = p_queue AND u.unique_key = v_key AND u.held_until > now() AND u.job_id IS NOT NULL;
+        IF id IS NOT NULL THEN
+            inserted := false;
+            RETURN;
+        END IF;
         v_held := to_timestamp((floor(extract(epoch FROM now()) / extract(epoch FROM p_unique_period)) + 1)
                                * extract(epoch FROM p_unique_period));
         INSERT INTO {{schema}}.unique_keys AS u (queue, unique_key, held_until)
