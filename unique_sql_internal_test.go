@@ -36,9 +36,13 @@ func TestSQLUniqueBoundsEqualGo(t *testing.T) {
 		params     func(time.Duration) EnqueueParams
 	}{
 		{"unique_period", "unique_period", MinUniquePeriod, MinUniquePeriod - time.Microsecond,
-			func(d time.Duration) EnqueueParams { return EnqueueParams{Kind: "k", UniqueKey: "u", Unique: UniqueOpts{Period: d}} }},
+			func(d time.Duration) EnqueueParams {
+				return EnqueueParams{Kind: "k", UniqueKey: "u", Unique: UniqueOpts{Period: d}}
+			}},
 		{"unique_period", "unique_period", MaxUniquePeriod, MaxUniquePeriod + time.Microsecond,
-			func(d time.Duration) EnqueueParams { return EnqueueParams{Kind: "k", UniqueKey: "u", Unique: UniqueOpts{Period: d}} }},
+			func(d time.Duration) EnqueueParams {
+				return EnqueueParams{Kind: "k", UniqueKey: "u", Unique: UniqueOpts{Period: d}}
+			}},
 		{"debounce", "debounce", MinModeWindow, MinModeWindow - time.Microsecond,
 			func(d time.Duration) EnqueueParams { return EnqueueParams{Kind: "k", UniqueKey: "u", Debounce: d} }},
 		{"throttle", "throttle", MaxModeWindow, MaxModeWindow + time.Microsecond,
