@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -94,6 +95,74 @@ func BenchmarkEnqueue(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(rt.n.Load()-before)/float64(b.N), "roundtrips/op")
+}
+
+// BenchmarkEnqueueUniqueness is the cost of one enqueue with each kind of
+// uniqueness and each mode next to a plain one, in the same run. Every
+// operation inserts a new job (a fresh key or payload), the path every
+// first enqueue of a key takes; "_hit" enqueues an existing key.
+func BenchmarkEnqueueUniqueness(b *testing.B) {
+	c, rt := tracedClient(b)
+	ctx := context.Background()
+	_, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "warm"})
+	require.NoError(b, err)
+	payload := func(i int) json.RawMessage {
+		return json.RawMessage(`{"user_id":` + strconv.Itoa(i) + `,"template":"welcome"}`)
+	}
+	key := func(i int) string { return "k" + strconv.Itoa(i) }
+	cases := []struct {
+		name string
+		p    func(i int) skiplock.EnqueueParams
+	}{
+		{"plain", func(i int) skiplock.EnqueueParams { return skiplock.EnqueueParams{Payload: payload(i)} }},
+		{"unique_key", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: key(i)}
+		}},
+		{"unique_key_hit", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: "same"}
+		}},
+		{"by_args", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), Unique: skiplock.UniqueOpts{ByArgs: true}}
+		}},
+		{"by_args_hit", func(int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(0), Unique: skiplock.UniqueOpts{ByArgs: true}}
+		}},
+		{"by_period", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: key(i), Unique: skiplock.UniqueOpts{Period: time.Hour}}
+		}},
+		{"by_period_hit", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: "same", Unique: skiplock.UniqueOpts{Period: time.Hour}}
+		}},
+		{"supersede", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: key(i), Supersede: true}
+		}},
+		{"supersede_hit", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: "same", Supersede: true}
+		}},
+		{"debounce", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: key(i), Debounce: time.Minute}
+		}},
+		{"throttle", func(i int) skiplock.EnqueueParams {
+			return skiplock.EnqueueParams{Payload: payload(i), UniqueKey: key(i), Throttle: time.Minute}
+		}},
+	}
+	for n, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			queue := "bench_" + tc.name + strconv.Itoa(n)
+			before := rt.n.Load()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p := tc.p(i)
+				p.Queue, p.Kind = queue, "email"
+				if _, err := c.Enqueue(ctx, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(rt.n.Load()-before)/float64(b.N), "roundtrips/op")
+		})
+	}
 }
 
 func BenchmarkEnqueueMany1000(b *testing.B) {

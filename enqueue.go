@@ -54,6 +54,27 @@ type EnqueueParams struct {
 	// with the job: trace context, request ids, tags. Handlers see it as
 	// Job.Metadata; the dashboard shows it. nil or empty stores nothing.
 	Metadata Metadata
+	// Unique widens uniqueness beyond UniqueKey: a key derived from the
+	// payload (ByArgs), held for a period whether its job is in flight or
+	// finished (Period). See UniqueOpts.
+	Unique UniqueOpts
+	// Supersede, with a key (UniqueKey or Unique.ByArgs): a waiting job
+	// with the key takes this payload (and priority, metadata, run time);
+	// a running one is cancelled (its context is cancelled with
+	// ErrCancelled, it is moved to the dead-letter table as cancelled,
+	// error "superseded", and its late writes are refused by the lease
+	// fence) and this job is inserted to run next. The key never has two
+	// leases at once.
+	Supersede bool
+	// Debounce, with a key: a waiting job with the key takes this payload
+	// and runs Debounce after this enqueue (each enqueue pushes it back);
+	// while one runs, a new job is inserted to run Debounce from now.
+	Debounce time.Duration
+	// Throttle, with a key: at most one run of the key starts per window;
+	// an enqueue while a job waits folds into it (its payload replaced,
+	// its run time kept), otherwise the new job runs no earlier than
+	// Throttle after the previous one's run time and start.
+	Throttle time.Duration
 	// LimitWeight is how many starts the job counts as in every rate limit
 	// that covers it (a call that costs 5 units of a partner's quota
 	// counts 5): 1 to MaxLimitWeight; 0 means 1. A rate limit starts the job
@@ -66,13 +87,17 @@ type EnqueueParams struct {
 
 // EnqueueResult is the outcome of one enqueue.
 type EnqueueResult struct {
-	ID       int64 `json:"id"`
-	Inserted bool  `json:"inserted"` // false: an in-flight job with the same unique key was returned
+	ID int64 `json:"id"`
+	// Inserted is false when the job holding the key was returned: in
+	// flight, or (UniqueOpts.Period) enqueued in the same period; with a
+	// mode, the waiting job that took the new payload.
+	Inserted bool `json:"inserted"`
 }
 
 // prepared turns params into validated store arguments.
 func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	var a store.EnqueueArgs
+	p = withArgsDefaults(p)
 	if p.Queue == "" {
 		p.Queue = DefaultQueue
 	}
@@ -157,8 +182,11 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 		w := p.LimitWeight
 		a.LimitWeight = &w
 	}
-	if p.BumpSchedule && p.UniqueKey == "" {
+	if p.BumpSchedule && p.UniqueKey == "" && !p.Unique.ByArgs {
 		return a, invalidJob("bump_schedule", "needs a unique_key")
+	}
+	if err := prepareUnique(p, &a); err != nil {
+		return a, err
 	}
 	a.Queue, a.Kind, a.Payload, a.Priority, a.Delay, a.Bump = p.Queue, p.Kind, string(raw), p.Priority, p.Delay, p.BumpSchedule
 	return a, nil
@@ -292,9 +320,10 @@ const keyedGen int16 = -1
 // EnqueueMany inserts many jobs in one transaction through COPY (tens of
 // thousands per second) and returns how many it inserted. Every job is
 // validated first; one bad job rejects the whole call, naming its index, and
-// nothing is written. Jobs with a UniqueKey or BumpSchedule go through the
-// idempotent path (pipelined in the same round trip), so duplicates are
-// skipped rather than failing the batch.
+// nothing is written. Jobs with a UniqueKey, Unique options or a mode go
+// through the SQL function enqueue_job (pipelined in the same round trip),
+// which decides their keys and modes as it does for Enqueue, so duplicates
+// are skipped rather than failing the batch.
 func (c *Client) EnqueueMany(ctx context.Context, ps []EnqueueParams) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
@@ -360,7 +389,7 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 	var uniques []store.EnqueueArgs
 	queues := map[string]bool{}
 	for _, a := range args {
-		if a.UniqueKey != nil {
+		if a.Keyed() {
 			uniques = append(uniques, a)
 			continue
 		}

@@ -24,7 +24,8 @@ import (
 // jobFlags are enqueue's flags that describe one job: with --file each line
 // carries these fields itself, so setting one is refused rather than ignored.
 var jobFlags = []string{"queue", "kind", "payload", "priority", "run-at", "delay", "max-attempts",
-	"unique-key", "bump-schedule", "tenant", "entity", "metadata", "limit-weight"}
+	"unique-key", "bump-schedule", "tenant", "entity", "metadata", "limit-weight", "unique-by", "unique-fields",
+	"unique-period", "supersede", "debounce", "throttle"}
 
 func newEnqueueCmd(g *globals) *cobra.Command {
 	var (
@@ -33,6 +34,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 		metadata             string
 		delay                time.Duration
 		batchSize            int
+		uniqueBy             string
 		payloadSet           bool
 	)
 	cmd := &cobra.Command{
@@ -86,6 +88,13 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 				p.RunAt = t
 			}
 			p.Delay = delay
+			switch uniqueBy {
+			case "key":
+			case "args":
+				p.Unique.ByArgs = true
+			default:
+				return usageError("--unique-by: must be key or args, got %q", uniqueBy)
+			}
 			pool, err := g.connect(ctx, 2)
 			if err != nil {
 				return err
@@ -99,6 +108,9 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 			if err != nil {
 				var fe *skiplock.FieldError
 				if errors.As(err, &fe) {
+					if fe.Field == "mode" {
+						return usageError("--supersede, --debounce, --throttle: %s", fe.Message)
+					}
 					return usageError("--%s: %s", strings.ReplaceAll(fe.Field, "_", "-"), fe.Message)
 				}
 				return err
@@ -120,6 +132,12 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 	f.IntVar(&p.MaxAttempts, "max-attempts", 0, fmt.Sprintf("attempts before the dead-letter table (default %d)", skiplock.DefaultMaxAttempts))
 	f.StringVar(&p.UniqueKey, "unique-key", "", "idempotency key: a duplicate in flight returns the existing id")
 	f.BoolVar(&p.BumpSchedule, "bump-schedule", false, "with --unique-key: push the in-flight job's run_at to the later time")
+	f.StringVar(&uniqueBy, "unique-by", "key", "uniqueness by key (--unique-key) or by args (the kind and the payload)")
+	f.StringSliceVar(&p.Unique.ArgsFields, "unique-fields", nil, "with --unique-by args: only these top-level payload fields make the key")
+	f.DurationVar(&p.Unique.Period, "unique-period", 0, "hold the key for the whole period bucket (e.g. 1h: one job per clock hour), finished or not")
+	f.BoolVar(&p.Supersede, "supersede", false, "with a key: replace the waiting job's payload, or cancel the running one (fenced) and run this next")
+	f.DurationVar(&p.Debounce, "debounce", 0, "with a key: replace the waiting job's payload and run it this long after the last enqueue")
+	f.DurationVar(&p.Throttle, "throttle", 0, "with a key: at most one run per window; enqueues while one waits fold into it")
 	f.StringVar(&p.Tenant, "tenant", "", "tenant key (fairness)")
 	f.StringVar(&p.Entity, "entity", "", "entity key (at most one running job per entity)")
 	f.IntVar(&p.LimitWeight, "limit-weight", 1, fmt.Sprintf("starts this job counts as in the rate limits that cover it, 1..%d", skiplock.MaxLimitWeight))

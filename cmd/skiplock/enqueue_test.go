@@ -95,3 +95,50 @@ func TestEnqueueFileCLI(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM skiplock.jobs").Scan(&n))
 	require.Equal(t, 302, n, "a refused --file call wrote something")
 }
+
+// The uniqueness and mode flags reach enqueue_unique; bad combinations are
+// usage errors naming the flag.
+func TestEnqueueUniqueAndModesCLI(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	enqueue := func(args ...string) string {
+		t.Helper()
+		code, out, stderr := runCLI(t, append([]string{"enqueue", "--database-url", db.URL, "--json"}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		return strings.TrimSpace(out)
+	}
+	hourly := []string{"--queue", "mail", "--kind", "digest", "--payload", `{"customer":42,"n":1}`,
+		"--unique-by", "args", "--unique-fields", "customer", "--unique-period", "1h"}
+	require.Contains(t, enqueue(hourly...), `"inserted":true`)
+	hourly[5] = `{"customer":42,"n":2}`
+	require.Contains(t, enqueue(hourly...), `"inserted":false`, "same customer, same hour")
+
+	render := func(rev string) []string {
+		return []string{"--queue", "docs", "--kind", "render", "--payload", `{"rev":` + rev + `}`, "--unique-key", "doc:7", "--supersede"}
+	}
+	require.Contains(t, enqueue(render("1")...), `"inserted":true`)
+	require.Contains(t, enqueue(render("2")...), `"inserted":false`)
+	require.Contains(t, enqueue("--queue", "hooks", "--kind", "sync", "--unique-key", "a:9", "--throttle", "30s"), `"inserted":true`)
+	require.Contains(t, enqueue("--queue", "hooks", "--kind", "sync", "--unique-key", "a:9", "--debounce", "5s"), `"inserted":false`)
+	var rev int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		`SELECT (payload->>'rev')::int FROM skiplock.jobs WHERE queue = 'docs'`).Scan(&rev))
+	require.Equal(t, 2, rev, "superseded by the newest payload")
+
+	for _, b := range []struct {
+		args []string
+		flag string
+	}{
+		{[]string{"--kind", "k", "--supersede"}, "--unique-key"},
+		{[]string{"--kind", "k", "--unique-by", "payload"}, "--unique-by"},
+		{[]string{"--kind", "k", "--unique-key", "u", "--unique-period", "10ms"}, "--unique-period"},
+		{[]string{"--kind", "k", "--unique-key", "u", "--supersede", "--throttle", "1s"}, "--supersede, --debounce, --throttle"},
+		{[]string{"--kind", "k", "--unique-key", "u", "--debounce", "-1s"}, "--debounce"},
+		{[]string{"--kind", "k", "--unique-fields", "a"}, "--unique-fields"},
+		{[]string{"--file", "-", "--supersede"}, "--supersede"},
+	} {
+		code, _, stderr := runCLI(t, append([]string{"enqueue", "--database-url", db.URL}, b.args...)...)
+		require.Equal(t, 2, code, "%v: %s", b.args, stderr)
+		require.Contains(t, stderr, b.flag, b.args)
+	}
+}

@@ -97,6 +97,7 @@ type Retention struct {
 	partitions *service.Periodic
 	dead       *service.Periodic
 	workflows  *service.Periodic
+	keys       *service.Periodic
 }
 
 // NewRetention returns a stopped Retention with defaults filled in.
@@ -135,15 +136,21 @@ func NewRetention(cfg RetentionConfig) *Retention {
 			_, err := r.PurgeWorkflows(ctx)
 			return err
 		}}
+	r.keys = &service.Periodic{Name: "unique_keys_retention", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
+		Tick: func(ctx context.Context) error {
+			_, err := r.PurgeUniqueKeys(ctx)
+			return err
+		}}
 	return r
 }
 
 // Services returns the passes that have work to do as services: the
 // partition pass when archiving or when old partitions are to be dropped,
 // the dead-letter pass when dead letters expire, and the workflow pass when
-// finished workflows do.
+// finished workflows do. The held-keys pass always runs: a unique period's
+// or a throttle's key leaves unique_keys only through it.
 func (r *Retention) Services() []service.Service {
-	var out []service.Service
+	out := []service.Service{r.keys}
 	if r.cfg.Archive || r.cfg.CompletedRetention > 0 {
 		out = append(out, r.partitions)
 	}
@@ -251,6 +258,17 @@ func (r *Retention) PurgeWorkflows(ctx context.Context) (PurgeStats, error) {
 		})
 }
 
+// PurgeUniqueKeys runs one held-keys pass: batches of at most
+// DeadLetterBatch rows of unique_keys whose hold ended (a unique period's
+// bucket or a throttle's window is over), each in its own transaction.
+func (r *Retention) PurgeUniqueKeys(ctx context.Context) (PurgeStats, error) {
+	return r.purge(ctx, purgePass{lock: "unique_keys", what: "held unique keys", size: r.cfg.DeadLetterBatch,
+		retentionAttr: "retention"},
+		func(tx pgx.Tx) (int64, error) {
+			return r.st.PurgeUniqueKeys(ctx, tx, r.cfg.DeadLetterBatch)
+		})
+}
+
 // purgePass names one batched purge: its lock, what it deletes (for the log
 // line and errors), its batch size and its retention.
 type purgePass struct {
@@ -307,7 +325,7 @@ func (r *Retention) Start(ctx context.Context) error {
 // Stop stops every pass and waits for the current ones.
 func (r *Retention) Stop(ctx context.Context) error {
 	var err error
-	for _, p := range []*service.Periodic{r.partitions, r.dead, r.workflows} {
+	for _, p := range []*service.Periodic{r.partitions, r.dead, r.workflows, r.keys} {
 		if err2 := p.Stop(ctx); err == nil {
 			err = err2
 		}

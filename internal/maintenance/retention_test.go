@@ -89,9 +89,9 @@ func TestRetentionPartitions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PartitionStats{}, st, "a second pass has nothing to do")
 
-	// Delete mode with no retention: nothing to do at all.
+	// Delete mode with no retention: nothing to do but the held keys.
 	none := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema})
-	require.Empty(t, none.Services())
+	require.Len(t, none.Services(), 1, "only the held-keys pass runs")
 	st, err = none.MaintainPartitions(ctx)
 	require.NoError(t, err)
 	require.Equal(t, PartitionStats{}, st)
@@ -170,7 +170,7 @@ func TestRetentionWorkflows(t *testing.T) {
 
 	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, WorkflowRetention: 7 * 24 * time.Hour,
 		WorkflowBatch: 2})
-	require.Len(t, r.Services(), 1, "the workflow pass runs")
+	require.Len(t, r.Services(), 2, "the workflow pass runs, beside the held-keys pass")
 	got, err := r.PurgeWorkflows(ctx)
 	require.NoError(t, err)
 	require.Equal(t, PurgeStats{Purged: 5, Batches: 3}, got, "three bounded batches")
@@ -181,7 +181,7 @@ func TestRetentionWorkflows(t *testing.T) {
 	require.Equal(t, int64(2), retCount(t, db, `SELECT count(*) FROM skiplock.workflows WHERE id IN ($1, $2)`, recent, running))
 
 	off := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, WorkflowRetention: -1})
-	require.Empty(t, off.Services())
+	require.Len(t, off.Services(), 1, "only the held-keys pass runs")
 	got, err = off.PurgeWorkflows(ctx)
 	require.NoError(t, err)
 	require.Equal(t, PurgeStats{}, got)
@@ -275,7 +275,7 @@ func TestRetentionService(t *testing.T) {
 	insertDeadAt(t, db, 5, 1, 40*24*time.Hour)
 	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Archive: true,
 		CompletedRetention: 7 * 24 * time.Hour, DeadLetterRetention: 30 * 24 * time.Hour})
-	require.Len(t, r.Services(), 2)
+	require.Len(t, r.Services(), 3, "partitions, dead letters and held keys")
 	require.NoError(t, r.Stop(ctx), "Stop before Start is a no-op")
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Start(ctx), "Start is idempotent")
@@ -305,4 +305,24 @@ func TestRetentionJobActions(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, PurgeStats{Purged: 25, Batches: 3}, st)
 	require.Equal(t, int64(1), retCount(t, db, `SELECT count(*) FROM skiplock.job_actions`), "the recent record stays")
+}
+
+// Unique-key holds (migration 019) go once their period or window has
+// ended, in bounded batches; a hold still running stays.
+func TestPurgeUniqueKeysTakesOnlyEndedHolds(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	_, err := db.Pool.Exec(ctx, `INSERT INTO skiplock.unique_keys (queue, unique_key, held_until, job_id)
+		SELECT 'q', 'old-' || i, now() - interval '1 minute', i FROM generate_series(1, 5) AS i;
+		INSERT INTO skiplock.unique_keys (queue, unique_key, held_until, job_id)
+		VALUES ('q', 'held', now() + interval '1 hour', 6)`)
+	require.NoError(t, err)
+
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, DeadLetterBatch: 2})
+	got, err := r.PurgeUniqueKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, PurgeStats{Purged: 5, Batches: 3}, got, "three bounded batches")
+	var left []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(unique_key) FROM skiplock.unique_keys`).Scan(&left))
+	require.Equal(t, []string{"held"}, left, "a hold that has not ended stays")
 }

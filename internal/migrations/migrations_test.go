@@ -159,7 +159,15 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		applied, err := up(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "up to %d", v)
 		require.Equal(t, []int{v}, applied)
-		if v < migrations.Latest() {
+		// From version 17 on a version carries no function body: up --to v
+		// below the latest leaves the bodies of version 16, while down to v
+		// leaves the function files' bodies as v had them (restored by the
+		// down files), so the two agree only up to 16. Above 16 the down
+		// files are checked by the up to the latest (the last comparison)
+		// and by TestUpgradeFromEveryVersion. (The lead's call: a runner
+		// that could apply a past version's function files would restore
+		// this check.)
+		if v < migrations.Latest() && v < 17 {
 			require.Equal(t, fingerprint(t, db.Pool), wentDown[v], "version %d, up and down", v)
 		}
 	}
@@ -512,8 +520,9 @@ func TestUpgradeFromEveryVersion(t *testing.T) {
 			// upgrade's locks and loses nothing. Migrations 006 and 014
 			// replaced enqueue by DROP and CREATE (its signature changed): a
 			// call that had looked the old function up fails once with
-			// "cache lookup failed" (and succeeds when retried). Since 014,
-			// nothing drops a function a caller uses: no call fails.
+			// "cache lookup failed" (and succeeds when retried). So did 019
+			// (enqueue's uniqueness and mode arguments): an upgrade across
+			// it may fail such a call once too.
 			stop := make(chan struct{})
 			type result struct {
 				ids  []int64
@@ -545,7 +554,7 @@ func TestUpgradeFromEveryVersion(t *testing.T) {
 			require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.enqueue('q', 'k')").Scan(&after))
 			ids := append(r.ids, after)
 			for _, e := range r.errs {
-				require.Less(t, v, 14, "an enqueue failed during the upgrade: %s", e)
+				require.Less(t, v, 19, "an enqueue failed during the upgrade: %s", e)
 				require.Contains(t, e, "cache lookup failed for function")
 			}
 

@@ -103,6 +103,7 @@ func copyPaths(t *testing.T) []copyPath {
 		{"lease.sql reap", s("reap"), "jobs_dead", toDead},
 		{"lease.sql cancel", s("cancel"), "jobs_dead", toDead},
 		{"functions/cancel_workflow.sql", fn["cancel_workflow"], "jobs_dead", toDead},
+		{"functions/enqueue_unique.sql (supersede)", fn["enqueue_unique"], "jobs_dead", toDead},
 		{"deadletter.sql replay_dead", s("replay_dead"), "jobs", replay},
 		{"functions/retry_job.sql (from jobs_dead)", fn["retry_job"], "jobs_keyed", replay},
 		{"functions/retry_job.sql (from jobs_done)", fn["retry_job"], "jobs", with(replay, map[string]string{

@@ -232,6 +232,28 @@ type EnqueueArgs struct {
 	Bump        bool
 	Metadata    *string // JSON object text; nil: none
 	LimitWeight *int    // weight in rate limits, 2..MaxLimitWeight; nil: 1
+	// Uniqueness and modes (enqueue_unique, migration 019).
+	UniqueBy     *string       // "args"; nil: by UniqueKey
+	UniqueFields []string      // with UniqueBy "args": the payload fields of the key; nil: all
+	UniquePeriod time.Duration // 0: in flight only
+	Mode         *string       // "supersede", "debounce", "throttle"; nil: none
+	ModeWindow   time.Duration // debounce's and throttle's window
+}
+
+// Keyed reports whether the job needs a key decision (a unique key, a
+// derived one, a period or a mode): such a job goes through enqueue_job,
+// never EnqueueMany's COPY.
+func (a EnqueueArgs) Keyed() bool {
+	return a.UniqueKey != nil || a.UniqueBy != nil || a.UniquePeriod > 0 || a.Mode != nil
+}
+
+// microsOrNil is d in microseconds, or NULL when it is zero.
+func microsOrNil(d time.Duration) *int64 {
+	if d == 0 {
+		return nil
+	}
+	m := Micros(d)
+	return &m
 }
 
 // Enqueue inserts one job through the enqueue_job function, or finds the
@@ -258,7 +280,8 @@ func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker str
 // Args returns the positional arguments of the "enqueue" statement.
 func (a EnqueueArgs) Args() []any {
 	return []any{a.Queue, a.Kind, a.Payload, a.Priority, a.RunAt, a.MaxAttempts, a.UniqueKey,
-		a.Tenant, a.Entity, a.Bump, Micros(a.Delay), a.Metadata, a.LimitWeight}
+		a.Tenant, a.Entity, a.Bump, Micros(a.Delay), a.Metadata, a.LimitWeight,
+		a.UniqueBy, a.UniqueFields, microsOrNil(a.UniquePeriod), a.Mode, microsOrNil(a.ModeWindow)}
 }
 
 // FencedWrite is one of the lease holder's fenced writes, named, with

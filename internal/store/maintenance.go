@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -75,4 +76,15 @@ func (s *Store) BeginRetentionPass(ctx context.Context, tx DBTX, key string, sta
 func (s *Store) DropSchema(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, s.SQL("drop_schema"))
 	return err
+}
+
+// PurgeUniqueKeys deletes at most batch rows of unique_keys whose hold
+// ended (purge_unique_keys), in one statement: the unit of the retention
+// service's held-keys pass.
+func (s *Store) PurgeUniqueKeys(ctx context.Context, db DBTX, batch int) (int64, error) {
+	if batch <= 0 {
+		return 0, fmt.Errorf("purge unique keys: batch must be positive, got %d", batch)
+	}
+	tag, err := db.Exec(ctx, s.SQL("purge_unique_keys"), batch)
+	return tag.RowsAffected(), err
 }

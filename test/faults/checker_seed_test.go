@@ -251,6 +251,14 @@ var seedCases = []seedCase{
 		h.runs = append(h.runs, seedRun(2, 2, 201, 60, 70, "ok"))
 		return h
 	}},
+	{vSupersededDone, "job 1's lease ended by a supersede, then job 1 archived", checkOpts{committed: []int64{1}, archive: true,
+		supersede: true}, func() history {
+		h := seedSupersede()
+		h.events = h.events[:3] // job 1: insert, claim, the supersede's delete
+		h.events = append(h.events, seedTo("jobs_done_20261123", 1, 40))
+		h.runs = h.runs[:1]
+		return h
+	}},
 	{vEntityOverlap, "jobs 1 and 2 of entity e running at once", checkOpts{committed: []int64{1, 2}}, func() history {
 		h := seedOK()
 		h.events[1].entity = sp("e")
@@ -260,6 +268,42 @@ var seedCases = []seedCase{
 		h.runs = append(h.runs, seedRun(2, 2, 201, 25, 55, "ok"))
 		return h
 	}},
+}
+
+// seedSupersede: job 1 (key k) claimed by fw-a.1, superseded at 20 by the
+// producer (its row moved to jobs_dead); job 2 (key k) inserted in the same
+// transaction, claimed by fw-b.1 and completed. Job 1's handler still ran to
+// "ok" (its completion refused by the fence, so not in the audit).
+func seedSupersede() history {
+	i1 := seedInsert(1, 0, 3)
+	i1.uniqueKey = sp("k")
+	sup := auditEvent{tbl: "jobs", op: "delete", job: 1, oldState: sp("running"), oldToken: i64p(101), oldBy: sp("fw-a.1"),
+		oldExpires: atp(2010), maxAttempts: ip(3), queue: "default", uniqueKey: sp("k"), app: "producer", txNow: at(20), at: at(20)}
+	dead := seedTo("jobs_dead", 1, 20)
+	dead.reason = sp("cancelled")
+	i2 := seedInsert(2, 20, 3)
+	i2.uniqueKey = sp("k")
+	return history{
+		events: []auditEvent{i1, seedClaim(1, 101, "fw-a.1", 10, 2010), sup, dead,
+			i2, seedClaim(2, 201, "fw-b.1", 30, 2030), seedEnd(2, 201, "fw-b.1", 60), seedTo("jobs_done_20261123", 2, 60)},
+		runs: []runRow{seedRun(1, 1, 101, 11, 45, "ok"), seedRun(2, 2, 201, 31, 55, "ok")},
+	}
+}
+
+// A supersede is a legitimate end of a lease when producers supersede, and
+// a stale write when they do not.
+func TestSupersedeHistory(t *testing.T) {
+	t.Parallel()
+	sup := checkOpts{committed: []int64{1, 2}, archive: true, supersede: true}
+	r := checkHistory(sortHistory(seedSupersede()), sup, sameApp)
+	require.Empty(t, r.violations)
+	require.Equal(t, 1, r.Superseded)
+	require.Equal(t, 1, r.Dead)
+	require.Equal(t, 1, r.Completed)
+
+	sup.supersede = false
+	r = checkHistory(sortHistory(seedSupersede()), sup, sameApp)
+	require.Equal(t, map[string]int{vStaleWrite: 1}, r.kinds(), "without supersede the producer's delete is a stale write")
 }
 
 // sortHistory orders the events as loadAudit does: by job, then time.

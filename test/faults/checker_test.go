@@ -39,7 +39,13 @@ import (
 //   - valid leases of a job never overlap; no execution outlives a lease its
 //     holder gave up while another lease's execution runs;
 //   - at most one live job (in skiplock.jobs) per queue and unique key, and
-//     at most one running job per entity, at every moment of the audit.
+//     at most one running job per entity, at every moment of the audit;
+//   - supersede (checkOpts.supersede): a producer's enqueue may end a
+//     running lease it does not hold by moving the row to jobs_dead (the
+//     supersede of enqueue_unique); that lease then ends at the move, and a
+//     superseded job never completes (its holder's late completion must be
+//     refused by the fence). With one row per key, the live-key check above
+//     is what says that a key never has two leases at once.
 //
 // A lease is valid from its claim until its holder gives it up (completes,
 // retries, releases, dead-letters) or, otherwise, until its last expiry
@@ -75,6 +81,7 @@ const (
 	vCompletedNoOKRun   = "completed-without-ok-run"
 	vUniqueKeyTwice     = "unique-key-twice-live"
 	vEntityOverlap      = "entity-running-twice"
+	vSupersededDone     = "superseded-completed" // a job whose lease a supersede ended was completed anyway
 )
 
 // allKinds lists every kind the checker reports; TestEveryCheckCanFire
@@ -83,7 +90,7 @@ var allKinds = []string{vLeftBehind, vNeverInserted, vUncommittedInAudit, vRolle
 	vRunWithoutClaim, vTokenRanTwice, vRunBeforeClaim, vRunOverlap, vClaimWhileHeld, vClaimOverlapsLease,
 	vClaimWithoutLease, vClaimBeyondMax, vClaimBeforeRunAt, vUnknownLease, vLeaseChangedHands, vStaleHeartbeat,
 	vStaleWrite, vStaleToken, vTokenOnIdleRow, vReapedValidLease, vDeadTwice, vArchivedTwice, vCompletedAndDead,
-	vLost, vCompletedNoOKRun, vUniqueKeyTwice, vEntityOverlap}
+	vLost, vCompletedNoOKRun, vUniqueKeyTwice, vEntityOverlap, vSupersededDone}
 
 type auditEvent struct {
 	tbl, op                string
@@ -150,7 +157,9 @@ func (v violation) String() string { return v.kind + ": " + v.msg }
 // assertions on what the faults did.
 type report struct {
 	Jobs, Completed, Dead, Claims, Runs, Reaped, Reruns int
-	DeadReasons                                         map[string]int
+	// Superseded counts the running leases a producer's supersede ended.
+	Superseded  int
+	DeadReasons map[string]int
 	// Attempts is, per job, the claims that spent an attempt, counted from
 	// the audit's ready→running transitions (not the library's column).
 	Attempts   map[int64]int
@@ -162,8 +171,8 @@ type report struct {
 }
 
 func (r *report) String() string {
-	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d; holder writes with a recorded token %d; violations %d %v",
-		r.Jobs, r.Completed, r.Dead, r.DeadReasons, r.Claims, r.Runs, r.Reruns, r.Reaped, r.TokenWrites, len(r.violations), r.kinds())
+	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d, superseded %d; holder writes with a recorded token %d; violations %d %v",
+		r.Jobs, r.Completed, r.Dead, r.DeadReasons, r.Claims, r.Runs, r.Reruns, r.Reaped, r.Superseded, r.TokenWrites, len(r.violations), r.kinds())
 }
 
 func (r *report) violate(kind, format string, args ...any) {
@@ -184,6 +193,10 @@ type checkOpts struct {
 	committed  []int64
 	rolledBack []int64
 	archive    bool // completed jobs must be in jobs_done
+	// supersede: producers enqueue with Supersede, so a delete of a running
+	// row by a process that holds no lease and presents no token is a
+	// supersede, not a stale write.
+	supersede bool
 }
 
 // checkInvariants checks every invariant above and fails the test on any
@@ -368,6 +381,7 @@ func (c *checker) jobHistory(id int64, evs []auditEvent) []*leaseSpan {
 	var cur *leaseSpan
 	dead, done := 0, 0
 	var lastDelete *leaseSpan
+	superseded := false
 	var liveFrom, runFrom time.Time
 	var liveKey, runKey string
 	if !c.committed[id] {
@@ -466,6 +480,15 @@ func (c *checker) jobHistory(id int64, evs []auditEvent) []*leaseSpan {
 					r.violate(vReapedValidLease, "job %d: the reaper took lease %d at %s, valid until %s", id, cur.token, ts(ev.txNow), tsp(ev.oldExpires))
 				}
 				cur.end = cur.maxExpires
+			} else if o.supersede && ev.op == "delete" && ev.presented == nil && !c.owns(ev.app, cur.holder) {
+				// A supersede: the producer moved the running row to
+				// jobs_dead; the lease ends here, the holder's late writes
+				// find no row.
+				r.Superseded++
+				superseded = true
+				cur.end = ev.at
+				lastDelete = nil
+				continue
 			} else {
 				if !c.owns(ev.app, cur.holder) {
 					r.violate(vStaleWrite, "job %d: %s by %q accepted for a lease held by %q (stale holder not fenced)", id, ev.op, ev.app, cur.holder)
@@ -491,6 +514,9 @@ func (c *checker) jobHistory(id int64, evs []auditEvent) []*leaseSpan {
 	}
 	if dead > 1 {
 		r.violate(vDeadTwice, "job %d is in jobs_dead %d times", id, dead)
+	}
+	if superseded && done > 0 {
+		r.violate(vSupersededDone, "job %d completed after a supersede ended its lease", id)
 	}
 	if done > 1 {
 		r.violate(vArchivedTwice, "job %d archived %d times", id, done)

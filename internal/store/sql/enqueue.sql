@@ -4,10 +4,14 @@
 --   $1 queue $2 kind $3 payload $4 priority $5 run_at (NULL = now + $11)
 --   $6 max_attempts $7 unique_key $8 tenant $9 entity $10 bump $11 delay (microseconds)
 --   $12 metadata (NULL: none)   $13 limit_weight (NULL: 1)
+--   $14 unique_by  $15 unique_fields  $16 unique_period (microseconds)
+--   $17 mode  $18 mode window (microseconds): enqueue_unique's, NULL when unused
 SELECT e.id, e.inserted
 FROM {{schema}}.enqueue_job($1, $2, $3::jsonb, $4,
                             COALESCE($5::timestamptz, now() + $11::bigint * interval '1 microsecond'),
-                            $6, $7, $8, $9, $10, $12::jsonb, $13::integer) AS e;
+                            $6, $7, $8, $9, $10, $12::jsonb, $13::integer,
+                            $14::text, $15::text[], $16::bigint * interval '1 microsecond',
+                            $17::text, $18::bigint * interval '1 microsecond') AS e;
 
 -- name: notify_queues
 -- Wake-up for a bulk load, sent inside its transaction (delivered on commit).

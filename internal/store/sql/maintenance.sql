@@ -84,3 +84,17 @@ SELECT l.got,
 FROM (SELECT set_config('lock_timeout', $5::bigint::text, true) AS lt,
              pg_try_advisory_xact_lock(hashtextextended($1::text, 0)) AS got
       OFFSET 0) AS l;
+
+-- name: purge_unique_keys
+-- One bounded batch of the held-keys pass: rows of unique_keys whose hold
+-- ended (a unique period's bucket, a throttle's window; migration 019),
+-- oldest first, through unique_keys_held_until. A row being taken again by
+-- an enqueue is locked by it and skipped.
+--   $1 batch size
+DELETE FROM {{schema}}.unique_keys AS u
+WHERE (u.queue, u.unique_key) IN (
+    SELECT k.queue, k.unique_key FROM {{schema}}.unique_keys AS k
+    WHERE k.held_until <= now()
+    ORDER BY k.held_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED);

@@ -6,11 +6,18 @@
 -- flight with that key is returned instead (inserted false), its run_at
 -- brought forward when p_bump; an entity one to jobs_keyed by gen. Called by
 -- enqueue (the SQL API) and internal/store/sql/enqueue.sql.
+-- Uniqueness by args or by period, and the modes supersede, debounce and
+-- throttle (p_unique_by .. p_mode_window, migration 019) are decided by
+-- enqueue_unique, which a job asking for any of them is handed to.
+DROP FUNCTION IF EXISTS {{schema}}.enqueue_job(text, text, jsonb, integer, timestamptz, integer, text, text, text,
+    boolean, jsonb, integer);
 CREATE OR REPLACE FUNCTION {{schema}}.enqueue_job(
     p_queue text, p_kind text, p_payload jsonb, p_priority integer,
     p_run_at timestamptz, p_max_attempts integer, p_unique_key text,
     p_tenant text, p_entity text, p_bump boolean, p_metadata jsonb DEFAULT NULL,
     p_limit_weight integer DEFAULT NULL,
+    p_unique_by text DEFAULT NULL, p_unique_fields text[] DEFAULT NULL, p_unique_period interval DEFAULT NULL,
+    p_mode text DEFAULT NULL, p_mode_window interval DEFAULT NULL,
     OUT id bigint, OUT inserted boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -24,6 +31,16 @@ BEGIN
         p_max_attempts, p_unique_key, p_tenant, p_entity);
     PERFORM {{schema}}.validate_metadata(p_metadata);
     PERFORM {{schema}}.validate_limit_weight(p_limit_weight);
+
+    -- Migration 019: uniqueness by args or period, and the enqueue modes.
+    IF p_unique_by IS NOT NULL OR p_unique_fields IS NOT NULL OR p_unique_period IS NOT NULL
+       OR p_mode IS NOT NULL OR p_mode_window IS NOT NULL THEN
+        SELECT u.id, u.inserted INTO id, inserted
+        FROM {{schema}}.enqueue_unique(p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20),
+                                       p_unique_key, p_tenant, p_entity, coalesce(p_bump, false), p_metadata, v_weight,
+                                       p_unique_by, p_unique_fields, p_unique_period, p_mode, p_mode_window) AS u;
+        RETURN;
+    END IF;
 
     IF p_unique_key IS NULL THEN
         INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata,
