@@ -79,7 +79,7 @@ var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": tru
 // --help` lists them sorted by name); each takes the invocation's options.
 var subcommands = []func(*globals) *cobra.Command{
 	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newJobCmd, newLimitCmd,
-	newMigrateCmd, newQueueCmd, newScheduleCmd, newServeCmd, newSignalCmd, newStatsCmd, newTenantCmd, newTopCmd,
+	newMigrateCmd, newQueueCmd, newRolesCmd, newScheduleCmd, newServeCmd, newSignalCmd, newStatsCmd, newTenantCmd, newTopCmd,
 	newWorkCmd, newWorkflowCmd,
 }
 

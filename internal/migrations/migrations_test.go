@@ -159,7 +159,15 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		applied, err := up(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "up to %d", v)
 		require.Equal(t, []int{v}, applied)
-		if v < migrations.Latest() {
+		// From version 17 on a version carries no function body: up --to v
+		// below the latest leaves the bodies of version 16, while down to v
+		// leaves the function files' bodies as v had them (restored by the
+		// down files), so the two agree only up to 16. Above 16 the down
+		// files are checked by the up to the latest (the last comparison)
+		// and by TestUpgradeFromEveryVersion. (The lead's call: a runner
+		// that could apply a past version's function files would restore
+		// this check.)
+		if v < migrations.Latest() && v < 17 {
 			require.Equal(t, fingerprint(t, db.Pool), wentDown[v], "version %d, up and down", v)
 		}
 	}
