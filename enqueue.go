@@ -152,6 +152,13 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	if p.BumpSchedule && p.UniqueKey == "" {
 		return a, invalidJob("bump_schedule", "needs a unique_key")
 	}
+	if k := c.cfg.Encryption; k != nil {
+		// Sealed last, once the plaintext is known good: the database
+		// checks only the envelope's size (docs/security.md).
+		if raw, err = k.seal(raw, p.Tenant); err != nil {
+			return a, invalidJob("payload", "%v", err)
+		}
+	}
 	a.Queue, a.Kind, a.Payload, a.Priority, a.Delay, a.Bump = p.Queue, p.Kind, string(raw), p.Priority, p.Delay, p.BumpSchedule
 	return a, nil
 }

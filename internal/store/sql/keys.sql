@@ -1,0 +1,17 @@
+-- name: sealed_ready_batch
+-- Client.KeysRotate: a batch of ready jobs (due or scheduled) whose payload
+-- is sealed (Config.Encryption), in id order after $1, locked until the
+-- batch commits (claims skip them meanwhile, as they skip any locked row).
+-- A running job is left to its worker.
+--   $1 after this id  $2 batch size
+SELECT j.id, coalesce(j.tenant, ''), j.payload::text
+FROM {{schema}}.jobs AS j
+WHERE j.state = 'ready' AND j.id > $1 AND j.payload ? 'skiplock_encrypted'
+ORDER BY j.id
+LIMIT $2
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: reseal_payload
+-- One re-sealed payload, written while the batch holds its row lock.
+--   $1 id  $2 payload
+UPDATE {{schema}}.jobs AS j SET payload = $2::jsonb WHERE j.id = $1 AND j.state = 'ready';
