@@ -260,11 +260,20 @@ func envelopeKeyID(raw []byte) (string, error) {
 }
 
 func parseEnvelope(raw []byte) (id string, sealed []byte, err error) {
-	var e map[string]string
-	if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
-		return "", nil, errors.New("payload: not a skiplock envelope")
+	// As jsonb prints it (how a worker reads it): the value is between the
+	// prefix and `"}`, with nothing JSON would escape. Otherwise, decode.
+	var value string
+	if v, ok := bytes.CutPrefix(raw, envelopePrefix); ok && bytes.HasSuffix(v, []byte(`"}`)) &&
+		bytes.IndexByte(v[:len(v)-2], '"') < 0 && bytes.IndexByte(v[:len(v)-2], '\\') < 0 {
+		value = string(v[:len(v)-2])
+	} else {
+		var e map[string]string
+		if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
+			return "", nil, errors.New("payload: not a skiplock envelope")
+		}
+		value = e[encryptedField]
 	}
-	parts := strings.SplitN(e[encryptedField], ".", 3)
+	parts := strings.SplitN(value, ".", 3)
 	if len(parts) != 3 || parts[0] != "v1" || !keyIDRe.MatchString(parts[1]) {
 		return "", nil, errors.New("payload: not a skiplock envelope (want v1.KEYID.DATA)")
 	}
