@@ -33,8 +33,8 @@ type JobRow struct {
 	// MaxAttempts is the job's attempt budget: a failure at attempt
 	// MaxAttempts is final (WithMaxAttempts may lower it).
 	MaxAttempts int
-	// Payload is the job's payload as stored (a JSON object); Job.Args is
-	// it decoded.
+	// Payload is the job's payload as stored (a JSON object), opened
+	// first if it was sealed (Config.Encryption); Job.Args is it decoded.
 	Payload json.RawMessage
 	// RunAt is when the job was due; CreatedAt when it was enqueued;
 	// AttemptedAt when this attempt was claimed (all by the database clock).

@@ -187,7 +187,8 @@ func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
 
 // JobPayload returns the payload of the job with this id wherever JobGet
 // would find it, or ErrJobNotFound. Payloads may carry personal data: call
-// it only when a person asked to see one, and never log the result.
+// it only when a person asked to see one, and never log the result. A
+// sealed payload (Config.Encryption) is returned as stored, the envelope.
 func (c *Client) JobPayload(ctx context.Context, id int64) (json.RawMessage, error) {
 	if err := validateJobID(id); err != nil {
 		return nil, err
