@@ -114,11 +114,15 @@ func TestEncryptedPayloadNotInHeapOrWAL(t *testing.T) {
 	clear, err := plain.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Payload: secretArgs{Email: control}})
 	require.NoError(t, err)
 
-	// What an operator reads: the envelope, naming its key.
-	p, err := enc.JobPayload(ctx, sealed.ID)
+	// What an operator reads without the keyring: the envelope, naming its
+	// key; with it, JobPayload (a person's explicit request) opens it.
+	p, err := plain.JobPayload(ctx, sealed.ID)
 	require.NoError(t, err)
 	require.NotContains(t, string(p), marker)
 	require.Contains(t, string(p), `"skiplock_encrypted": "v1.`+keyID+`.`)
+	p, err = enc.JobPayload(ctx, sealed.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"email": "`+marker+`"}`, string(p))
 	var relfile string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_relation_filepath(tableoid) FROM skiplock.jobs WHERE id = $1`,
 		sealed.ID).Scan(&relfile))
@@ -301,7 +305,7 @@ func TestTenantKeyDeleted(t *testing.T) {
 	plain, err := newClient(t, db.Pool, skiplock.Config{}).Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret",
 		Payload: secretArgs{Email: "p@plain"}})
 	require.NoError(t, err)
-	p, err := c.JobPayload(ctx, acme.ID)
+	p, err := newClient(t, db.Pool, skiplock.Config{}).JobPayload(ctx, acme.ID)
 	require.NoError(t, err)
 	require.Contains(t, string(p), "v1."+acmeKey+".", "acme's job sealed under acme's key")
 

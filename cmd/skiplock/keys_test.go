@@ -45,6 +45,10 @@ func TestKeysEnqueueWorkRotate(t *testing.T) {
 	code, out, stderr = runCLI(t, "job", "get", "--database-url", db.URL, id, "--payload")
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, out, "PII-4242")
+	require.Contains(t, out, "skiplock_encrypted")
+	code, out, stderr = runCLI(t, "job", "get", "--database-url", db.URL, id, "--payload", "--encryption-keys", keys)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "PII-4242", "revealed on request, with the keyring")
 
 	// A second, scheduled job, then a new current key and a rotation.
 	code, out, stderr = runCLIEnv(t, map[string]string{"SKIPLOCK_ENCRYPTION_KEYS": keys}, "enqueue", "--database-url", db.URL,
