@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -104,6 +105,14 @@ func TestEncryptedPayloadNotInHeapOrWAL(t *testing.T) {
 	path, keyID := newKeyringFile(t)
 	marker, control := randomMarker("sealed-marker-"), randomMarker("plain-control-")
 
+	// A temporary replication slot on a connection of the test's own keeps
+	// the server from recycling the WAL segments scanned below (a
+	// checkpoint of the shared server would); it goes with the connection.
+	slotConn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = slotConn.Close(context.Background()) })
+	_, err = slotConn.Exec(ctx, `SELECT pg_create_physical_replication_slot($1, true, true)`, randomMarker("t_wal_"))
+	require.NoError(t, err)
 	var lsn0 string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn0))
 	enc := newClient(t, db.Pool, skiplock.Config{Encryption: loadKeyring(t, path), PollInterval: 20 * time.Millisecond,
