@@ -58,8 +58,16 @@ type Keyring struct {
 	current string
 	aeads   map[string]cipher.AEAD
 	tenants map[string]string
-	file    keyringFile
 }
+
+// String names the current key and counts the keys, never showing one,
+// so that a Config printed or logged with %v or %+v leaks no key.
+func (k *Keyring) String() string {
+	return fmt.Sprintf("skiplock.Keyring{current: %s, keys: %d, tenant keys: %d}", k.current, len(k.aeads), len(k.tenants))
+}
+
+// GoString is String, for %#v.
+func (k *Keyring) GoString() string { return k.String() }
 
 // keyringFile is the keyring's JSON form, written with mode 0600.
 type keyringFile struct {
@@ -91,7 +99,7 @@ func newKeyring(f keyringFile) (*Keyring, error) {
 	if f.Version != 1 {
 		return nil, fmt.Errorf("skiplock: keyring: version %d, want 1", f.Version)
 	}
-	k := &Keyring{current: f.Current, aeads: map[string]cipher.AEAD{}, tenants: map[string]string{}, file: f}
+	k := &Keyring{current: f.Current, aeads: map[string]cipher.AEAD{}, tenants: map[string]string{}}
 	for _, e := range f.Keys {
 		if !keyIDRe.MatchString(e.ID) {
 			return nil, fmt.Errorf("skiplock: keyring: key id %q must match %s", e.ID, keyIDRe)
@@ -152,11 +160,16 @@ func LoadKeyring(path string) (*Keyring, error) {
 func KeyringAddKey(path, tenant string) (string, error) {
 	f := keyringFile{Version: 1}
 	if _, err := os.Stat(path); err == nil {
-		k, err := LoadKeyring(path)
-		if err != nil {
+		if _, err := LoadKeyring(path); err != nil { // its mode and content checked
 			return "", err
 		}
-		f = k.file
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("skiplock: keyring: %w", err)
+		}
+		if err := json.Unmarshal(data, &f); err != nil {
+			return "", fmt.Errorf("skiplock: keyring: %w", err)
+		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("skiplock: keyring: %w", err)
 	}

@@ -1,6 +1,9 @@
 package skiplock
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,6 +52,24 @@ func TestSealOpen(t *testing.T) {
 	other.aeads[k.current] = other.aeads[other.current]
 	_, err = other.open(env)
 	require.ErrorContains(t, err, `sealed with key "`+k.current+`", does not open`)
+}
+
+// A keyring printed (a Config logged with %v, %+v or %#v) shows no key.
+func TestKeyringPrintsNoKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.json")
+	_, err := KeyringAddKey(path, "")
+	require.NoError(t, err)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var f keyringFile
+	require.NoError(t, json.Unmarshal(data, &f))
+	k, err := LoadKeyring(path)
+	require.NoError(t, err)
+	for _, format := range []string{"%v", "%+v", "%#v"} {
+		out := fmt.Sprintf(format, Config{Encryption: k})
+		require.NotContains(t, out, f.Keys[0].Key, format)
+		require.Contains(t, out, "skiplock.Keyring{current: "+f.Current, format)
+	}
 }
 
 // The CPU cost of sealing and opening a 1 KiB payload, for the figures in
