@@ -200,8 +200,9 @@ func TestEncryptedPayloadNotInHeapOrWAL(t *testing.T) {
 }
 
 // Rotation with jobs in flight: jobs sealed under the old key and the new
-// run side by side while KeysRotate re-seals the ready ones; afterwards a
-// keyring without the old key runs every job left.
+// run side by side while KeysRotate re-seals the ready ones and a dead
+// letter; afterwards a keyring without the old key runs every job left and
+// opens the dead letter.
 func TestKeysRotateWithJobsInFlight(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
@@ -219,6 +220,13 @@ func TestKeysRotateWithJobsInFlight(t *testing.T) {
 		}
 	}
 	enqueue(old, 30)
+	// One of them is a dead letter: the rotation re-seals it too.
+	deadEmail := randomMarker("dead-")
+	deadJob, err := old.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Payload: secretArgs{Email: deadEmail}})
+	require.NoError(t, err)
+	_, err = old.JobCancel(ctx, deadJob.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, countDead(t, db.Pool))
 	newID, err := skiplock.KeyringAddKey(path, "")
 	require.NoError(t, err)
 	both := loadKeyring(t, path)
@@ -279,7 +287,10 @@ func TestKeysRotateWithJobsInFlight(t *testing.T) {
 		seen[id] = email
 	}
 	require.Equal(t, want, seen, "every job ran once with its own plaintext")
-	require.Zero(t, countDead(t, db.Pool))
+	require.Equal(t, 1, countDead(t, db.Pool))
+	p, err := newClient(t, db.Pool, skiplock.Config{Encryption: newOnly}).JobPayload(ctx, deadJob.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"email": "`+deadEmail+`"}`, string(p), "the dead letter opens without the old key")
 }
 
 func sortedIDs(ids ...string) []string {

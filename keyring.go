@@ -330,23 +330,38 @@ func (e *keyMissingError) Error() string {
 }
 
 // KeysRotate re-seals the payload of every ready job (due or scheduled)
-// sealed under a key other than the one the client's keyring now gives its
-// tenant (the tenant's key, else the current key), in batches of 500, each
-// its own transaction, and returns how many it re-sealed. Running jobs keep
-// their envelope, opened by their worker with the older key; keep that key
-// in the keyring until nothing needs it. Plain payloads stay plain.
+// and every dead letter sealed under a key other than the one the client's
+// keyring now gives its tenant (the tenant's key, else the current key), in
+// batches of 500, each its own transaction, and returns how many it
+// re-sealed. Running jobs keep their envelope, opened by their worker with
+// the older key; keep that key in the keyring until nothing needs it.
+// Plain payloads stay plain; the finished-job history is left as it is.
 // What `skiplock keys rotate` does.
 func (c *Client) KeysRotate(ctx context.Context) (int64, error) {
 	k := c.cfg.Encryption
 	if k == nil {
 		return 0, invalidConfig("Encryption", "KeysRotate needs a keyring")
 	}
+	var n int64
+	for _, dead := range []bool{false, true} {
+		m, err := c.reseal(ctx, k, dead)
+		n += m
+		if err != nil {
+			return n, fmt.Errorf("skiplock: keys rotate: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// reseal is KeysRotate over the ready jobs or the dead letters.
+func (c *Client) reseal(ctx context.Context, k *Keyring, dead bool) (int64, error) {
 	var n, after int64
 	for {
 		var batch []store.SealedRow
+		var m int64
 		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 			var err error
-			if batch, err = c.store.SealedReadyBatch(ctx, tx, after, 500); err != nil {
+			if batch, err = c.store.SealedReadyBatch(ctx, tx, dead, after, 500); err != nil {
 				return err
 			}
 			for _, r := range batch {
@@ -362,16 +377,17 @@ func (c *Client) KeysRotate(ctx context.Context) (int64, error) {
 				if err != nil {
 					return fmt.Errorf("job %d: %w", r.ID, err)
 				}
-				if err := c.store.ResealPayload(ctx, tx, r.ID, string(sealed)); err != nil {
+				if err := c.store.ResealPayload(ctx, tx, dead, r.ID, string(sealed)); err != nil {
 					return err
 				}
-				n++
+				m++
 			}
 			return nil
 		})
 		if err != nil {
-			return n, fmt.Errorf("skiplock: keys rotate: %w", err)
+			return n, err
 		}
+		n += m
 		if len(batch) == 0 {
 			return n, nil
 		}

@@ -80,11 +80,12 @@ Give the file to enqueue and work with --encryption-keys or SKIPLOCK_ENCRYPTION_
 func newKeysRotateCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rotate --encryption-keys F",
-		Short: "Re-seal ready jobs sealed under an older key with the key their tenant has now",
-		Long: `Re-seals the payload of every ready job (due or scheduled) that was sealed under a key
-other than the one the keyring now gives its tenant (the tenant's key, else the current
-key), in batches of 500 row-locked jobs, and prints how many. Running jobs keep their
-envelope (their worker opens it with the older key). Before deleting a key from the file,
+		Short: "Re-seal ready jobs and dead letters sealed under an older key with the key their tenant has now",
+		Long: `Re-seals the payload of every ready job (due or scheduled) and every dead letter that was
+sealed under a key other than the one the keyring now gives its tenant (the tenant's key,
+else the current key), in batches of 500 row-locked rows, and prints how many. Running jobs
+keep their envelope (their worker opens it with the older key); the finished-job history is
+left as it is. Before deleting a key from the file,
 run this once the jobs that were running have finished, and check that no job names it
 (docs/security.md).`,
 		Args: cobra.NoArgs,

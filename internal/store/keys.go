@@ -13,11 +13,15 @@ type SealedRow struct {
 	Payload string
 }
 
-// SealedReadyBatch locks and returns up to limit ready jobs with sealed
-// payloads after id after (sealed_ready_batch); db is the batch's
-// transaction.
-func (s *Store) SealedReadyBatch(ctx context.Context, db DBTX, after int64, limit int) ([]SealedRow, error) {
-	rows, err := db.Query(ctx, s.SQL("sealed_ready_batch"), after, limit)
+// SealedReadyBatch locks and returns up to limit ready jobs (dead letters
+// with dead) with sealed payloads after id after (sealed_ready_batch,
+// sealed_dead_batch); db is the batch's transaction.
+func (s *Store) SealedReadyBatch(ctx context.Context, db DBTX, dead bool, after int64, limit int) ([]SealedRow, error) {
+	q := "sealed_ready_batch"
+	if dead {
+		q = "sealed_dead_batch"
+	}
+	rows, err := db.Query(ctx, s.SQL(q), after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -28,8 +32,13 @@ func (s *Store) SealedReadyBatch(ctx context.Context, db DBTX, after int64, limi
 	})
 }
 
-// ResealPayload writes a ready job's re-sealed payload (reseal_payload).
-func (s *Store) ResealPayload(ctx context.Context, db DBTX, id int64, payload string) error {
-	_, err := db.Exec(ctx, s.SQL("reseal_payload"), id, payload)
+// ResealPayload writes a ready job's (a dead letter's with dead) re-sealed
+// payload (reseal_payload, reseal_dead_payload).
+func (s *Store) ResealPayload(ctx context.Context, db DBTX, dead bool, id int64, payload string) error {
+	q := "reseal_payload"
+	if dead {
+		q = "reseal_dead_payload"
+	}
+	_, err := db.Exec(ctx, s.SQL(q), id, payload)
 	return err
 }
