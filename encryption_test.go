@@ -262,10 +262,11 @@ func TestKeysRotateWithJobsInFlight(t *testing.T) {
 	require.NoError(t, err)
 	close(rotated)
 	t.Logf("re-sealed %d ready jobs while the worker held its first claims running", n)
-	// A worker may claim a few more meanwhile (its next batch): those run
-	// with the old key, which it still holds.
+	// The ready jobs under the old key and the dead letter; fewer if the
+	// worker claimed a few more meanwhile (its next batch): those run with
+	// the old key, which it still holds.
 	require.Positive(t, n)
-	require.LessOrEqual(t, n, int64(oldReady))
+	require.LessOrEqual(t, n, int64(oldReady)+1)
 	require.NoError(t, w.Stop(ctx))
 	// Jobs the worker had claimed and handed back at its stop, without
 	// running them, are ready again under the old key: a second pass, once
