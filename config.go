@@ -109,6 +109,14 @@ type Config struct {
 	// outermost, outside each handler's own (WithMiddleware). See
 	// WorkMiddleware.
 	WorkMiddleware []WorkMiddleware
+	// Encryption, when set, seals the payload of every job this client
+	// enqueues (AES-256-GCM, under the job's tenant key or the keyring's
+	// current key) and opens sealed payloads before the middleware and the
+	// handler see them; a payload sealed under a key the keyring does not
+	// hold is dead-lettered (reason "discarded", the error naming the key).
+	// Plain payloads are enqueued and run as before without it, and
+	// coexist with sealed ones. See LoadKeyring and docs/security.md.
+	Encryption *Keyring
 }
 
 // WorkerPool is one worker pool: the queues (and optionally kinds) it claims and

@@ -52,6 +52,16 @@
 // JobList filters by queue, kind and state; JobRetry, JobCancel and
 // JobDelete act by id. Payloads are read only by JobPayload.
 //
+// # Least privilege and encrypted payloads
+//
+// RoleGrant (skiplock roles grant) gives a database role what one
+// component needs: a producer enqueues and signals through the SQL
+// functions and writes no table, a reader sees no payload. With
+// Config.Encryption (a Keyring, skiplock keys new) a client seals every
+// payload it enqueues with AES-256-GCM under its tenant's key or the
+// current one, and opens it before the handler runs; KeysRotate re-seals
+// jobs under the current keys. See docs/security.md.
+//
 // # Leases
 //
 // Every claim sets locked_by and a fresh lease token and counts the attempt.

@@ -188,6 +188,23 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 	if err := prepareUnique(p, &a); err != nil {
 		return a, err
 	}
+	if k := c.cfg.Encryption; k != nil {
+		// With payloads sealed, the database cannot hash the arguments
+		// (each envelope differs): the key is made here, keyed by the
+		// tenant's key so it does not reveal a guessable payload.
+		if a.UniqueBy != nil {
+			key, err := k.argsKey(p.Kind, raw, a.UniqueFields, p.Tenant)
+			if err != nil {
+				return a, invalidJob("unique_by", "%v", err)
+			}
+			a.UniqueKey, a.UniqueBy, a.UniqueFields = &key, nil, nil
+		}
+		// Sealed last, once the plaintext is known good: the database
+		// checks only the envelope's size (docs/security.md).
+		if raw, err = k.seal(raw, p.Tenant); err != nil {
+			return a, invalidJob("payload", "%v", err)
+		}
+	}
 	a.Queue, a.Kind, a.Payload, a.Priority, a.Delay, a.Bump = p.Queue, p.Kind, string(raw), p.Priority, p.Delay, p.BumpSchedule
 	return a, nil
 }

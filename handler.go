@@ -35,8 +35,8 @@ type JobRow struct {
 	// WithMaxAttempts when lower than the job's (which a failure then
 	// stores with the job).
 	MaxAttempts int
-	// Payload is the job's payload as stored (a JSON object); Job.Args is
-	// it decoded.
+	// Payload is the job's payload as stored (a JSON object), opened
+	// first if it was sealed (Config.Encryption); Job.Args is it decoded.
 	Payload json.RawMessage
 	// RunAt is when the job was due; CreatedAt when it was enqueued;
 	// AttemptedAt when this attempt was claimed (all by the database clock).
@@ -269,6 +269,13 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		ctx, cancel = context.WithTimeoutCause(ctx, h.timeout, errTimeout)
 		defer cancel()
 	}
+	if isEnvelope(j.Payload) {
+		plain, err := c.openPayload(j)
+		if err != nil {
+			return c.unopenable(ctx, j, err)
+		}
+		j.Payload = plain
+	}
 	run := &jobRun{client: c, id: j.ID, token: j.LeaseToken, worker: c.cfg.WorkerID}
 	// The run hook (the workflow engine: durable steps, workflow tasks)
 	// finds its run through ctx, and so do the workflow functions.
@@ -323,3 +330,31 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 }
 
 var errTimeout = errors.New("skiplock: handler timeout")
+
+// openPayload opens a sealed payload with the client's keyring.
+func (c *Client) openPayload(j *worker.Job) ([]byte, error) {
+	if c.cfg.Encryption == nil {
+		id, err := envelopeKeyID(j.Payload)
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("payload: sealed with key %q, and this client has no keyring (Config.Encryption)", id)
+	}
+	return c.cfg.Encryption.open(j.Payload)
+}
+
+// unopenable is the outcome of a job whose sealed payload does not open.
+// A key the keyring does not hold (a tenant's key deleted: crypto-shredded)
+// or an altered envelope can never open: the job is dead-lettered at once,
+// with an error naming the key. A client without a keyring fails the
+// attempt, retried as usual: a worker that has the keyring may take it.
+func (c *Client) unopenable(ctx context.Context, j *worker.Job, err error) worker.Result {
+	final := "discarded"
+	if c.cfg.Encryption == nil {
+		final = ""
+	}
+	c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: sealed payload does not open",
+		slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind),
+		slog.Int("attempt", j.Attempt), slog.Bool("dead_letter", final != ""), slog.String("error", err.Error()))
+	return worker.Result{Err: err, Final: final, Backoff: c.cfg.Backoff}
+}

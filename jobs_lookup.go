@@ -187,7 +187,9 @@ func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
 
 // JobPayload returns the payload of the job with this id wherever JobGet
 // would find it, or ErrJobNotFound. Payloads may carry personal data: call
-// it only when a person asked to see one, and never log the result.
+// it only when a person asked to see one, and never log the result. A
+// sealed payload (Config.Encryption) is opened when the client's keyring
+// can open it, and returned as stored, the envelope, otherwise.
 func (c *Client) JobPayload(ctx context.Context, id int64) (json.RawMessage, error) {
 	if err := validateJobID(id); err != nil {
 		return nil, err
@@ -198,6 +200,11 @@ func (c *Client) JobPayload(ctx context.Context, id int64) (json.RawMessage, err
 	}
 	if !found {
 		return nil, jobNotFound("payload", id)
+	}
+	if k := c.cfg.Encryption; k != nil && isEnvelope([]byte(p)) {
+		if plain, err := k.open([]byte(p)); err == nil {
+			return json.RawMessage(plain), nil
+		}
 	}
 	return json.RawMessage(p), nil
 }

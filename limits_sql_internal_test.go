@@ -46,6 +46,10 @@ func TestSQLLimitsEqualGo(t *testing.T) {
 		require.True(t, strings.HasPrefix(pe.Message, "skiplock: "+field+":"), pe.Message)
 	}
 	str := func(n int) *string { s := strings.Repeat("x", n); return &s }
+	// nested(n) is n objects deep, nestedArrays(n) an object holding
+	// arrays, n containers deep in all.
+	nested := func(n int) string { return strings.Repeat(`{"a": `, n-1) + "{}" + strings.Repeat("}", n-1) }
+	nestedArrays := func(n int) string { return `{"a": ` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + "}" }
 	num := func(n int) *int { return &n }
 
 	cases := []struct {
@@ -64,6 +68,9 @@ func TestSQLLimitsEqualGo(t *testing.T) {
 		// jsonb prints {"a": "…"}: 9 bytes around the string.
 		{"payload", func(j *job) { j.payload = `{"a": "` + *str(DefaultMaxPayloadBytes - 9) + `"}` },
 			func(j *job) { j.payload = `{"a": "` + *str(DefaultMaxPayloadBytes - 8) + `"}` }},
+		// Nesting (issue 38 §7: the SQL function accepted 5,000 levels).
+		{"payload", func(j *job) { j.payload = nested(MaxPayloadDepth) }, func(j *job) { j.payload = nested(MaxPayloadDepth + 1) }},
+		{"payload", func(j *job) { j.payload = nestedArrays(MaxPayloadDepth) }, func(j *job) { j.payload = nestedArrays(MaxPayloadDepth + 1) }},
 		// The SQL bound is interval '5 years', calendar years: at most two
 		// leap days past Go's 5 × 365 days.
 		{"run_at", func(j *job) { j.runAt = time.Now().Add(MaxScheduleAhead - time.Minute) },

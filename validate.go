@@ -14,7 +14,7 @@ import (
 // Validation limits, stated here once: the Go API checks them before it
 // sends anything, the CLI reads them (flag checks and help), and the SQL
 // functions validate_job, validate_metadata, validate_limit_weight and
-// enqueue_job (migrations 001, 006 and 014) apply the same numbers to every SQL entry point.
+// enqueue_job (sql/functions) apply the same numbers to every SQL entry point.
 // TestSQLLimitsEqualGo probes those functions at each bound, so the two
 // cannot drift apart.
 const (
@@ -39,8 +39,10 @@ const (
 	// MaxLimitWeight bounds a job's weight in rate limits
 	// (EnqueueParams.LimitWeight): the largest rate a Limit may allow, so
 	// any weight fits some limit.
-	MaxLimitWeight  = MaxLimitConcurrency
-	maxPayloadDepth = 64
+	MaxLimitWeight = MaxLimitConcurrency
+	// MaxPayloadDepth bounds how deeply a payload's objects and arrays nest
+	// (the payload object itself is level 1).
+	MaxPayloadDepth = 64
 )
 
 var nameRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]*$`)
@@ -90,7 +92,7 @@ func controlChar(v string) (int, rune) {
 
 // ValidatePayload checks raw JSON the way PostgreSQL's jsonb and skiplock's
 // rules need it: valid UTF-8, valid JSON, an object, within the size limit,
-// no NUL character (jsonb cannot store \u0000), nesting at most 64 deep.
+// no NUL character (jsonb cannot store \u0000), nesting at most MaxPayloadDepth deep.
 // The error names the problem and an offset, never the content.
 func ValidatePayload(raw []byte, maxBytes int) error {
 	if maxBytes <= 0 {
@@ -142,8 +144,8 @@ func ValidatePayload(raw []byte, maxBytes int) error {
 		case json.Delim:
 			if t == '{' || t == '[' {
 				depth++
-				if depth > maxPayloadDepth {
-					return invalidJob("payload", "nesting deeper than %d levels", maxPayloadDepth)
+				if depth > MaxPayloadDepth {
+					return invalidJob("payload", "nesting deeper than %d levels", MaxPayloadDepth)
 				}
 			} else {
 				depth--

@@ -53,6 +53,10 @@ type Options struct {
 	// allowed with ReadOnly: a read-only dashboard is for viewers, and
 	// payloads are personal data.
 	ShowPayloads bool
+	// Encryption, when set, opens sealed payloads (skiplock.Config.Encryption)
+	// for a ShowPayloads reveal; without it a reveal shows the envelope.
+	// Nothing else the dashboard renders holds a payload.
+	Encryption *skiplock.Keyring
 	// AllowedHosts are the host names (or IP literals) the dashboard answers
 	// to, compared with the request's Host header without its port; other
 	// hosts get 421 Misdirected Request. This defeats DNS rebinding, where a
@@ -268,7 +272,7 @@ func newDashboard(dbs []Database, opts Options) (http.Handler, error) {
 	}
 	reads := make([]*pgxpool.Pool, len(dbs))
 	for i, db := range dbs {
-		client, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger})
+		client, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger, Encryption: opts.Encryption})
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: %w", err)
 		}
@@ -277,7 +281,8 @@ func newDashboard(dbs []Database, opts Options) (http.Handler, error) {
 			s.read = opts.Replica
 			// A Client that is never started only runs the statements its
 			// methods run: the lookups, on the replica.
-			if s.reader, err = skiplock.NewClient(opts.Replica, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger}); err != nil {
+			if s.reader, err = skiplock.NewClient(opts.Replica, skiplock.Config{Schema: opts.Schema, Logger: opts.Logger,
+				Encryption: opts.Encryption}); err != nil {
 				return nil, fmt.Errorf("dashboard: %w", err)
 			}
 		}

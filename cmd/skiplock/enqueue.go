@@ -100,7 +100,11 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer pool.Close()
-			c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr())})
+			keys, err := g.keyring()
+			if err != nil {
+				return err
+			}
+			c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr()), Encryption: keys})
 			if err != nil {
 				return err
 			}
@@ -145,6 +149,7 @@ func newEnqueueCmd(g *globals) *cobra.Command {
 	f.StringVar(&file, "file", "", "bulk-load jobs from an NDJSON file (one job object per line; - for stdin)")
 	f.IntVar(&batchSize, "batch", 5000, "jobs per COPY transaction with --file")
 	g.addJSON(cmd)
+	g.addEncryptionKeys(cmd)
 	return cmd
 }
 
@@ -322,7 +327,11 @@ func (g *globals) enqueueFile(ctx context.Context, cmd *cobra.Command, path stri
 		return err
 	}
 	defer pool.Close()
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr())})
+	keys, err := g.keyring()
+	if err != nil {
+		return err
+	}
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr()), Encryption: keys})
 	if err != nil {
 		return err
 	}

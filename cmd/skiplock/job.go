@@ -99,8 +99,9 @@ hold personal data. Exit 1 when no such job exists.`,
 			return printJob(cmd.OutOrStdout(), rec, raw)
 		},
 	}
-	cmd.Flags().BoolVar(&payload, "payload", false, "also show the payload (may hold personal data)")
+	cmd.Flags().BoolVar(&payload, "payload", false, "also show the payload (may hold personal data; a sealed one opened with --encryption-keys)")
 	g.addJSON(cmd)
+	g.addEncryptionKeys(cmd)
 	return cmd
 }
 

@@ -30,6 +30,9 @@ type globals struct {
 	jsonOut      bool
 	logLevel     string
 	logFormat    string
+	// encryptionKeys is the --encryption-keys file of the commands that
+	// take it (addEncryptionKeys).
+	encryptionKeys string
 	process
 }
 
@@ -78,8 +81,9 @@ var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": tru
 // subcommands are the constructors of the top-level commands (`skiplock
 // --help` lists them sorted by name); each takes the invocation's options.
 var subcommands = []func(*globals) *cobra.Command{
-	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newImportCmd, newJobCmd, newLimitCmd,
-	newMigrateCmd, newQueueCmd, newScheduleCmd, newServeCmd, newSignalCmd, newStatsCmd, newTenantCmd, newTopCmd,
+	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newImportCmd, newJobCmd, newKeysCmd,
+	newLimitCmd, newMigrateCmd, newQueueCmd, newRolesCmd, newScheduleCmd, newServeCmd, newSignalCmd, newStatsCmd,
+	newTenantCmd, newTopCmd,
 	newWorkCmd, newWorkflowCmd,
 }
 

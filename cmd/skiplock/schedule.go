@@ -61,7 +61,12 @@ func (g *globals) clientForCLI(cmd *cobra.Command) (*skiplock.Client, func(), er
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr())})
+	keys, err := g.keyring()
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: g.schema, Logger: g.logger(cmd.ErrOrStderr()), Encryption: keys})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

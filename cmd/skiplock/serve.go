@@ -75,6 +75,7 @@ Not with --replica-url.`,
 	fl.StringArrayVar(&f.allowedHosts, "allowed-host", nil, "a host name the dashboard also answers to, e.g. queue.example.com (repeatable; * for any)")
 	replicaURLFlag(cmd, &f.replicaURL)
 	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow listening beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read job data and act)")
+	g.addEncryptionKeys(cmd)
 	return cmd
 }
 
@@ -156,6 +157,11 @@ func (g *globals) runServe(cmd *cobra.Command, f serveFlags) error {
 	stderr := cmd.ErrOrStderr()
 	log := g.logger(stderr)
 	opts := g.dashboardOptions(f.readOnly, f.showPayloads, f.prefix, log)
+	keys, err := g.keyring()
+	if err != nil {
+		return err
+	}
+	opts.Encryption = keys
 	if err := checkDashboardSecurity(f.httpAddr, opts, f.insecureNoAuth); err != nil {
 		return err
 	}

@@ -118,6 +118,7 @@ database reached directly).`,
 	fl.BoolVar(&f.fleetMetrics, "fleet-metrics", false, "also serve the fleet metrics (the queue's health read from the database) at --metrics-addr; give it to one process of the fleet only, or serve them with 'skiplock serve' instead")
 	fl.StringArrayVar(&f.metricsHosts, "metrics-allowed-host", nil, "a host name the --metrics-addr listener also answers to (repeatable; * for any)")
 	fl.BoolVar(&f.insecureNoAuth, "insecure-no-auth", false, "allow --metrics-addr beyond loopback with no SKIPLOCK_DASHBOARD_* credentials (anyone who reaches the port can read queue and kind names and counts)")
+	g.addEncryptionKeys(cmd)
 	return cmd
 }
 
@@ -335,8 +336,12 @@ func databaseLabel(pool *pgxpool.Pool) string {
 func (g *globals) newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.Pool, listen string, log *slog.Logger, kinds []string,
 	stderr *lockedWriter) (*skiplock.Client, error) {
 	g.warnNotMigrated(ctx, pool, log)
+	keys, err := g.keyring()
+	if err != nil {
+		return nil, err
+	}
 	c, err := skiplock.NewClient(pool, skiplock.Config{
-		Schema: g.schema, Logger: log, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
+		Schema: g.schema, Logger: log, Encryption: keys, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
 		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
 		WorkflowRetention: f.workflowRetention,
 		ListenURL:         listen,

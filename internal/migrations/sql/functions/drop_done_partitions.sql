@@ -35,3 +35,11 @@ $$;
 
 COMMENT ON FUNCTION {{schema}}.drop_done_partitions(interval) IS
     'skiplock: drops whole jobs_done_YYYYMMDD partitions whose day ended more than keep ago (never DELETE); returns how many it dropped.';
+
+-- Issue 38 §2 (docs/security.md "Roles"): runs as the schema's owner, so
+-- a worker role (grant_role) keeps the partitions and the ring without
+-- owning the tables; the search_path is pinned so that nothing a
+-- caller creates can stand in for what the body names. Only the owner and
+-- the roles grant_role gives it to may call it.
+ALTER FUNCTION {{schema}}.drop_done_partitions SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE EXECUTE ON FUNCTION {{schema}}.drop_done_partitions FROM PUBLIC;

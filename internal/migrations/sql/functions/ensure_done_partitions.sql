@@ -49,3 +49,11 @@ $$;
 
 COMMENT ON FUNCTION {{schema}}.ensure_done_partitions(integer) IS
     'skiplock: creates the daily jobs_done partitions (jobs_done_YYYYMMDD, UTC) from today through days_ahead and drains jobs_done_default; returns how many it created.';
+
+-- Issue 38 §2 (docs/security.md "Roles"): runs as the schema's owner, so
+-- a worker role (grant_role) keeps the partitions and the ring without
+-- owning the tables; the search_path is pinned so that nothing a
+-- caller creates can stand in for what the body names. Only the owner and
+-- the roles grant_role gives it to may call it.
+ALTER FUNCTION {{schema}}.ensure_done_partitions SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE EXECUTE ON FUNCTION {{schema}}.ensure_done_partitions FROM PUBLIC;

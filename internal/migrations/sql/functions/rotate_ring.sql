@@ -70,3 +70,11 @@ BEGIN
     END IF;
 END
 $$;
+
+-- Issue 38 §2 (docs/security.md "Roles"): runs as the schema's owner, so
+-- a worker role (grant_role) keeps the partitions and the ring without
+-- owning the tables; the search_path is pinned so that nothing a
+-- caller creates can stand in for what the body names. Only the owner and
+-- the roles grant_role gives it to may call it.
+ALTER FUNCTION {{schema}}.rotate_ring SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE EXECUTE ON FUNCTION {{schema}}.rotate_ring FROM PUBLIC;

@@ -70,3 +70,11 @@ BEGIN
     RETURN v_id;
 END
 $$;
+
+-- Issue 38 §2 (docs/security.md "Roles"): runs as the schema's owner, so
+-- a producer role (grant_role) enqueues and signals without any privilege on
+-- the tables; the search_path is pinned so that nothing a
+-- caller creates can stand in for what the body names. Only the owner and
+-- the roles grant_role gives it to may call it.
+ALTER FUNCTION {{schema}}.signal SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+REVOKE EXECUTE ON FUNCTION {{schema}}.signal FROM PUBLIC;

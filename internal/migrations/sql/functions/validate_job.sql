@@ -1,6 +1,10 @@
 -- Validation shared by every SQL entry point. Raises 22023
 -- (invalid_parameter_value) with a message that names the field; the Go API
--- applies the same rules before it sends anything.
+-- applies the same rules before it sends anything (validate.go states each
+-- limit once; TestSQLLimitsEqualGo probes both sides at each bound).
+-- The payload size limit is read from settings, which only the schema's
+-- owner can write: nothing a caller's session sets can raise it (migration
+-- 020; it used to be the custom setting skiplock.max_payload_bytes).
 CREATE OR REPLACE FUNCTION {{schema}}.validate_job(
     p_queue text, p_kind text, p_payload jsonb, p_priority integer,
     p_run_at timestamptz, p_max_attempts integer, p_unique_key text,
@@ -9,7 +13,8 @@ RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     name_re constant text := '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$';
-    max_payload bigint := coalesce(nullif(current_setting('skiplock.max_payload_bytes', true), '')::bigint, 1048576);
+    -- issue 38 §2: the limit lives where only the owner can change it.
+    max_payload bigint := (SELECT s.max_payload_bytes FROM {{schema}}.settings AS s);
 BEGIN
     IF p_queue IS NULL OR p_queue = '' THEN
         RAISE EXCEPTION 'skiplock: queue: must not be empty' USING ERRCODE = '22023';
@@ -32,6 +37,10 @@ BEGIN
     ELSIF octet_length(p_payload::text) > max_payload THEN
         RAISE EXCEPTION 'skiplock: payload: % bytes exceeds the limit of % bytes', octet_length(p_payload::text), max_payload
             USING ERRCODE = '22023';
+    -- issue 38 §7: Go's MaxPayloadDepth (64). A container at level 64 (the
+    -- object itself is level 0) is the 65th level of nesting.
+    ELSIF jsonb_path_exists(p_payload, 'strict $.**{64} ? (@.type() == "object" || @.type() == "array")') THEN
+        RAISE EXCEPTION 'skiplock: payload: nesting deeper than 64 levels' USING ERRCODE = '22023';
     END IF;
     IF p_priority IS NULL OR p_priority < -1000 OR p_priority > 1000 THEN
         RAISE EXCEPTION 'skiplock: priority: must be between -1000 and 1000, got %', p_priority USING ERRCODE = '22023';

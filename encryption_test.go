@@ -1,0 +1,380 @@
+package skiplock_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/dbtest"
+)
+
+type secretArgs struct {
+	Email string `json:"email"`
+}
+
+func randomMarker(prefix string) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// newKeyringFile makes a keyring file with a current key and returns its
+// path and the key's id.
+func newKeyringFile(t *testing.T) (string, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys.json")
+	id, err := skiplock.KeyringAddKey(path, "")
+	require.NoError(t, err)
+	return path, id
+}
+
+func loadKeyring(t *testing.T, path string) *skiplock.Keyring {
+	t.Helper()
+	k, err := skiplock.LoadKeyring(path)
+	require.NoError(t, err)
+	return k
+}
+
+// withoutKey copies the keyring file at path without the key id (what an
+// operator does to shred a tenant's jobs) and loads the copy.
+func withoutKey(t *testing.T, path, id string) *skiplock.Keyring {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var f map[string]any
+	require.NoError(t, json.Unmarshal(data, &f))
+	var keep []any
+	for _, k := range f["keys"].([]any) {
+		if k.(map[string]any)["id"] != id {
+			keep = append(keep, k)
+		}
+	}
+	require.Len(t, keep, len(f["keys"].([]any))-1, "the key was in the file")
+	f["keys"] = keep
+	out, err := json.Marshal(f)
+	require.NoError(t, err)
+	k, err := skiplock.ParseKeyring(out)
+	require.NoError(t, err)
+	return k
+}
+
+// runAll starts c with a handler of kind "secret" that records each job's
+// email, waits until no job is left in flight, and stops it.
+func runAll(t *testing.T, c *skiplock.Client, pool *pgxpool.Pool) map[int64]string {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	require.NoError(t, skiplock.Handle(c, "secret", func(ctx context.Context, j *skiplock.Job[secretArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[j.ID] = j.Args.Email
+		return nil
+	}))
+	require.NoError(t, c.Start(ctx))
+	waitNoJobs(t, pool)
+	require.NoError(t, c.Stop(ctx))
+	mu.Lock()
+	defer mu.Unlock()
+	return seen
+}
+
+// Issue 38 §3: a sealed payload's plaintext is in no page of the schema's
+// tables and in no byte of the WAL written while it was enqueued, run and
+// archived; a plain payload beside it (the control) is found by the same
+// scans, so the scans do see payloads. The handler sees the plaintext;
+// JobGet and JobPayload the envelope.
+func TestEncryptedPayloadNotInHeapOrWAL(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	path, keyID := newKeyringFile(t)
+	marker, control := randomMarker("sealed-marker-"), randomMarker("plain-control-")
+
+	// A temporary replication slot on a connection of the test's own keeps
+	// the server from recycling the WAL segments scanned below (a
+	// checkpoint of the shared server would); it goes with the connection.
+	slotConn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = slotConn.Close(context.Background()) })
+	_, err = slotConn.Exec(ctx, `SELECT pg_create_physical_replication_slot($1, true, true)`, randomMarker("t_wal_"))
+	require.NoError(t, err)
+	var lsn0 string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn0))
+	enc := newClient(t, db.Pool, skiplock.Config{Encryption: loadKeyring(t, path), PollInterval: 20 * time.Millisecond,
+		Logger: quietLogger()})
+	plain := newClient(t, db.Pool, skiplock.Config{})
+	sealed, err := enc.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Payload: secretArgs{Email: marker}})
+	require.NoError(t, err)
+	clear, err := plain.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Payload: secretArgs{Email: control}})
+	require.NoError(t, err)
+
+	// What an operator reads without the keyring: the envelope, naming its
+	// key; with it, JobPayload (a person's explicit request) opens it.
+	p, err := plain.JobPayload(ctx, sealed.ID)
+	require.NoError(t, err)
+	require.NotContains(t, string(p), marker)
+	require.Contains(t, string(p), `"skiplock_encrypted": "v1.`+keyID+`.`)
+	p, err = enc.JobPayload(ctx, sealed.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"email": "`+marker+`"}`, string(p))
+	var relfile string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_relation_filepath(tableoid) FROM skiplock.jobs WHERE id = $1`,
+		sealed.ID).Scan(&relfile))
+
+	// The handler sees both in plain text, sealed and plain coexisting.
+	seen := runAll(t, enc, db.Pool)
+	require.Equal(t, map[int64]string{sealed.ID: marker, clear.ID: control}, seen)
+	var archived int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs_done WHERE id = ANY($1)`,
+		[]int64{sealed.ID, clear.ID}).Scan(&archived))
+	require.Equal(t, 2, archived, "both rows copied to the history, so the scans cover a second copy")
+
+	// The WAL, first (a checkpoint may recycle its segments): every segment
+	// from the one the enqueue started in to the current one.
+	var lsn1 string
+	var segs []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
+		array(SELECT w.name FROM pg_ls_waldir() AS w
+		      WHERE w.name ~ '^[0-9A-F]{24}$'
+		        AND w.name BETWEEN pg_walfile_name($1::pg_lsn) AND pg_walfile_name(pg_current_wal_lsn())
+		      ORDER BY w.name)`, lsn0).Scan(&lsn1, &segs))
+	require.NotEmpty(t, segs)
+	var wal []byte
+	for _, s := range segs {
+		var b []byte
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_read_binary_file('pg_wal/' || $1)`, s).Scan(&b))
+		wal = append(wal, b...)
+	}
+	require.True(t, bytes.Contains(wal, []byte(control)), "the scan finds a plain payload in the WAL")
+	require.False(t, bytes.Contains(wal, []byte(marker)), "a sealed payload's plaintext is in the WAL")
+
+	// pg_waldump, from the server's own binaries, shows the job's insert
+	// into its partition within the range scanned.
+	var dataDir, version string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT current_setting('data_directory'), current_setting('server_version_num')`).
+		Scan(&dataDir, &version))
+	waldump := "/usr/lib/postgresql/" + version[:2] + "/bin/pg_waldump"
+	if _, err := os.Stat(waldump); err == nil {
+		out, err := exec.Command(waldump, "-p", filepath.Join(dataDir, "pg_wal"), "-s", lsn0, "-e", lsn1, "-r", "Heap").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		relNode := relfile[strings.LastIndex(relfile, "/")+1:]
+		require.Regexp(t, `desc: INSERT .*\n?.*rel \d+/\d+/`+relNode, string(out), "the job's insert is in the range scanned")
+		require.NotContains(t, string(out), marker)
+	} else {
+		t.Logf("no %s: the WAL checked by its bytes only", waldump)
+	}
+
+	// The heap: every table, partition and TOAST table of the schema, once
+	// a checkpoint has written the pages.
+	_, err = db.Pool.Exec(ctx, `CHECKPOINT`)
+	require.NoError(t, err)
+	rows, err := db.Pool.Query(ctx, `SELECT pg_read_binary_file(pg_relation_filepath(c.oid))
+		FROM pg_class AS c
+		WHERE (c.relnamespace = 'skiplock'::regnamespace AND c.relkind IN ('r', 'm'))
+		   OR c.oid IN (SELECT t.reltoastrelid FROM pg_class AS t WHERE t.relnamespace = 'skiplock'::regnamespace)`)
+	require.NoError(t, err)
+	var heap []byte
+	for rows.Next() {
+		var b []byte
+		require.NoError(t, rows.Scan(&b))
+		heap = append(heap, b...)
+	}
+	require.NoError(t, rows.Err())
+	require.True(t, bytes.Contains(heap, []byte(control)), "the scan finds a plain payload in the heap")
+	require.False(t, bytes.Contains(heap, []byte(marker)), "a sealed payload's plaintext is in the heap")
+}
+
+// Rotation with jobs in flight: jobs sealed under the old key and the new
+// run side by side while KeysRotate re-seals the ready ones and a dead
+// letter; afterwards a keyring without the old key runs every job left and
+// opens the dead letter.
+func TestKeysRotateWithJobsInFlight(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	path, oldID := newKeyringFile(t)
+	oldRing := loadKeyring(t, path)
+	old := newClient(t, db.Pool, skiplock.Config{Encryption: oldRing})
+	want := map[int64]string{}
+	enqueue := func(c *skiplock.Client, n int) {
+		for i := 0; i < n; i++ {
+			email := randomMarker("r-")
+			r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Payload: secretArgs{Email: email}})
+			require.NoError(t, err)
+			want[r.ID] = email
+		}
+	}
+	enqueue(old, 30)
+	// One of them is a dead letter: the rotation re-seals it too.
+	deadEmail := randomMarker("dead-")
+	deadJob, err := old.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Payload: secretArgs{Email: deadEmail}})
+	require.NoError(t, err)
+	_, err = old.JobCancel(ctx, deadJob.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, countDead(t, db.Pool))
+	newID, err := skiplock.KeyringAddKey(path, "")
+	require.NoError(t, err)
+	both := loadKeyring(t, path)
+	require.Equal(t, newID, both.Current())
+	require.Equal(t, sortedIDs(oldID, newID), both.KeyIDs())
+	enqueue(newClient(t, db.Pool, skiplock.Config{Encryption: both}), 30)
+
+	// A worker with both keys runs jobs while the rotation re-seals the
+	// ready ones under the new key.
+	// The first claims are held running until the rotation is done.
+	started, rotated := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	w := newClient(t, db.Pool, skiplock.Config{Encryption: both, PollInterval: 20 * time.Millisecond, Logger: quietLogger(),
+		Pools: []skiplock.WorkerPool{{Concurrency: 2, BatchSize: 2}}})
+	require.NoError(t, skiplock.Handle(w, "secret", func(ctx context.Context, j *skiplock.Job[secretArgs]) error {
+		once.Do(func() { close(started) })
+		<-rotated
+		mu.Lock()
+		defer mu.Unlock()
+		seen[j.ID] = j.Args.Email
+		return nil
+	}))
+	require.NoError(t, w.Start(ctx))
+	<-started
+	var oldReady int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs
+		WHERE state = 'ready' AND payload->>'skiplock_encrypted' LIKE 'v1.' || $1 || '.%'`, oldID).Scan(&oldReady))
+	t.Logf("%d ready jobs sealed under the old key when the rotation starts", oldReady)
+	rotator := newClient(t, db.Pool, skiplock.Config{Encryption: both})
+	n, err := rotator.KeysRotate(ctx)
+	require.NoError(t, err)
+	close(rotated)
+	t.Logf("re-sealed %d ready jobs while the worker held its first claims running", n)
+	// The ready jobs under the old key and the dead letter; fewer if the
+	// worker claimed a few more meanwhile (its next batch): those run with
+	// the old key, which it still holds.
+	require.Positive(t, n)
+	require.LessOrEqual(t, n, int64(oldReady)+1)
+	require.NoError(t, w.Stop(ctx))
+	// Jobs the worker had claimed and handed back at its stop, without
+	// running them, are ready again under the old key: a second pass, once
+	// the first pass's running jobs are settled, re-seals them (the
+	// procedure docs/security.md gives before deleting a key).
+	m, err := rotator.KeysRotate(ctx)
+	require.NoError(t, err)
+	t.Logf("the second pass re-sealed %d", m)
+
+	// Whatever is left is sealed under the new key only: a keyring without
+	// the old key runs it all.
+	var oldLeft int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs
+		WHERE payload->>'skiplock_encrypted' LIKE 'v1.' || $1 || '.%'`, oldID).Scan(&oldLeft))
+	require.Zero(t, oldLeft, "no ready job still sealed under the old key")
+	newOnly := withoutKey(t, path, oldID)
+	for id, email := range runAll(t, newClient(t, db.Pool, skiplock.Config{Encryption: newOnly,
+		PollInterval: 20 * time.Millisecond, Logger: quietLogger()}), db.Pool) {
+		seen[id] = email
+	}
+	require.Equal(t, want, seen, "every job ran once with its own plaintext")
+	require.Equal(t, 1, countDead(t, db.Pool))
+	p, err := newClient(t, db.Pool, skiplock.Config{Encryption: newOnly}).JobPayload(ctx, deadJob.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"email": "`+deadEmail+`"}`, string(p), "the dead letter opens without the old key")
+}
+
+func sortedIDs(ids ...string) []string {
+	out := append([]string(nil), ids...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// A tenant's key deleted: its jobs become dead letters whose error names
+// the key (crypto-shredding), never a crash; other tenants' sealed jobs and
+// plain jobs run. A client without a keyring fails a sealed job's attempt
+// (retried), so a rollout's old worker does not destroy it.
+func TestTenantKeyDeleted(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	path, _ := newKeyringFile(t)
+	acmeKey, err := skiplock.KeyringAddKey(path, "acme")
+	require.NoError(t, err)
+	ring := loadKeyring(t, path)
+	c := newClient(t, db.Pool, skiplock.Config{Encryption: ring})
+	acme, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Tenant: "acme", Payload: secretArgs{Email: "a@acme"}})
+	require.NoError(t, err)
+	other, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Tenant: "globex", Payload: secretArgs{Email: "g@globex"}})
+	require.NoError(t, err)
+	plain, err := newClient(t, db.Pool, skiplock.Config{}).Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret",
+		Payload: secretArgs{Email: "p@plain"}})
+	require.NoError(t, err)
+	p, err := newClient(t, db.Pool, skiplock.Config{}).JobPayload(ctx, acme.ID)
+	require.NoError(t, err)
+	require.Contains(t, string(p), "v1."+acmeKey+".", "acme's job sealed under acme's key")
+
+	// A worker without a keyring: the sealed jobs' attempts fail and are
+	// retried; nothing is dead-lettered.
+	noKeys := newClient(t, db.Pool, skiplock.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger(),
+		Backoff: func(int) time.Duration { return time.Hour }})
+	ran := make(chan int64, 3)
+	require.NoError(t, skiplock.Handle(noKeys, "secret", func(ctx context.Context, j *skiplock.Job[secretArgs]) error {
+		ran <- j.ID
+		return nil
+	}))
+	require.NoError(t, noKeys.Start(ctx))
+	require.Equal(t, plain.ID, <-ran)
+	require.Eventually(t, func() bool { return countJobs(t, db.Pool, "attempts = 1 AND state = 'ready'") == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, noKeys.Stop(ctx))
+	require.Zero(t, countDead(t, db.Pool))
+	var lastErr string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT last_error FROM skiplock.jobs WHERE id = $1`, acme.ID).Scan(&lastErr))
+	require.Contains(t, lastErr, "this client has no keyring")
+	_, err = db.Pool.Exec(ctx, `UPDATE skiplock.jobs SET run_at = now()`)
+	require.NoError(t, err)
+
+	// acme's key deleted from the keyring: acme's job is dead, globex's runs.
+	shredded := withoutKey(t, path, acmeKey)
+	_, err = c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Tenant: "acme", Payload: secretArgs{Email: "x"}})
+	require.NoError(t, err, "the old client still holds acme's key")
+	_, err = newClient(t, db.Pool, skiplock.Config{Encryption: shredded}).Enqueue(ctx,
+		skiplock.EnqueueParams{Kind: "secret", Tenant: "acme", Payload: secretArgs{Email: "y"}})
+	var fe *skiplock.FieldError
+	require.ErrorAs(t, err, &fe, "no new job for a shredded tenant: it would fall back to a key others hold")
+	require.Equal(t, "payload", fe.Field)
+
+	seen := runAll(t, newClient(t, db.Pool, skiplock.Config{Encryption: shredded, PollInterval: 20 * time.Millisecond,
+		Logger: quietLogger()}), db.Pool)
+	require.Equal(t, map[int64]string{other.ID: "g@globex"}, seen)
+	rows, err := db.Pool.Query(ctx, `SELECT id, reason, last_error FROM skiplock.jobs_dead ORDER BY id`)
+	require.NoError(t, err)
+	n := 0
+	for rows.Next() {
+		var id int64
+		var reason, text string
+		require.NoError(t, rows.Scan(&id, &reason, &text))
+		require.Equal(t, "discarded", reason)
+		require.Contains(t, text, `sealed with key "`+acmeKey+`", which the keyring does not hold`)
+		require.Contains(t, text, "crypto-shredded")
+		n++
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, 2, n, "acme's two jobs")
+}
