@@ -335,6 +335,9 @@ type jobDetail struct {
 	FinishedAt                          *time.Time
 	Metadata                            *string // indented JSON; shown, unlike the payload, except read-only
 	Hidden                              bool    // error text, unique key, entity and metadata withheld (read-only)
+	// Explain is why a ready or scheduled job is not running (JobExplain);
+	// nil for the other states, or when it could not be read.
+	Explain *skiplock.JobExplanation
 }
 
 // detailOf is the page's view of a job found by JobGet.
@@ -374,6 +377,26 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 func (j *jobDetail) hideForViewers() {
 	j.LastError, j.UniqueKey, j.Entity, j.Metadata = nil, nil, nil, nil
 	j.Hidden = true
+	if j.Explain == nil {
+		return
+	}
+	// The explanation names the entity, and a limit's partition value (an
+	// entity, or a payload field for an arg: partition): withheld alike.
+	holds := make([]skiplock.JobHold, len(j.Explain.Holds))
+	for i, h := range j.Explain.Holds {
+		switch {
+		case h.Reason == skiplock.JobHoldEntityBusy:
+			h.Detail = "its entity (hidden, read-only) is held by the running job " + strconv.FormatInt(h.Holders[0], 10) + "; jobs of one entity run one at a time"
+			h.Name = ""
+		case h.Key != "":
+			h.Detail = strings.Replace(h.Detail, " (for "+strconv.Quote(h.Key)+")", " (for a value hidden on a read-only dashboard)", 1)
+			h.Key = ""
+		}
+		holds[i] = h
+	}
+	e := *j.Explain
+	e.Holds = holds
+	j.Explain = &e
 }
 
 // pathID reads the job id of the path, or answers 400 naming it.
@@ -408,6 +431,14 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := detailOf(row)
+	if row.State == skiplock.JobStateReady || row.State == skiplock.JobStateScheduled {
+		// Why it is not running; the page still shows the job without it.
+		if e, err := sh.reader.JobExplain(ctx, id); err == nil {
+			j.Explain = e
+		} else {
+			d.logFor(sh).Warn("dashboard: job explain", slog.Int64("job_id", id), slog.Any("error", err))
+		}
+	}
 	if d.opts.ReadOnly {
 		j.hideForViewers()
 	}
