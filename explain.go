@@ -44,6 +44,10 @@ const (
 	// JobHoldUnhandledKind: live workers claim from its queue, but none of
 	// them claims its kind (JobHold.Name).
 	JobHoldUnhandledKind JobHoldReason = "unhandled_kind"
+	// JobHoldWorkflowDependencies: a workflow task waits for its parents
+	// (JobHold.Holders: their task ids) to finish before its job is
+	// enqueued (WorkflowTaskExplain).
+	JobHoldWorkflowDependencies JobHoldReason = "workflow_dependencies"
 )
 
 // JobHold is one reason a ready job is not running, with what it needs to
@@ -72,8 +76,17 @@ type JobHold struct {
 
 // JobExplanation is JobExplain's answer: why a job is not running.
 type JobExplanation struct {
-	ID     int64    `json:"id"`
-	State  JobState `json:"state"`
+	// ID is the job's id; 0 for a workflow task whose job is not enqueued
+	// yet (WorkflowTaskExplain).
+	ID int64 `json:"id"`
+	// State is the job's state; "" for a task without a job.
+	State JobState `json:"state,omitempty"`
+	// WorkflowID, TaskID and TaskState are set by WorkflowTaskExplain: the
+	// task's workflow, id and state (pending, enqueued, completed, dead,
+	// cancelled).
+	WorkflowID int64  `json:"workflow_id,omitempty"`
+	TaskID     int64  `json:"task_id,omitempty"`
+	TaskState  string `json:"task_state,omitempty"`
 	Queue  string   `json:"queue"`
 	Kind   string   `json:"kind"`
 	Tenant string   `json:"tenant,omitempty"`
@@ -242,4 +255,42 @@ func ids(v []int64) string {
 		s[i] = fmt.Sprint(id)
 	}
 	return strings.Join(s, ", ")
+}
+
+// WorkflowTaskExplain is JobExplain for a workflow task: a pending task
+// is held by its parents that have not finished (JobHoldWorkflowDependencies,
+// their task ids in Holders); an enqueued task is explained as its job is;
+// a finished task has nothing to explain. ErrTaskNotFound for an id no
+// task has.
+func (c *Client) WorkflowTaskExplain(ctx context.Context, taskID int64) (*JobExplanation, error) {
+	if taskID <= 0 {
+		return nil, invalidJob("task_id", "must be a positive task id, got %d", taskID)
+	}
+	t, found, err := c.store.TaskExplain(ctx, c.pool, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("skiplock: workflow task explain: %w", err)
+	}
+	if !found {
+		return nil, fmt.Errorf("skiplock: workflow task explain: task %d: %w", taskID, ErrTaskNotFound)
+	}
+	var e *JobExplanation
+	switch {
+	case t.State == "enqueued" && t.JobID != nil:
+		if e, err = c.JobExplain(ctx, *t.JobID); err != nil {
+			return nil, err
+		}
+	case t.State == "pending":
+		e = &JobExplanation{Queue: t.Queue, Kind: t.Kind, Holds: []JobHold{{Reason: JobHoldWorkflowDependencies,
+			Name: strings.Join(t.WaitingFor, ", "), Holders: t.WaitingIDs,
+			Detail: fmt.Sprintf("its job is enqueued when its parents finish; waiting for %d: %s (tasks %s)",
+				len(t.WaitingIDs), strings.Join(t.WaitingFor, ", "), ids(t.WaitingIDs))}}}
+		e.Summary = "held: " + e.Holds[0].Detail
+	default:
+		e = &JobExplanation{Queue: t.Queue, Kind: t.Kind, Holds: []JobHold{}, Summary: t.State + ": not waiting"}
+		if t.JobID != nil {
+			e.ID = *t.JobID
+		}
+	}
+	e.WorkflowID, e.TaskID, e.TaskState = t.WorkflowID, taskID, t.State
+	return e, nil
 }

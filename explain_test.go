@@ -109,3 +109,44 @@ func TestJobExplainNamesWhatHoldsAJob(t *testing.T) {
 	_, err = c.JobExplain(ctx, 0)
 	requireField(t, err, "id")
 }
+
+// A workflow task that waits for its parents is explained by them
+// (WorkflowTaskExplain); once enqueued, by its job's reasons.
+func TestWorkflowTaskExplainNamesItsParents(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	wf, err := c.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "report", Tasks: []skiplock.Task{
+		{Name: "extract", Kind: "extract"},
+		{Name: "load", Kind: "load", DependsOn: []string{"extract"}},
+	}})
+	require.NoError(t, err)
+	st, err := c.WorkflowGet(ctx, wf, false)
+	require.NoError(t, err)
+	tasks := map[string]int64{}
+	for _, task := range st.TaskList {
+		tasks[task.Name] = task.ID
+	}
+
+	e, err := c.WorkflowTaskExplain(ctx, tasks["load"])
+	require.NoError(t, err)
+	require.Equal(t, "pending", e.TaskState)
+	require.Equal(t, wf, e.WorkflowID)
+	require.Zero(t, e.ID, "no job yet")
+	require.Len(t, e.Holds, 1)
+	require.Equal(t, skiplock.JobHoldWorkflowDependencies, e.Holds[0].Reason)
+	require.Equal(t, []int64{tasks["extract"]}, e.Holds[0].Holders)
+	require.Equal(t, "extract", e.Holds[0].Name)
+
+	e, err = c.WorkflowTaskExplain(ctx, tasks["extract"])
+	require.NoError(t, err)
+	require.Equal(t, "enqueued", e.TaskState)
+	require.NotZero(t, e.ID)
+	require.Equal(t, skiplock.JobStateReady, e.State)
+	require.Len(t, e.Holds, 1)
+	require.Equal(t, skiplock.JobHoldNoWorker, e.Holds[0].Reason, "nothing claims the default queue")
+
+	_, err = c.WorkflowTaskExplain(ctx, 1<<40)
+	require.ErrorIs(t, err, skiplock.ErrTaskNotFound)
+}

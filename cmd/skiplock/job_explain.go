@@ -12,8 +12,9 @@ import (
 )
 
 func newJobExplainCmd(g *globals) *cobra.Command {
+	var task bool
 	cmd := &cobra.Command{
-		Use:   "explain ID",
+		Use:   "explain ID | --task TASK_ID",
 		Short: "Say why a job is not running: every reason that holds it, or that it is next",
 		Long: `For a ready or scheduled job, lists every reason it is held, tested with the claim's own
 conditions: its run time, a durable sleep or signal wait, a paused queue, the running job that
@@ -21,9 +22,12 @@ holds its entity, a full concurrency or rate limit (with the jobs that hold it a
 slot), no live worker for its queue or its kind. Then its place: the due jobs before it in claim
 order and, for a job with a tenant, in its tenant and among the queue's tenants. "would be
 claimed next" when nothing holds it and nothing comes before it. For a running, dead or
-completed job it says so. Exit 1 when no such job exists.`,
+completed job it says so. With --task, ID is a workflow task's id (skiplock workflow get shows
+them): a pending task is held by the parents it waits for; an enqueued one is explained by its job.
+Exit 1 when no such job (or task) exists.`,
 		Example: `  skiplock job explain 4711
-  skiplock job explain 4711 --json`,
+  skiplock job explain 4711 --json
+  skiplock job explain --task 812`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := jobID(args)
@@ -35,7 +39,12 @@ completed job it says so. Exit 1 when no such job exists.`,
 				return err
 			}
 			defer closePool()
-			e, err := c.JobExplain(cmd.Context(), id)
+			var e *skiplock.JobExplanation
+			if task {
+				e, err = c.WorkflowTaskExplain(cmd.Context(), id)
+			} else {
+				e, err = c.JobExplain(cmd.Context(), id)
+			}
 			if err != nil {
 				return jobUsage(err)
 			}
@@ -45,14 +54,21 @@ completed job it says so. Exit 1 when no such job exists.`,
 			return printExplanation(cmd.OutOrStdout(), e)
 		},
 	}
+	cmd.Flags().BoolVar(&task, "task", false, "ID is a workflow task's id")
 	g.addJSON(cmd)
 	return cmd
 }
 
 func printExplanation(w io.Writer, e *skiplock.JobExplanation) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "job\t%d\n", e.ID)
-	fmt.Fprintf(tw, "state\t%s\n", e.State)
+	if e.TaskID != 0 {
+		fmt.Fprintf(tw, "workflow\t%d\n", e.WorkflowID)
+		fmt.Fprintf(tw, "task\t%d (%s)\n", e.TaskID, e.TaskState)
+	}
+	if e.ID != 0 {
+		fmt.Fprintf(tw, "job\t%d\n", e.ID)
+		fmt.Fprintf(tw, "state\t%s\n", e.State)
+	}
 	fmt.Fprintf(tw, "queue\t%s\n", termSafe(e.Queue))
 	fmt.Fprintf(tw, "kind\t%s\n", termSafe(e.Kind))
 	if e.Tenant != "" {

@@ -50,6 +50,23 @@ func TestJobExplainCLI(t *testing.T) {
 	require.Equal(t, skiplock.JobHoldScheduled, e.Holds[0].Reason)
 	require.NotNil(t, e.Holds[0].Until)
 
+	wf, err := c.EnqueueWorkflow(ctx, skiplock.Workflow{Name: "report", Tasks: []skiplock.Task{
+		{Name: "extract", Kind: "extract"}, {Name: "load", Kind: "load", DependsOn: []string{"extract"}}}})
+	require.NoError(t, err)
+	st, err := c.WorkflowGet(ctx, wf, false)
+	require.NoError(t, err)
+	explained := false
+	for _, task := range st.TaskList {
+		if task.Name == "load" {
+			explained = true
+			code, out, stderr = cli("job", "explain", "--task", strconv.FormatInt(task.ID, 10))
+			require.Equal(t, 0, code, stderr)
+			require.Contains(t, out, "workflow_dependencies")
+			require.Contains(t, out, "waiting for 1: extract")
+		}
+	}
+	require.True(t, explained)
+
 	code, _, stderr = cli("job", "explain", "999999")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "not found")

@@ -37,3 +37,25 @@ func (s *Store) JobExplain(ctx context.Context, db DBTX, id int64, live time.Dur
 	}
 	return out, rows.Err()
 }
+
+// TaskExplainRow is a workflow task as task_explain reads it: its state,
+// its job (once enqueued) and the parents it still waits for.
+type TaskExplainRow struct {
+	WorkflowID  int64
+	Name        string
+	State       string
+	JobID       *int64
+	Queue, Kind string
+	WaitingIDs  []int64
+	WaitingFor  []string
+}
+
+// TaskExplain reads the workflow task id; found is false when there is none.
+func (s *Store) TaskExplain(ctx context.Context, db DBTX, id int64) (row TaskExplainRow, found bool, err error) {
+	err = db.QueryRow(ctx, s.SQL("task_explain"), id).Scan(&row.WorkflowID, &row.Name, &row.State, &row.JobID,
+		&row.Queue, &row.Kind, &row.WaitingIDs, &row.WaitingFor)
+	if isNoRows(err) {
+		return row, false, nil
+	}
+	return row, err == nil, err
+}

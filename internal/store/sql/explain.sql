@@ -138,3 +138,19 @@ SELECT 'position', j.tenant, j.tenant,
             WHERE a.state = 'ready' AND a.queue = j.queue AND a.tenant IS NOT NULL AND a.run_at <= now())]
        END
 FROM j;
+
+-- name: task_explain
+-- A workflow task, for `job explain --task`: its state, its job once
+-- enqueued, and the parents it waits for (pending: its job is enqueued
+-- when the last of them finishes; a batch's callback waits for every
+-- member). Parents in claim order of their ids.
+--   $1 task id
+SELECT t.workflow_id, t.name, t.state, t.job_id, t.queue, t.kind,
+       ARRAY(SELECT p.id FROM {{schema}}.workflow_deps AS d
+             JOIN {{schema}}.workflow_tasks AS p ON p.id = d.parent_id
+             WHERE d.task_id = t.id AND p.state IN ('pending', 'enqueued') ORDER BY p.id),
+       ARRAY(SELECT p.name FROM {{schema}}.workflow_deps AS d
+             JOIN {{schema}}.workflow_tasks AS p ON p.id = d.parent_id
+             WHERE d.task_id = t.id AND p.state IN ('pending', 'enqueued') ORDER BY p.id)
+FROM {{schema}}.workflow_tasks AS t
+WHERE t.id = $1;
