@@ -87,9 +87,9 @@ type JobExplanation struct {
 	WorkflowID int64  `json:"workflow_id,omitempty"`
 	TaskID     int64  `json:"task_id,omitempty"`
 	TaskState  string `json:"task_state,omitempty"`
-	Queue  string   `json:"queue"`
-	Kind   string   `json:"kind"`
-	Tenant string   `json:"tenant,omitempty"`
+	Queue      string `json:"queue"`
+	Kind       string `json:"kind"`
+	Tenant     string `json:"tenant,omitempty"`
 	// Holds lists every reason that keeps a ready or scheduled job from
 	// being claimed; empty for a job the next claim of its queue may take,
 	// and for a job that is not waiting (running, dead or completed).
