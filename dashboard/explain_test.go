@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -48,4 +49,26 @@ func TestJobPageExplainsAWaitingJob(t *testing.T) {
 			assert.NotContains(t, body, "Why it is not running", "a running job")
 		})
 	}
+}
+
+// The schedules page shows each schedule's owner, and names a schedule
+// that fires into a kind no live worker handles, with the fix.
+func TestSchedulesPageNamesOrphanSchedules(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	_, err := f.client.ScheduleSync(ctx, "billing",
+		skiplock.Schedule{Name: "legacy-report", Every: 60e9, Queue: "billing", Kind: "report.legacy"},
+		skiplock.Schedule{Name: "invoices", Every: 3600e9, Queue: "billing", Kind: "invoice.send"})
+	require.NoError(t, err)
+	_, err = f.db.Pool.Exec(ctx, `INSERT INTO skiplock.workers (id, hostname, pid, queues, handles)
+		VALUES ('w', 'h', 1, '{billing}', '[{"queues": ["billing"], "kinds": ["invoice.send"]}]')`)
+	require.NoError(t, err)
+
+	code, body := f.get("/schedules")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "billing")
+	assert.Contains(t, body, "No live worker handles kind <code>report.legacy</code>")
+	assert.Contains(t, body, "skiplock schedule remove legacy-report")
+	assert.Equal(t, 1, strings.Count(body, `class="orphan-schedule"`), "invoices is handled")
 }

@@ -698,10 +698,33 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "schedules", err)
 		return
 	}
-	for i := range list {
-		list[i].Payload = nil // never rendered
+	// The schedules that fire into a kind no live worker handles, with the
+	// fix (doctor's orphan_schedules); the page still lists them all if
+	// this read fails.
+	orphans := map[string]health.OrphanSchedule{}
+	if os, err := health.OrphanSchedules(ctx, sh.read, d.opts.Schema); err == nil {
+		for _, o := range os {
+			orphans[o.Name] = o
+		}
+	} else {
+		d.logFor(sh).Warn("dashboard: orphan schedules", slog.Any("error", err))
 	}
-	d.render(w, r, http.StatusOK, "schedules", "", d.view("schedules", "Schedules", list))
+	rows := make([]scheduleRow, len(list))
+	for i, s := range list {
+		s.Payload = nil // never rendered
+		rows[i] = scheduleRow{ScheduleInfo: s}
+		if o, ok := orphans[s.Name]; ok {
+			rows[i].Orphan = &o
+		}
+	}
+	d.render(w, r, http.StatusOK, "schedules", "", d.view("schedules", "Schedules", rows))
+}
+
+// scheduleRow is one schedule on the schedules page; Orphan is set when no
+// live worker handles its kind.
+type scheduleRow struct {
+	skiplock.ScheduleInfo
+	Orphan *health.OrphanSchedule
 }
 
 type workerRow struct {
