@@ -759,6 +759,28 @@ BEGIN
 END
 $function$;
 
+CREATE OR REPLACE FUNCTION skiplock.drop_done_partition(day date, expect_rows bigint)
+ RETURNS boolean
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    part text := 'jobs_done_' || to_char(day, 'YYYYMMDD');
+    n    bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('skiplock' || '.partitions', 0));
+    IF to_regclass(format('"skiplock".%I', part)) IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('LOCK TABLE "skiplock".%I IN ACCESS EXCLUSIVE MODE', part);
+    EXECUTE format('SELECT count(*) FROM "skiplock".%I', part) INTO n;
+    IF n <> expect_rows THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('DROP TABLE "skiplock".%I', part);
+    RETURN true;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION skiplock.drop_done_partitions(keep interval DEFAULT '7 days'::interval)
  RETURNS integer
  LANGUAGE plpgsql
@@ -1518,6 +1540,8 @@ CREATE TRIGGER jobs_left AFTER DELETE ON skiplock.jobs REFERENCING OLD TABLE AS 
 COMMENT ON VIEW skiplock.dead_letter_daily IS 'skiplock: dead letters per UTC day and kind. Flat is healthy; a climbing kind is a broken handler.';
 
 COMMENT ON VIEW skiplock.dead_letter_delta IS 'skiplock: dead-letter size (total), new dead letters in the last 24 hours and in the 24 hours before, and their difference (delta > 0: growing).';
+
+COMMENT ON FUNCTION skiplock.drop_done_partition(day date, expect_rows bigint) IS 'skiplock: drops the jobs_done partition of one UTC day if it holds exactly expect_rows rows (what its export wrote); returns whether it dropped.';
 
 COMMENT ON FUNCTION skiplock.drop_done_partitions(keep interval) IS 'skiplock: drops whole jobs_done_YYYYMMDD partitions whose day ended more than keep ago (never DELETE); returns how many it dropped.';
 

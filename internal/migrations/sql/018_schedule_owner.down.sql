@@ -2,6 +2,7 @@
 -- version 17 carries no bodies) the function bodies of version 16, as
 -- 017's down file restores them; the next `up` applies the function files.
 ALTER TABLE {{schema}}.schedules DROP COLUMN owner;
+DROP FUNCTION IF EXISTS {{schema}}.drop_done_partition(date, bigint);
 
 DROP FUNCTION IF EXISTS {{schema}}.ring_evict(smallint);
 

@@ -4,3 +4,7 @@
 -- one by one (ScheduleAdd, ScheduleDeclare, `skiplock schedule add`, plain
 -- SQL) have none and are never pruned.
 ALTER TABLE {{schema}}.schedules ADD COLUMN owner text;
+--
+-- Also (issue 37 §6, history export): the function drop_done_partition
+-- (sql/functions/drop_done_partition.sql), which drops one day's jobs_done
+-- partition only if it holds the rows its export wrote.
