@@ -122,7 +122,9 @@ func writeAtomic(path string, fn func(io.Writer) error) error {
 }
 
 // FileName is the name of day's file.
-func FileName(day time.Time) string { return "jobs_done_" + day.UTC().Format("20060102") + ".ndjson.gz" }
+func FileName(day time.Time) string {
+	return "jobs_done_" + day.UTC().Format("20060102") + ".ndjson.gz"
+}
 
 // Listed returns the manifest's entry for day whose file is present with
 // the checksum recorded; ok is false when the day must be exported (again).
