@@ -78,7 +78,7 @@ var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": tru
 // subcommands are the constructors of the top-level commands (`skiplock
 // --help` lists them sorted by name); each takes the invocation's options.
 var subcommands = []func(*globals) *cobra.Command{
-	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newJobCmd, newLimitCmd,
+	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newHistoryCmd, newJobCmd, newLimitCmd,
 	newMigrateCmd, newQueueCmd, newScheduleCmd, newServeCmd, newSignalCmd, newStatsCmd, newTenantCmd, newTopCmd,
 	newWorkCmd, newWorkflowCmd,
 }
