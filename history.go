@@ -13,8 +13,11 @@ import (
 type HistoryFile struct {
 	// Name is the file's name in the directory: jobs_done_YYYYMMDD.ndjson.gz,
 	// gzip-compressed NDJSON, one finished job (every column of jobs_done,
-	// payload included) per line, in id order.
+	// payload included) per line, in id order; or jobs_done_YYYYMMDD.parquet
+	// (HistoryFormatParquet).
 	Name string `json:"name"`
+	// Format is the file's format.
+	Format HistoryFormat `json:"format"`
 	// From and To bound the rows' finish times: [From, To), one UTC day.
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
@@ -30,11 +33,29 @@ type HistoryFile struct {
 	Resumed bool `json:"resumed,omitempty"`
 }
 
+// HistoryFormat is the file format of a history export.
+type HistoryFormat string
+
+// The formats HistoryExport writes.
+const (
+	// HistoryFormatNDJSON is gzip-compressed NDJSON, one to_jsonb object of
+	// a jobs_done row per line: every column, one added in a later version
+	// too. The default, and what Config.HistoryExportDir writes.
+	HistoryFormatNDJSON HistoryFormat = "ndjson"
+	// HistoryFormatParquet is Parquet (zstd), one typed column per column
+	// of jobs_done (times in microseconds UTC, payload and metadata as JSON
+	// text), for analytics tools that read it directly.
+	HistoryFormatParquet HistoryFormat = "parquet"
+)
+
 // HistoryExportParams says where HistoryExport writes.
 type HistoryExportParams struct {
 	// Dir is the export directory (created if missing); its manifest.json
 	// lists every file written there.
 	Dir string
+	// Format of the files: HistoryFormatNDJSON ("" too) or
+	// HistoryFormatParquet. Both may share a directory (one file each a day).
+	Format HistoryFormat
 	// Force writes every day again, even those the manifest lists.
 	Force bool
 }
@@ -53,24 +74,30 @@ func (c *Client) HistoryExport(ctx context.Context, p HistoryExportParams) ([]Hi
 	if p.Dir == "" {
 		return nil, invalidConfig("dir", "the export directory is required")
 	}
+	if p.Format == "" {
+		p.Format = HistoryFormatNDJSON
+	}
+	if p.Format != HistoryFormatNDJSON && p.Format != HistoryFormatParquet {
+		return nil, invalidConfig("format", "must be %s or %s, got %q", HistoryFormatNDJSON, HistoryFormatParquet, p.Format)
+	}
 	days, err := c.store.HistoryDays(ctx, c.pool, 0)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: history export: %w", err)
 	}
-	ex := &history.Exporter{Store: c.store, Schema: c.cfg.Schema, Dir: p.Dir}
+	ex := &history.Exporter{Store: c.store, Schema: c.cfg.Schema, Dir: p.Dir, Format: string(p.Format)}
 	out := make([]HistoryFile, 0, len(days))
 	for _, d := range days {
 		f, resumed, err := ex.ExportDay(ctx, c.pool, d.Day, p.Force)
 		if err != nil {
 			return out, fmt.Errorf("skiplock: history export: %w", err)
 		}
-		out = append(out, HistoryFile{Name: f.Name, From: f.From, To: f.To, Rows: f.Rows, MinID: f.MinID, MaxID: f.MaxID,
+		out = append(out, HistoryFile{Name: f.Name, Format: HistoryFormat(f.Format), From: f.From, To: f.To, Rows: f.Rows, MinID: f.MinID, MaxID: f.MaxID,
 			SHA256: f.SHA256, Bytes: f.Bytes, Resumed: resumed})
 	}
 	return out, nil
 }
 
-// HistoryImport brings an exported file (HistoryExport) back into the
+// HistoryImport brings an exported file (HistoryExport, either format) back into the
 // history, for investigation: JobGet and JobList find its jobs again until
 // retention drops their day once more. Its checksum is verified against
 // the manifest beside it, when there is one; a job already in the history

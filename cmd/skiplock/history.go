@@ -25,15 +25,16 @@ the same automatically before each drop, and keeps a day whose export failed.
 }
 
 func newHistoryExportCmd(g *globals) *cobra.Command {
-	var to string
+	var to, format string
 	var force bool
 	cmd := &cobra.Command{
-		Use:   "export --to DIR [--force]",
+		Use:   "export --to DIR [--format ndjson|parquet] [--force]",
 		Short: "Write every finished day of jobs_done to DIR (NDJSON.gz, one file a day, and a manifest)",
 		Long: `Writes every UTC day of the history that has ended (today's is left for later) to DIR as
 jobs_done_YYYYMMDD.ndjson.gz, and records each file in DIR/manifest.json (day range, rows, id
 range, sha256, bytes). A day the manifest lists whose file still matches its checksum is skipped,
-so an interrupted export resumes; --force writes every day again. Files hold payloads: store
+so an interrupted export resumes; --force writes every day again. --format parquet writes
+jobs_done_YYYYMMDD.parquet instead (zstd, one typed column per column). Files hold payloads: store
 them as you store the database. Only directories: bucket URLs (gocloud.dev/blob) are not supported.`,
 		Example: `  skiplock history export --to /backup/skiplock-history
   skiplock history export --to /backup/skiplock-history --json`,
@@ -47,7 +48,11 @@ them as you store the database. Only directories: bucket URLs (gocloud.dev/blob)
 				return err
 			}
 			defer closePool()
-			files, err := c.HistoryExport(cmd.Context(), skiplock.HistoryExportParams{Dir: to, Force: force})
+			if format != string(skiplock.HistoryFormatNDJSON) && format != string(skiplock.HistoryFormatParquet) {
+				return usageError("--format: must be ndjson or parquet, got %q", format)
+			}
+			files, err := c.HistoryExport(cmd.Context(), skiplock.HistoryExportParams{Dir: to, Force: force,
+				Format: skiplock.HistoryFormat(format)})
 			if g.jsonOut && err == nil {
 				return printJSON(cmd.OutOrStdout(), struct {
 					Files []skiplock.HistoryFile `json:"files"`
@@ -70,6 +75,7 @@ them as you store the database. Only directories: bucket URLs (gocloud.dev/blob)
 	}
 	cmd.Flags().StringVar(&to, "to", "", "the export directory (created if missing)")
 	cmd.Flags().BoolVar(&force, "force", false, "write every day again, even those already exported")
+	cmd.Flags().StringVar(&format, "format", "ndjson", "file format: ndjson (gzip) or parquet")
 	g.addJSON(cmd)
 	return cmd
 }

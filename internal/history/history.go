@@ -1,5 +1,5 @@
 // Package history exports finished jobs (jobs_done, one file per UTC day)
-// to compressed NDJSON files in a directory, with a manifest that records
+// to compressed NDJSON or Parquet files in a directory, with a manifest that records
 // each file's day, row count, id range and checksum, and imports such a
 // file back. An export is resumable: a day whose file the manifest lists
 // (and whose bytes still match its checksum) is not written again. The
@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/store"
@@ -41,8 +42,11 @@ type Manifest struct {
 
 // File is one exported day.
 type File struct {
-	// Name is the file's name in the directory: jobs_done_YYYYMMDD.ndjson.gz.
+	// Name is the file's name in the directory: jobs_done_YYYYMMDD.ndjson.gz
+	// or jobs_done_YYYYMMDD.parquet.
 	Name string `json:"name"`
+	// Format is FormatNDJSON or FormatParquet.
+	Format string `json:"format"`
 	// Table the rows came from (jobs_done).
 	Table string `json:"table"`
 	// From and To bound the rows' finished_at: [From, To), one UTC day.
@@ -66,6 +70,15 @@ type Exporter struct {
 	// Schema is recorded in the manifest.
 	Schema string
 	Dir    string
+	// Format is FormatNDJSON ("" too) or FormatParquet.
+	Format string
+}
+
+func (e *Exporter) format() string {
+	if e.Format == "" {
+		return FormatNDJSON
+	}
+	return e.Format
 }
 
 // ReadManifest reads dir's manifest; a directory without one has an empty
@@ -121,16 +134,20 @@ func writeAtomic(path string, fn func(io.Writer) error) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// FileName is the name of day's file.
-func FileName(day time.Time) string {
-	return "jobs_done_" + day.UTC().Format("20060102") + ".ndjson.gz"
+// FileName is the name of day's file in format.
+func FileName(day time.Time, format string) string {
+	ext := ".ndjson.gz"
+	if format == FormatParquet {
+		ext = ".parquet"
+	}
+	return "jobs_done_" + day.UTC().Format("20060102") + ext
 }
 
 // Listed returns the manifest's entry for day whose file is present with
 // the checksum recorded; ok is false when the day must be exported (again).
 func (e *Exporter) Listed(m Manifest, day time.Time) (File, bool) {
 	for _, f := range m.Files {
-		if f.Name != FileName(day) {
+		if f.Name != FileName(day, e.format()) {
 			continue
 		}
 		sum, n, err := checksum(filepath.Join(e.Dir, f.Name))
@@ -146,6 +163,9 @@ func (e *Exporter) Listed(m Manifest, day time.Time) (File, bool) {
 // day after). A day already listed with a matching file is not written
 // again (resumed reports that). force writes it again all the same.
 func (e *Exporter) ExportDay(ctx context.Context, db store.DBTX, day time.Time, force bool) (f File, resumed bool, err error) {
+	if e.format() != FormatNDJSON && e.format() != FormatParquet {
+		return f, false, fmt.Errorf("history: format %q: want %s or %s", e.Format, FormatNDJSON, FormatParquet)
+	}
 	if err := os.MkdirAll(e.Dir, 0o755); err != nil {
 		return f, false, err
 	}
@@ -159,28 +179,39 @@ func (e *Exporter) ExportDay(ctx context.Context, db store.DBTX, day time.Time, 
 		}
 	}
 	lo := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
-	f = File{Name: FileName(lo), Table: "jobs_done", From: lo, To: lo.AddDate(0, 0, 1)}
+	f = File{Name: FileName(lo, e.format()), Format: e.format(), Table: "jobs_done", From: lo, To: lo.AddDate(0, 0, 1)}
 	h := sha256.New()
 	err = writeAtomic(filepath.Join(e.Dir, f.Name), func(w io.Writer) error {
 		cw := &counter{w: io.MultiWriter(w, h)}
 		bw := bufio.NewWriterSize(cw, 1<<16)
-		zw, _ := gzip.NewWriterLevel(bw, gzip.DefaultCompression)
+		var add func([]byte) error
+		var closeSink func() error
+		if e.format() == FormatParquet {
+			ps := newParquetSink(bw)
+			add, closeSink = ps.add, ps.close
+		} else {
+			zw, _ := gzip.NewWriterLevel(bw, gzip.DefaultCompression)
+			add = func(row []byte) error {
+				if _, err := zw.Write(row); err != nil {
+					return err
+				}
+				_, err := zw.Write([]byte{'\n'})
+				return err
+			}
+			closeSink = zw.Close
+		}
 		err := e.Store.HistoryRows(ctx, db, lo, func(row []byte, id int64) error {
 			if f.Rows == 0 || id < f.MinID {
 				f.MinID = id
 			}
 			f.MaxID = max(f.MaxID, id)
 			f.Rows++
-			if _, err := zw.Write(row); err != nil {
-				return err
-			}
-			_, err := zw.Write([]byte{'\n'})
-			return err
+			return add(row)
 		})
 		if err != nil {
 			return err
 		}
-		if err := zw.Close(); err != nil {
+		if err := closeSink(); err != nil {
 			return err
 		}
 		if err := bw.Flush(); err != nil {
@@ -254,17 +285,6 @@ func Import(ctx context.Context, st *store.Store, db store.DBTX, path string) (r
 			}
 		}
 	}
-	fh, err := os.Open(path)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer fh.Close()
-	zr, err := gzip.NewReader(fh)
-	if err != nil {
-		return 0, 0, fmt.Errorf("history: %s: %w", path, err)
-	}
-	sc := bufio.NewScanner(zr)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	batch := []byte{'['}
 	n := 0
 	flush := func() error {
@@ -276,24 +296,44 @@ func Import(ctx context.Context, st *store.Store, db store.DBTX, path string) (r
 		batch, n = batch[:1], 0
 		return err
 	}
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			continue
-		}
-		if !json.Valid(line) {
-			return read, inserted, fmt.Errorf("history: %s: line %d is not JSON", path, read+1)
+	line := func(l []byte) error {
+		if !json.Valid(l) {
+			return fmt.Errorf("history: %s: row %d is not JSON", path, read+1)
 		}
 		if n > 0 {
 			batch = append(batch, ',')
 		}
-		batch = append(batch, line...)
+		batch = append(batch, l...)
 		n++
 		read++
 		if n == ImportBatch {
-			if err := flush(); err != nil {
-				return read, inserted, err
-			}
+			return flush()
+		}
+		return nil
+	}
+	if strings.HasSuffix(path, ".parquet") {
+		if err := parquetLines(path, line); err != nil {
+			return read, inserted, fmt.Errorf("history: %s: %w", path, err)
+		}
+		return read, inserted, flush()
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer fh.Close()
+	zr, err := gzip.NewReader(fh)
+	if err != nil {
+		return 0, 0, fmt.Errorf("history: %s: %w", path, err)
+	}
+	sc := bufio.NewScanner(zr)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		if len(sc.Bytes()) == 0 {
+			continue
+		}
+		if err := line(sc.Bytes()); err != nil {
+			return read, inserted, err
 		}
 	}
 	if err := sc.Err(); err != nil {
