@@ -53,6 +53,13 @@ func TestHistoryExportMillionRows(t *testing.T) {
 	require.Len(t, files, 1)
 	t.Logf("HistoryExport: %d rows in %s = %.0f rows/s; file %.1f MB (%.0f bytes/row)", files[0].Rows, took.Round(time.Millisecond),
 		float64(files[0].Rows)/took.Seconds(), float64(files[0].Bytes)/1e6, float64(files[0].Bytes)/float64(files[0].Rows))
+	start = time.Now()
+	pq, err := c.HistoryExport(ctx, skiplock.HistoryExportParams{Dir: t.TempDir(), Format: skiplock.HistoryFormatParquet})
+	took = time.Since(start)
+	require.NoError(t, err)
+	require.EqualValues(t, 1000000, pq[0].Rows)
+	t.Logf("HistoryExport parquet: %d rows in %s = %.0f rows/s; file %.1f MB (%.0f bytes/row)", pq[0].Rows, took.Round(time.Millisecond),
+		float64(pq[0].Rows)/took.Seconds(), float64(pq[0].Bytes)/1e6, float64(pq[0].Bytes)/float64(pq[0].Rows))
 	var tableBytes int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_total_relation_size(c.oid) FROM pg_class AS c
 		WHERE c.relname = 'jobs_done_' || to_char((now() AT TIME ZONE 'UTC')::date - 3, 'YYYYMMDD')`).Scan(&tableBytes))
