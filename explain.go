@@ -104,6 +104,11 @@ type JobExplanation struct {
 	TenantAhead  int64 `json:"tenant_ahead,omitempty"`
 	Tenants      int64 `json:"tenants,omitempty"`
 	TenantWeight int64 `json:"tenant_weight,omitempty"`
+	// TenantCap is the smallest tenant cap (WorkerPool.TenantCap) of the
+	// live pools that claim from the queue: at most this many jobs of one
+	// tenant per claim (times its weight) while other tenants wait; 0 when
+	// no live pool caps tenants.
+	TenantCap int64 `json:"tenant_cap,omitempty"`
 	// Next is true when nothing holds the job and no due job comes before
 	// it: the next claim of its queue takes it.
 	Next bool `json:"next"`
@@ -188,8 +193,8 @@ func explainRows(e *JobExplanation, rows []store.ExplainRow) {
 	for _, r := range rows {
 		if r.What == "position" {
 			e.Ahead = num(r.N)
-			if len(r.Holders) == 2 {
-				e.TenantAhead, e.Tenants = r.Holders[0], r.Holders[1]
+			if len(r.Holders) == 3 {
+				e.TenantAhead, e.Tenants, e.TenantCap = r.Holders[0], r.Holders[1], r.Holders[2]
 				e.TenantWeight = num(r.Cap)
 			}
 			continue
@@ -237,8 +242,14 @@ func explainRows(e *JobExplanation, rows []store.ExplainRow) {
 		e.Summary = fmt.Sprintf("nothing holds it; %d due job(s) come before it in claim order", e.Ahead)
 	}
 	if e.Tenant != "" && len(e.Holds) == 0 {
-		e.Summary += fmt.Sprintf(" (fair share: %d of tenant %q before it, %d tenant(s) share the queue, weight %d)",
+		e.Summary += fmt.Sprintf(" (fair share: %d of tenant %q before it, %d tenant(s) share the queue, weight %d",
 			e.TenantAhead, e.Tenant, e.Tenants, e.TenantWeight)
+		if e.TenantCap > 0 {
+			perClaim := e.TenantCap * max(e.TenantWeight, 1)
+			e.Summary += fmt.Sprintf("; the pools cap a tenant at %d a claim: its turn in about %d claim(s) of its tenant",
+				perClaim, e.TenantAhead/perClaim+1)
+		}
+		e.Summary += ")"
 	}
 }
 

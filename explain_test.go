@@ -150,3 +150,51 @@ func TestWorkflowTaskExplainNamesItsParents(t *testing.T) {
 	_, err = c.WorkflowTaskExplain(ctx, 1<<40)
 	require.ErrorIs(t, err, skiplock.ErrTaskNotFound)
 }
+
+// A job with a tenant is placed in its queue's fair share: the jobs of its
+// tenant before it, the tenants, and the live pools' tenant cap.
+func TestJobExplainPlacesATenantsJob(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 20 * time.Millisecond,
+		Pools: []skiplock.WorkerPool{{Queues: []string{"capped"}, Concurrency: 1, TenantCap: 2}}})
+	release := make(chan struct{})
+	started := make(chan int64, 10)
+	require.NoError(t, skiplock.Handle(c, "block", func(ctx context.Context, j *skiplock.Job[map[string]any]) error {
+		started <- j.ID
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}))
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() {
+		close(release)
+		_ = c.Stop(context.Background())
+	})
+	var ids []int64
+	for _, tenant := range []string{"acme", "acme", "acme", "globex"} {
+		res, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: "capped", Kind: "block", Tenant: tenant})
+		require.NoError(t, err)
+		ids = append(ids, res.ID)
+	}
+	first := <-started // one runs (concurrency 1): acme's first or globex's; the rest wait for the slot
+	wantAhead, wantTenants := int64(1), int64(2)
+	if first == ids[3] {
+		wantAhead, wantTenants = 2, 1
+	}
+	var e *skiplock.JobExplanation
+	require.Eventually(t, func() bool {
+		var err error
+		e, err = c.JobExplain(ctx, ids[2])
+		return err == nil && e.TenantCap == 2
+	}, 15*time.Second, 20*time.Millisecond, "the worker's beat records its pool's tenant cap")
+	require.Empty(t, e.Holds)
+	require.Equal(t, "acme", e.Tenant)
+	require.Equal(t, wantAhead, e.TenantAhead, "acme's jobs before it that do not run")
+	require.Equal(t, wantTenants, e.Tenants)
+	require.EqualValues(t, 1, e.TenantWeight)
+	require.Contains(t, e.Summary, "the pools cap a tenant at 2 a claim")
+}

@@ -156,8 +156,17 @@ func TestExplainPosition(t *testing.T) {
 	pos := position(t, rows)
 	require.EqualValues(t, 9, *pos.N)
 	require.EqualValues(t, 5, *pos.Cap, "the tenant's weight")
-	require.Equal(t, []int64{3, 3}, pos.Holders, "3 of its tenant ahead, 3 tenants in the queue")
+	require.Equal(t, []int64{3, 3, 0}, pos.Holders, "3 of its tenant ahead, 3 tenants in the queue, no cap")
 	require.Equal(t, "no_worker", holds(rows)[0].What)
+
+	// Live pools of the queue with tenant caps: the smallest is reported.
+	seed(t, db, `INSERT INTO skiplock.workers (id, hostname, pid, queues, handles) VALUES
+		('w1', 'h', 1, '{q}', '[{"queues": ["q"], "kinds": null, "tenant_cap": 5}]'),
+		('w2', 'h', 2, '{q}', '[{"queues": ["q"], "kinds": null, "tenant_cap": 2}, {"queues": ["r"], "kinds": null, "tenant_cap": 1}]')`)
+	rows, err = st.JobExplain(ctx, db.Pool, id, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []int64{3, 3, 2}, position(t, rows).Holders)
+	require.Empty(t, holds(rows))
 }
 
 // explain.sql tests each reason with the fragments the claim is made of:

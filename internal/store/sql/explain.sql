@@ -10,9 +10,9 @@
 -- One row per reason that holds the ready job $1, and one 'position' row
 -- (always, when the job is ready): how many due jobs come before it in its
 -- queue's claim order (n, counted up to 10,000), and, for a job with a
--- tenant, how many come before it within its tenant (cap: the tenant's
--- weight, key: the tenant) and how many tenants have due jobs in the queue
--- (at: NULL). No row: the job is not ready (running, finished, or gone).
+-- tenant, holders = {due jobs of its tenant before it, tenants with due
+-- jobs in the queue, the smallest tenant cap of the live pools of its queue
+-- (0: none)}, cap = the tenant's weight, key = the tenant. No row: the job is not ready (running, finished, or gone).
 -- Reasons (column what):
 --   scheduled            not due: at = its run time
 --   sleep, signal_wait   not due because a durable step sleeps or waits for
@@ -135,7 +135,12 @@ SELECT 'position', j.tenant, j.tenant,
                   AND (a.priority > j.priority OR (a.priority = j.priority AND (a.run_at, a.id) < (j.run_at, j.id)))
                 LIMIT 10000) AS x),
            (SELECT count(DISTINCT a.tenant) FROM {{schema}}.jobs AS a
-            WHERE a.state = 'ready' AND a.queue = j.queue AND a.tenant IS NOT NULL AND a.run_at <= now())]
+            WHERE a.state = 'ready' AND a.queue = j.queue AND a.tenant IS NOT NULL AND a.run_at <= now()),
+           -- The smallest tenant cap of the live pools that claim from the
+           -- queue (0: none caps it).
+           coalesce((SELECT min((p.pool ->> 'tenant_cap')::bigint) FROM live AS l
+                     CROSS JOIN LATERAL jsonb_array_elements(l.handles) AS p(pool)
+                     WHERE (p.pool -> 'queues') ? j.queue AND (p.pool ->> 'tenant_cap')::bigint > 0), 0)]
        END
 FROM j;
 
