@@ -65,6 +65,16 @@ type Config struct {
 	// this plus one day. Default 24 hours; at least 1 hour; negative keeps
 	// the history forever.
 	CompletedRetention time.Duration
+	// HistoryExportDir, when set, is a directory where each jobs_done day
+	// is exported (compressed NDJSON, one file a day, with a manifest of
+	// row counts, id ranges and checksums; see HistoryExport) before
+	// retention drops its partition. A day whose export fails is not
+	// dropped (the error is logged and the next pass retries), and a day is
+	// dropped only if its partition still holds exactly the rows exported.
+	// Every process that may run the retention pass must see the same
+	// directory (a shared volume), or set it on one process only. Default
+	// "": no export.
+	HistoryExportDir string
 	// DeadLetterRetention is how long dead letters are kept: a started
 	// client purges older ones in small batches. Default 30 days; at least
 	// 1 hour; negative keeps them forever.

@@ -47,7 +47,9 @@ type Schedule struct {
 	Timezone string
 	// Queue of the enqueued jobs. Default "default".
 	Queue string
-	// Kind of the enqueued jobs. Required.
+	// Kind of the enqueued jobs. It may be left empty when Payload is a
+	// JobArgs, whose Kind() names it (as EnqueueParams.Kind); when both are
+	// set they must agree.
 	Kind string
 	// Payload of every enqueued job: a value marshalled to a JSON object, or
 	// raw JSON as json.RawMessage or []byte. nil means {}.
@@ -76,6 +78,9 @@ type ScheduleInfo struct {
 	LastFireAt time.Time
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// Owner is the code that declared it with ScheduleSync ("" for a
+	// schedule added one by one, which no sync prunes).
+	Owner string
 }
 
 // Spec is the schedule's expression: Cron, or "@every D" for an interval.
@@ -140,6 +145,11 @@ func (c *Client) prepareSchedule(s Schedule) (scheduleRow, error) {
 	if err := validateName("queue", s.Queue); err != nil {
 		return r, asScheduleError(err)
 	}
+	kind, err := kindOfPayload(s.Kind, s.Payload)
+	if err != nil {
+		return r, asScheduleError(err)
+	}
+	s.Kind = kind
 	if err := validateName("kind", s.Kind); err != nil {
 		return r, asScheduleError(err)
 	}
@@ -204,47 +214,121 @@ func (c *Client) ScheduleAdd(ctx context.Context, s Schedule) error {
 // transaction: all or none. Call it at start-up, before or after Start, to
 // keep schedules declared in code; it is idempotent, so every process may
 // call it. It never removes schedules missing from ss (other code or the CLI
-// may own them); use ScheduleRemove. An invalid schedule rejects the call,
+// may own them); use ScheduleRemove, or ScheduleSync, which gives the set an
+// owner and deletes what the owner no longer declares. An invalid schedule rejects the call,
 // and its error names the index and field ("schedules[2].cron").
 func (c *Client) ScheduleDeclare(ctx context.Context, ss ...Schedule) error {
+	rows, err := c.prepareSchedules(ss)
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return c.upsertSchedules(ctx, tx, rows) })
+	if err != nil {
+		return fmt.Errorf("skiplock: add schedule: %w", err)
+	}
+	return nil
+}
+
+// prepareSchedules validates ss; an error names the index and field
+// ("schedules[2].cron") when there are several.
+func (c *Client) prepareSchedules(ss []Schedule) ([]scheduleRow, error) {
 	rows := make([]scheduleRow, len(ss))
 	for i, s := range ss {
 		r, err := c.prepareSchedule(s)
 		if err != nil {
 			var fe *FieldError
 			if len(ss) > 1 && errors.As(err, &fe) {
-				return &FieldError{Field: fmt.Sprintf("schedules[%d].%s", i, fe.Field), Message: fe.Message, base: ErrInvalidSchedule}
+				return nil, &FieldError{Field: fmt.Sprintf("schedules[%d].%s", i, fe.Field), Message: fe.Message, base: ErrInvalidSchedule}
 			}
-			return err
+			return nil, err
 		}
 		rows[i] = r
 	}
-	if len(rows) == 0 {
-		return nil
+	return rows, nil
+}
+
+// upsertSchedules stores rows in tx, each next fire time computed from the
+// database clock.
+func (c *Client) upsertSchedules(ctx context.Context, tx pgx.Tx, rows []scheduleRow) error {
+	now, err := c.store.Now(ctx, tx)
+	if err != nil {
+		return err
 	}
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		now, err := c.store.Now(ctx, tx)
+	for _, r := range rows {
+		var next *time.Time
+		if n := r.sched.Next(now); !n.IsZero() {
+			next = &n
+		}
+		maxAttempts := r.maxAttempts
+		if err := c.store.UpsertSchedule(ctx, tx, store.ScheduleRow{Name: r.name, Cron: r.cron,
+			EverySeconds: r.everySeconds, Timezone: r.timezone, Queue: r.queue, Kind: r.kind,
+			Payload: []byte(r.payload), Priority: r.priority, MaxAttempts: &maxAttempts, NextFireAt: next}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrScheduleOwned is returned by ScheduleSync for a schedule another owner
+// declared; the error names the schedule and its owner.
+var ErrScheduleOwned = errors.New("skiplock: schedule owned by another owner")
+
+// ScheduleSync makes ss the whole set of schedules owner declares, in one
+// transaction: each is stored as ScheduleAdd stores it and marked as
+// owner's (a schedule of that name that had no owner is adopted), and
+// every schedule of owner's that ss no longer holds is deleted (fires
+// already enqueued stay). It returns the names it deleted. Call it at
+// start-up with every schedule the service's code defines, under a name
+// for the service ("billing"); an empty ss deletes all of owner's. It is
+// idempotent and serialized per owner, so every process of the service
+// may call it. A schedule another owner declared is refused
+// (ErrScheduleOwned): remove it first, or rename one of them.
+//
+// During a rolling deploy, processes of the old and the new version
+// declare different sets; the last to start wins until the old ones are
+// gone, and each fire time is still enqueued once.
+func (c *Client) ScheduleSync(ctx context.Context, owner string, ss ...Schedule) (pruned []string, err error) {
+	if err := validateName("owner", owner); err != nil {
+		return nil, asScheduleError(err)
+	}
+	rows, err := c.prepareSchedules(ss)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(rows))
+	seen := map[string]int{}
+	for i, r := range rows {
+		if j, dup := seen[r.name]; dup {
+			return nil, invalidSchedule(fmt.Sprintf("schedules[%d].name", i), "%q is declared twice (also schedules[%d])", r.name, j)
+		}
+		seen[r.name] = i
+		names[i] = r.name
+	}
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := c.store.LockScheduleOwner(ctx, tx, owner); err != nil {
+			return err
+		}
+		taken, err := c.store.SchedulesOwnedElsewhere(ctx, tx, names, owner)
 		if err != nil {
 			return err
 		}
-		for _, r := range rows {
-			var next *time.Time
-			if n := r.sched.Next(now); !n.IsZero() {
-				next = &n
-			}
-			maxAttempts := r.maxAttempts
-			if err := c.store.UpsertSchedule(ctx, tx, store.ScheduleRow{Name: r.name, Cron: r.cron,
-				EverySeconds: r.everySeconds, Timezone: r.timezone, Queue: r.queue, Kind: r.kind,
-				Payload: []byte(r.payload), Priority: r.priority, MaxAttempts: &maxAttempts, NextFireAt: next}); err != nil {
-				return err
+		for _, name := range names {
+			if other, ok := taken[name]; ok {
+				return fmt.Errorf("%w: %q is declared by %q", ErrScheduleOwned, name, other)
 			}
 		}
-		return nil
+		if pruned, err = c.store.PruneSchedules(ctx, tx, owner, names); err != nil {
+			return err
+		}
+		if err := c.upsertSchedules(ctx, tx, rows); err != nil {
+			return err
+		}
+		return c.store.OwnSchedules(ctx, tx, names, owner)
 	})
 	if err != nil {
-		return fmt.Errorf("skiplock: add schedule: %w", err)
+		return nil, fmt.Errorf("skiplock: schedule sync %q: %w", owner, err)
 	}
-	return nil
+	return pruned, nil
 }
 
 // ScheduleRemove deletes a schedule; fires already enqueued stay. It returns
@@ -289,6 +373,9 @@ func (c *Client) ScheduleList(ctx context.Context) ([]ScheduleInfo, error) {
 		}
 		if r.LastFireAt != nil {
 			s.LastFireAt = r.LastFireAt.UTC()
+		}
+		if r.Owner != nil {
+			s.Owner = *r.Owner
 		}
 		out[i] = s
 	}

@@ -336,6 +336,9 @@ type jobDetail struct {
 	FinishedAt                          *time.Time
 	Metadata                            *string // indented JSON; shown, unlike the payload, except read-only
 	Hidden                              bool    // error text, unique key, entity and metadata withheld (read-only)
+	// Explain is why a ready or scheduled job is not running (JobExplain);
+	// nil for the other states, or when it could not be read.
+	Explain *skiplock.JobExplanation
 }
 
 // detailOf is the page's view of a job found by JobGet.
@@ -375,6 +378,26 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 func (j *jobDetail) hideForViewers() {
 	j.LastError, j.UniqueKey, j.Entity, j.Metadata = nil, nil, nil, nil
 	j.Hidden = true
+	if j.Explain == nil {
+		return
+	}
+	// The explanation names the entity, and a limit's partition value (an
+	// entity, or a payload field for an arg: partition): withheld alike.
+	holds := make([]skiplock.JobHold, len(j.Explain.Holds))
+	for i, h := range j.Explain.Holds {
+		switch {
+		case h.Reason == skiplock.JobHoldEntityBusy:
+			h.Detail = "its entity (hidden, read-only) is held by the running job " + strconv.FormatInt(h.Holders[0], 10) + "; jobs of one entity run one at a time"
+			h.Name = ""
+		case h.Key != "":
+			h.Detail = strings.Replace(h.Detail, " (for "+strconv.Quote(h.Key)+")", " (for a value hidden on a read-only dashboard)", 1)
+			h.Key = ""
+		}
+		holds[i] = h
+	}
+	e := *j.Explain
+	e.Holds = holds
+	j.Explain = &e
 }
 
 // pathID reads the job id of the path, or answers 400 naming it.
@@ -409,6 +432,14 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := detailOf(row)
+	if row.State == skiplock.JobStateReady || row.State == skiplock.JobStateScheduled {
+		// Why it is not running; the page still shows the job without it.
+		if e, err := sh.reader.JobExplain(ctx, id); err == nil {
+			j.Explain = e
+		} else {
+			d.logFor(sh).Warn("dashboard: job explain", slog.Int64("job_id", id), slog.Any("error", err))
+		}
+	}
 	if d.opts.ReadOnly {
 		j.hideForViewers()
 	}
@@ -679,10 +710,33 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 		d.dbFail(w, r, "schedules", err)
 		return
 	}
-	for i := range list {
-		list[i].Payload = nil // never rendered
+	// The schedules that fire into a kind no live worker handles, with the
+	// fix (doctor's orphan_schedules); the page still lists them all if
+	// this read fails.
+	orphans := map[string]health.OrphanSchedule{}
+	if os, err := health.OrphanSchedules(ctx, sh.read, d.opts.Schema); err == nil {
+		for _, o := range os {
+			orphans[o.Name] = o
+		}
+	} else {
+		d.logFor(sh).Warn("dashboard: orphan schedules", slog.Any("error", err))
 	}
-	d.render(w, r, http.StatusOK, "schedules", "", d.view("schedules", "Schedules", list))
+	rows := make([]scheduleRow, len(list))
+	for i, s := range list {
+		s.Payload = nil // never rendered
+		rows[i] = scheduleRow{ScheduleInfo: s}
+		if o, ok := orphans[s.Name]; ok {
+			rows[i].Orphan = &o
+		}
+	}
+	d.render(w, r, http.StatusOK, "schedules", "", d.view("schedules", "Schedules", rows))
+}
+
+// scheduleRow is one schedule on the schedules page; Orphan is set when no
+// live worker handles its kind.
+type scheduleRow struct {
+	skiplock.ScheduleInfo
+	Orphan *health.OrphanSchedule
 }
 
 type workerRow struct {

@@ -37,7 +37,7 @@ when not ok, the fix. It only reads. Exit 3 when any check fails; warnings exit 
 See docs/operations.md for what each check means.
 
 With --replica-url the checks that read table contents (queue_lag, stuck_jobs,
-workers, unhandled_kinds, dead_letters) run on that streaming replica, their
+workers, unhandled_kinds, orphan_schedules, dead_letters) run on that streaming replica, their
 figures say how far behind it is, and a replica_lag check judges that lag;
 the checks of the primary's own statistics, sessions, settings and plans stay
 on --database-url.

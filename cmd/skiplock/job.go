@@ -17,13 +17,13 @@ import (
 
 func newJobCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "job get|list|retry|cancel|delete",
-		Short: "Look up, retry, cancel or delete jobs by id or filter",
+		Use:   "job get|list|explain|retry|cancel|delete",
+		Short: "Look up, explain, retry, cancel or delete jobs by id or filter",
 		Long: `Jobs by id or filter, wherever they are: ready, scheduled, running, dead, or completed.
 Completed jobs are kept for Config.CompletedRetention (24 hours by default) unless the workers
 run with Config.DeleteCompleted. Payloads are shown only by 'job get --payload'.`,
 	}
-	cmd.AddCommand(newJobGetCmd(g), newJobListCmd(g), g.newJobActionCmd("retry"), g.newJobActionCmd("cancel"),
+	cmd.AddCommand(newJobGetCmd(g), newJobListCmd(g), newJobExplainCmd(g), g.newJobActionCmd("retry"), g.newJobActionCmd("cancel"),
 		g.newJobActionCmd("delete"))
 	return cmd
 }

@@ -171,7 +171,7 @@ func TestDoctorCLI(t *testing.T) {
 	db := dbtest.New(t)
 	opsReady(t, db, "default", 5, 0)
 	_, d, by := doctorJSON(t, db)
-	require.Len(t, d.Checks, 13)
+	require.Len(t, d.Checks, 14)
 	require.Equal(t, health.StatusOK, by["fenced_writes"].Status, by["fenced_writes"].Figure)
 	require.Equal(t, health.StatusOK, by["schema"].Status)
 	require.Equal(t, health.StatusWarn, by["unhandled_kinds"].Status)

@@ -81,9 +81,9 @@ var manyDatabases = map[string]bool{"skiplock work": true, "skiplock stats": tru
 // subcommands are the constructors of the top-level commands (`skiplock
 // --help` lists them sorted by name); each takes the invocation's options.
 var subcommands = []func(*globals) *cobra.Command{
-	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newImportCmd, newJobCmd, newKeysCmd,
-	newLimitCmd, newMigrateCmd, newQueueCmd, newRolesCmd, newScheduleCmd, newServeCmd, newSignalCmd, newStatsCmd,
-	newTenantCmd, newTopCmd,
+	newBenchCmd, newDevCmd, newDLQCmd, newDoctorCmd, newEnqueueCmd, newFailoverCmd, newHistoryCmd, newImportCmd, newJobCmd,
+	newKeysCmd, newLimitCmd, newMigrateCmd, newQueueCmd, newRolesCmd, newScheduleCmd, newServeCmd, newSignalCmd,
+	newStatsCmd, newTenantCmd, newTopCmd,
 	newWorkCmd, newWorkflowCmd,
 }
 

@@ -212,11 +212,12 @@ type scheduleOut struct {
 	MaxAttempts  int             `json:"max_attempts,omitempty"`
 	NextFireAt   *time.Time      `json:"next_fire_at"`
 	LastFireAt   *time.Time      `json:"last_fire_at"`
+	Owner        string          `json:"owner,omitempty"`
 }
 
 func scheduleJSON(s skiplock.ScheduleInfo) scheduleOut {
 	o := scheduleOut{Name: s.Name, Cron: s.Cron, EverySeconds: int64(s.Every / time.Second), Timezone: s.Timezone,
-		Queue: s.Queue, Kind: s.Kind, Payload: s.Payload, Priority: s.Priority, MaxAttempts: s.MaxAttempts}
+		Queue: s.Queue, Kind: s.Kind, Payload: s.Payload, Priority: s.Priority, MaxAttempts: s.MaxAttempts, Owner: s.Owner}
 	if !s.NextFireAt.IsZero() {
 		t := s.NextFireAt
 		o.NextFireAt = &t
@@ -253,14 +254,18 @@ func newScheduleListCmd(g *globals) *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSCHEDULE\tTIMEZONE\tQUEUE\tKIND\tNEXT FIRE\tLAST FIRE")
+			fmt.Fprintln(tw, "NAME\tSCHEDULE\tTIMEZONE\tQUEUE\tKIND\tNEXT FIRE\tLAST FIRE\tOWNER")
 			for _, s := range all {
 				spec := s.Cron
 				if s.Every > 0 {
 					spec = "@every " + s.Every.String()
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(spec), termSafe(s.Timezone), termSafe(s.Queue), termSafe(s.Kind),
-					fmtTime(s.NextFireAt), fmtTime(s.LastFireAt))
+				owner := s.Owner
+				if owner == "" {
+					owner = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termSafe(s.Name), termSafe(spec), termSafe(s.Timezone), termSafe(s.Queue), termSafe(s.Kind),
+					fmtTime(s.NextFireAt), fmtTime(s.LastFireAt), termSafe(owner))
 			}
 			return tw.Flush()
 		},

@@ -54,6 +54,7 @@ type workFlags struct {
 	// history of finished jobs (Config.DeleteCompleted, CompletedRetention)
 	deleteCompleted    bool
 	completedRetention time.Duration
+	historyExportDir   string
 	workflowRetention  time.Duration
 	// listenURLs are the --listen-url values, matched by position to the
 	// --database-url values (see workListenURLs).
@@ -112,6 +113,7 @@ database reached directly).`,
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for 'job get' (Config.DeleteCompleted)")
 	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by 'job get' (default 24h; at least 1h; negative: forever)")
+	fl.StringVar(&f.historyExportDir, "history-export-dir", "", "export each finished day to this directory (compressed NDJSON and a manifest) before retention drops it; a day whose export fails is kept")
 	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by 'workflow get' (default 168h; at least 1h; negative: forever)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters: claims, runs and outcomes by queue and kind, durations) and /healthz on this address, e.g. 127.0.0.1:9464; "+
 		"beyond loopback it needs SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN), as serve does")
@@ -128,7 +130,7 @@ var workConfigFlags = map[string]string{
 	"Pools[0].Queues": "--queue", "Pools[0].Kinds": "--kinds", "Pools[0].Concurrency": "--concurrency",
 	"Pools[0].BatchSize": "--batch", "Pools[0].TenantCap": "--tenant-cap", "LeaseDuration": "--lease",
 	"HeartbeatInterval": "--lease", "PollInterval": "--poll-interval", "Schema": "--schema",
-	"CompletedRetention": "--completed-retention", "DeleteCompleted": "--delete-completed",
+	"CompletedRetention": "--completed-retention", "DeleteCompleted": "--delete-completed", "HistoryExportDir": "--history-export-dir",
 	"WorkflowRetention": "--workflow-retention",
 	"ListenURL":         "--listen-url",
 }
@@ -342,7 +344,7 @@ func (g *globals) newWorkClient(ctx context.Context, f workFlags, pool *pgxpool.
 	}
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: g.schema, Logger: log, Encryption: keys, LeaseDuration: f.lease, PollOnly: f.pollOnly, PollInterval: f.pollInterval,
-		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention,
+		ShutdownTimeout: f.drainTimeout, DeleteCompleted: f.deleteCompleted, CompletedRetention: f.completedRetention, HistoryExportDir: f.historyExportDir,
 		WorkflowRetention: f.workflowRetention,
 		ListenURL:         listen,
 		Pools: []skiplock.WorkerPool{{Name: "exec", Queues: f.queues, Kinds: kinds, Concurrency: f.concurrency,

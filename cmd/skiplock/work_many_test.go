@@ -186,7 +186,7 @@ func TestDoctorManyDatabases(t *testing.T) {
 	decodeJSON(t, out, &got)
 	require.False(t, got.OK)
 	require.Len(t, got.Databases, 2)
-	require.Len(t, got.Databases[0].Checks, 13)
+	require.Len(t, got.Databases[0].Checks, 14)
 	// A is healthy: it fails only what the server it runs on makes true of
 	// every database (autovacuum off server-wide, as an image leaves it).
 	serverWide := serverWideFailures(t, a, got.Databases[0].Checks)

@@ -39,11 +39,14 @@ var importRules = map[string][]string{
 	"internal/worker": {"internal/store", "internal/notify", "internal/service", "internal/sentinel", "internal/errtext"},
 	// The workflow engine: behind worker.RunHook, never the root.
 	"internal/flow": {"internal/store", "internal/worker", "internal/sentinel", "internal/jsonerr"},
+	// History export and import: files of finished jobs, read through the
+	// data layer.
+	"internal/history": {"internal/store"},
 	// Background passes of one shape.
-	"internal/maintenance": {"internal/store", "internal/health", "internal/service", "internal/cron"},
+	"internal/maintenance": {"internal/store", "internal/health", "internal/history", "internal/service", "internal/cron"},
 	// The public API: the one package that wires the internals together.
 	"": {"internal/cron", "internal/errtext", "internal/flow", "internal/health", "internal/jsonerr",
-		"internal/maintenance", "internal/migrations", "internal/sentinel", "internal/service",
+		"internal/maintenance", "internal/migrations", "internal/history", "internal/sentinel", "internal/service",
 		"internal/store", "internal/worker", "internal/notify", "internal/sqlfile"},
 	// Clients of the public API.
 	"metrics":           {"", "internal/health"},

@@ -30,7 +30,7 @@ const (
 type Check struct {
 	// Name identifies the check: schema, queue_lag, dead_tuples,
 	// table_settings, claim_index, xmin_horizon, notify_queue, stuck_jobs,
-	// workers, unhandled_kinds, dead_letters, and replica_lag when
+	// workers, unhandled_kinds, orphan_schedules, dead_letters, limits, and replica_lag when
 	// DoctorOptions.Replica is set.
 	Name string `json:"name"`
 	// Status is StatusOK, StatusWarn or StatusFail.
@@ -67,7 +67,7 @@ type DoctorOptions struct {
 	StatementTimeout time.Duration
 	// Replica, when set, is a connection to a streaming replica (hot
 	// standby) of the database: the checks that read replicated table
-	// contents (queue_lag, stuck_jobs, workers, unhandled_kinds,
+	// contents (queue_lag, stuck_jobs, workers, unhandled_kinds, orphan_schedules,
 	// dead_letters) run there, their figures say how far behind it is, and
 	// a replica_lag check is added. The checks of what only the primary
 	// knows stay on db: its statistics (dead tuples, autovacuum), its
@@ -120,7 +120,7 @@ var wantReloptions = []struct{ name, value, why string }{
 // its per-table settings, the claim's partial index (present and used by the
 // real claim plan), transactions pinning the xmin horizon, NOTIFY queue
 // usage, stuck running jobs, live workers, due jobs whose kind no live
-// worker handles, and dead-letter growth. It only
+// worker handles, schedules that fire into such a kind, and dead-letter growth. It only
 // reads (the claim is EXPLAINed, not run, in a transaction it rolls back).
 // A check that cannot run reports StatusFail with the error as its figure;
 // the error return is for a database that cannot be queried at all.
@@ -155,11 +155,11 @@ func DoctorWith(ctx context.Context, db DBTX, schema string, o DoctorOptions) ([
 	if !ok {
 		return checks, nil
 	}
-	onReplica := map[string]bool{"queue_lag": true, "stuck_jobs": true, "workers": true, "unhandled_kinds": true,
+	onReplica := map[string]bool{"queue_lag": true, "stuck_jobs": true, "workers": true, "unhandled_kinds": true, "orphan_schedules": true,
 		"dead_letters": true, "limits": true}
 	for _, f := range []func(context.Context) Check{
 		d.checkQueueLag, d.checkDeadTuples, d.checkTableSettings, d.checkClaimIndex, d.checkFencedWrites, d.checkXmin,
-		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkDeadLetters, d.checkLimits,
+		d.checkNotify, d.checkStuck, d.checkWorkers, d.checkUnhandledKinds, d.checkOrphanSchedules, d.checkDeadLetters, d.checkLimits,
 	} {
 		if err := ctx.Err(); err != nil {
 			return checks, err

@@ -561,7 +561,7 @@ func TestDoctorHealthy(t *testing.T) {
 		require.NotEqual(t, health.StatusFail, c.Status, "%s: %s", c.Name, c.Figure)
 	}
 	require.Equal(t, []string{"schema", "queue_lag", "dead_tuples", "table_settings", "claim_index", "fenced_writes",
-		"xmin_horizon", "notify_queue", "stuck_jobs", "workers", "unhandled_kinds", "dead_letters", "limits"}, names)
+		"xmin_horizon", "notify_queue", "stuck_jobs", "workers", "unhandled_kinds", "orphan_schedules", "dead_letters", "limits"}, names)
 	require.Equal(t, autovacuum == "off" || foreignPin, health.Failed(checks))
 	for _, c := range checks {
 		if c.Name == "claim_index" {

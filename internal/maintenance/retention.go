@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/history"
 	"github.com/skiplock/skiplock/internal/service"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -80,7 +81,19 @@ type RetentionConfig struct {
 	// WorkflowBatch bounds one workflow purge transaction. Default
 	// DefaultWorkflowBatch; a pass runs at most DeadLetterBatches of them.
 	WorkflowBatch int
+	// ExportDir, when set, is where each jobs_done day past
+	// CompletedRetention is exported (internal/history) before its
+	// partition is dropped; a day whose export fails is not dropped, and a
+	// day is dropped only if its partition still holds exactly the rows
+	// exported.
+	ExportDir string
+	// ExportTimeout bounds the export and drop of one day. Default
+	// DefaultExportTimeout.
+	ExportTimeout time.Duration
 }
+
+// DefaultExportTimeout bounds one day's export before its drop.
+const DefaultExportTimeout = 10 * time.Minute
 
 // Retention retires old data without row-by-row DELETE on the hot path: it
 // keeps jobs_done's daily partitions created ahead and drops those past
@@ -116,6 +129,9 @@ func NewRetention(cfg RetentionConfig) *Retention {
 	}
 	if cfg.WorkflowBatch <= 0 {
 		cfg.WorkflowBatch = DefaultWorkflowBatch
+	}
+	if cfg.ExportTimeout <= 0 {
+		cfg.ExportTimeout = DefaultExportTimeout
 	}
 	r := &Retention{cfg: cfg, st: store.New(cfg.Schema)}
 	r.partitions = &service.Periodic{Name: "partitions", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
@@ -167,6 +183,9 @@ func (r *Retention) Services() []service.Service {
 type PartitionStats struct {
 	// Created and Dropped count daily jobs_done partitions.
 	Created, Dropped int
+	// Exported counts the days written by the export before their drop
+	// (ExportDir); a day exported by an earlier pass is not counted again.
+	Exported int
 	// Skipped reports that another process held the pass's lock.
 	Skipped bool
 }
@@ -182,17 +201,28 @@ func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, err
 	if !r.cfg.Archive && r.cfg.CompletedRetention <= 0 {
 		return st, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout)
-	defer cancel()
-	p, err := r.st.MaintainDonePartitions(ctx, r.cfg.DB, RetentionLockKey(r.cfg.Schema, "partitions"),
-		r.cfg.Archive, r.cfg.PartitionsAhead, r.cfg.CompletedRetention, retentionLockTimeout)
+	keep := r.cfg.CompletedRetention
+	if r.cfg.ExportDir != "" {
+		keep = 0 // the days past retention are dropped below, each after its export
+	}
+	mctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout)
+	p, err := r.st.MaintainDonePartitions(mctx, r.cfg.DB, RetentionLockKey(r.cfg.Schema, "partitions"),
+		r.cfg.Archive, r.cfg.PartitionsAhead, keep, retentionLockTimeout)
+	cancel()
 	st.Created, st.Dropped, st.Skipped = p.Created, p.Dropped, !p.Locked && err == nil
 	if err != nil {
 		return st, fmt.Errorf("retention: jobs_done partitions: %w", err)
 	}
+	if r.cfg.ExportDir != "" && r.cfg.CompletedRetention > 0 {
+		exported, dropped, err := r.exportThenDrop(ctx)
+		st.Exported, st.Dropped = exported, st.Dropped+dropped
+		if err != nil {
+			return st, err
+		}
+	}
 	if r.cfg.Logger != nil && (st.Created > 0 || st.Dropped > 0) {
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "skiplock: retention maintained jobs_done partitions",
-			slog.Int("created", st.Created), slog.Int("dropped", st.Dropped),
+			slog.Int("created", st.Created), slog.Int("dropped", st.Dropped), slog.Int("exported", st.Exported),
 			slog.Duration("completed_retention", r.cfg.CompletedRetention))
 	}
 	return st, nil
@@ -351,6 +381,80 @@ func (r *Retention) locked(ctx context.Context, pass string, fn func(pgx.Tx) err
 	return pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
 		got, err := r.st.BeginRetentionPass(ctx, tx, RetentionLockKey(r.cfg.Schema, pass),
 			retentionStatementTimeout, retentionIdleTimeout)
+		if err != nil {
+			return err
+		}
+		if !got {
+			return errLockTaken
+		}
+		return fn(tx)
+	})
+}
+
+// exportThenDrop exports each jobs_done day past CompletedRetention to
+// ExportDir and drops its partition, oldest first, each day in its own
+// transaction under the export pass's lock: the day's rows are read, the
+// file and the manifest written, and the partition dropped only if it
+// still holds exactly the rows written (drop_done_partition). A day whose
+// export fails is not dropped, and the pass stops there with the error
+// (the next pass retries it); a day the manifest already lists is not
+// written again.
+func (r *Retention) exportThenDrop(ctx context.Context) (exported, dropped int, err error) {
+	days, err := r.st.HistoryDays(ctx, r.cfg.DB, r.cfg.CompletedRetention)
+	if err != nil {
+		return 0, 0, fmt.Errorf("retention: history days: %w", err)
+	}
+	ex := &history.Exporter{Store: r.st, Schema: r.cfg.Schema, Dir: r.cfg.ExportDir}
+	for _, d := range days {
+		if !d.Expired {
+			continue
+		}
+		var f history.File
+		var resumed, gone bool
+		err := r.lockedFor(ctx, "history_export", r.cfg.ExportTimeout, func(tx pgx.Tx) error {
+			var err error
+			for attempt := 0; attempt < 2 && !gone; attempt++ {
+				// A partition that changed since an earlier export (a row
+				// moved in) is exported again before it is dropped.
+				if f, resumed, err = ex.ExportDay(ctx, tx, d.Day, attempt > 0); err != nil {
+					return err
+				}
+				if gone, err = r.st.HistoryDropDay(ctx, tx, d.Day, f.Rows, retentionLockTimeout); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if errors.Is(err, errLockTaken) {
+			return exported, dropped, nil
+		}
+		if err != nil {
+			if r.cfg.Logger != nil {
+				r.cfg.Logger.LogAttrs(ctx, slog.LevelError, "skiplock: retention did not drop a jobs_done day: its export failed",
+					slog.String("day", d.Day.Format(time.DateOnly)), slog.String("dir", r.cfg.ExportDir), slog.Any("error", err))
+			}
+			return exported, dropped, fmt.Errorf("retention: export of %s (not dropped): %w", d.Day.Format(time.DateOnly), err)
+		}
+		if !resumed {
+			exported++
+		}
+		if gone {
+			dropped++
+		} else if r.cfg.Logger != nil {
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: retention kept a jobs_done day: its rows changed during the export",
+				slog.String("day", d.Day.Format(time.DateOnly)))
+		}
+	}
+	return exported, dropped, nil
+}
+
+// lockedFor is locked with its own statement timeout: an export reads a
+// whole day.
+func (r *Retention) lockedFor(ctx context.Context, pass string, timeout time.Duration, fn func(pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	defer cancel()
+	return pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
+		got, err := r.st.BeginRetentionPass(ctx, tx, RetentionLockKey(r.cfg.Schema, pass), timeout, retentionIdleTimeout)
 		if err != nil {
 			return err
 		}

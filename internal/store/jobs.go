@@ -200,10 +200,12 @@ type WorkerBeat struct {
 }
 
 // PoolHandles is one pool's queues and kinds (nil Kinds: any kind), as
-// stored in workers.handles.
+// stored in workers.handles, and its tenant cap (0: none; `job explain`
+// reads it).
 type PoolHandles struct {
-	Queues []string `json:"queues"`
-	Kinds  []string `json:"kinds"`
+	Queues    []string `json:"queues"`
+	Kinds     []string `json:"kinds"`
+	TenantCap int      `json:"tenant_cap,omitempty"`
 }
 
 // BeatWorker upserts the process row.

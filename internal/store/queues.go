@@ -77,6 +77,7 @@ type ScheduleRow struct {
 	LastFireAt   *time.Time // schedule_list only
 	CreatedAt    time.Time  // schedule_list only
 	UpdatedAt    time.Time  // schedule_list only
+	Owner        *string    // schedule_list only: the ScheduleSync owner (nil: none)
 }
 
 // UpsertSchedule stores r; an unchanged definition writes nothing, and a
@@ -94,6 +95,48 @@ func (s *Store) RemoveSchedule(ctx context.Context, db DBTX, name string) (remov
 	return tag.RowsAffected() > 0, err
 }
 
+// LockScheduleOwner takes owner's transaction-scoped sync lock
+// (schedule_sync_lock); db must be a transaction.
+func (s *Store) LockScheduleOwner(ctx context.Context, db DBTX, owner string) error {
+	_, err := db.Exec(ctx, s.SQL("schedule_sync_lock"), owner)
+	return err
+}
+
+// SchedulesOwnedElsewhere returns, by name, the owner of each schedule
+// among names that another owner than owner holds.
+func (s *Store) SchedulesOwnedElsewhere(ctx context.Context, db DBTX, names []string, owner string) (map[string]string, error) {
+	rows, err := db.Query(ctx, s.SQL("schedule_owned_elsewhere"), names, owner)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var name, other string
+		if err := rows.Scan(&name, &other); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[name] = other
+	}
+	return out, rows.Err()
+}
+
+// OwnSchedules marks the schedules names as owner's (schedule_own).
+func (s *Store) OwnSchedules(ctx context.Context, db DBTX, names []string, owner string) error {
+	_, err := db.Exec(ctx, s.SQL("schedule_own"), names, owner)
+	return err
+}
+
+// PruneSchedules deletes owner's schedules not among names and returns
+// theirs.
+func (s *Store) PruneSchedules(ctx context.Context, db DBTX, owner string, names []string) ([]string, error) {
+	rows, err := db.Query(ctx, s.SQL("schedule_prune"), owner, names)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
 // ListSchedules returns every stored schedule, by name.
 func (s *Store) ListSchedules(ctx context.Context, db DBTX) ([]ScheduleRow, error) {
 	rows, err := db.Query(ctx, s.SQL("schedule_list"))
@@ -105,7 +148,7 @@ func (s *Store) ListSchedules(ctx context.Context, db DBTX) ([]ScheduleRow, erro
 	for rows.Next() {
 		var r ScheduleRow
 		if err := rows.Scan(&r.Name, &r.Cron, &r.EverySeconds, &r.Timezone, &r.Queue, &r.Kind, &r.Payload,
-			&r.Priority, &r.MaxAttempts, &r.NextFireAt, &r.LastFireAt, &r.CreatedAt, &r.UpdatedAt); err != nil {
+			&r.Priority, &r.MaxAttempts, &r.NextFireAt, &r.LastFireAt, &r.CreatedAt, &r.UpdatedAt, &r.Owner); err != nil {
 			return nil, err
 		}
 		out = append(out, r)

@@ -598,7 +598,7 @@ func (r *Runner) beat(ctx context.Context, stopped bool) {
 	for _, p := range r.pools {
 		queues = append(queues, p.cfg.Queues...)
 		conc += p.cfg.Concurrency
-		handles = append(handles, store.PoolHandles{Queues: p.cfg.Queues, Kinds: p.cfg.Kinds})
+		handles = append(handles, store.PoolHandles{Queues: p.cfg.Queues, Kinds: p.cfg.Kinds, TenantCap: p.cfg.TenantCap})
 	}
 	var p99 *float64
 	if st.ClaimP99 > 0 {

@@ -173,6 +173,42 @@ WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1
 SELECT u.queue, u.kind, u.ready, u.oldest_ready_age_seconds
 FROM {{schema}}.unhandled_kinds($1::bigint * interval '1 microsecond') AS u;
 
+-- name: orphan_schedules
+-- Schedules whose queue and kind no live worker serves (the predicate of
+-- the unhandled_kinds function): each fire waits forever, typically
+-- because the code that declared the schedule was removed. With the fires
+-- waiting (ready jobs of its queue whose unique key is the schedule's,
+-- schedule:<name>:<fire time>; counted for the orphans only) and the oldest
+-- one's fire time. Empty while no worker is live at all (the workers check
+-- says so).
+--   $1 live window (microseconds)
+WITH live AS MATERIALIZED (
+    SELECT w.handles, w.queues
+    FROM {{schema}}.workers AS w
+    WHERE w.stopped_at IS NULL AND w.heartbeat_at > now() - $1::bigint * interval '1 microsecond'
+),
+orphans AS MATERIALIZED (
+    SELECT s.name, s.queue, s.kind, s.owner
+    FROM {{schema}}.schedules AS s
+    WHERE EXISTS (SELECT 1 FROM live)
+      AND NOT EXISTS (
+        SELECT 1
+        FROM live AS l
+        LEFT JOIN LATERAL jsonb_array_elements(l.handles) AS p(pool) ON true
+        WHERE (l.handles IS NULL AND s.queue = ANY (l.queues))
+           OR ((p.pool -> 'queues') ? s.queue
+               AND (jsonb_typeof(p.pool -> 'kinds') IS DISTINCT FROM 'array' OR (p.pool -> 'kinds') ? s.kind)))
+)
+SELECT o.name, o.queue, o.kind, coalesce(o.owner, ''), f.waiting, f.oldest
+FROM orphans AS o
+CROSS JOIN LATERAL (
+    SELECT count(*) AS waiting, min(j.run_at) AS oldest
+    FROM {{schema}}.jobs AS j
+    WHERE j.queue = o.queue AND j.state = 'ready' AND j.kind = o.kind
+      AND starts_with(j.unique_key, 'schedule:' || o.name || ':')
+) AS f
+ORDER BY o.name;
+
 -- The pressure suite (bench/pressure.go) -------------------------------------
 
 -- name: jobs_table_sample

@@ -1,5 +1,9 @@
 -- Back to version 16: no ring_size() or ring_evict(); ring_gen and
 -- rotate_ring as migration 016 wrote them, cancel_workflow as 007 did.
+-- IF EXISTS: from version 18 on, `up --to 17` leaves the bodies of 16, and
+-- each later version's down file restores those, so these may be gone.
+
+
 DROP FUNCTION IF EXISTS {{schema}}.ring_evict(smallint);
 
 CREATE OR REPLACE FUNCTION {{schema}}.ring_gen() RETURNS smallint

@@ -10,17 +10,33 @@
 -- (nor one another claimer is taking in this instant: the transaction-scoped
 -- advisory lock; the unique running index is the final guard). Expanded
 -- wherever {{claimable}} appears; $2 is the kinds filter (NULL = any).
+-- Its parts claim_due, entity_running and queue_paused are fragments of
+-- their own so that `job explain` (explain.sql) tests each with the very
+-- text the claim uses.
 (j.state = 'ready'
-AND j.run_at <= now()
+AND {{claim_due}}
 AND ($2::text[] IS NULL OR j.kind = ANY ($2::text[]))
 AND (j.entity IS NULL OR (
       -- A scalar subquery, not NOT EXISTS: the planner may turn NOT EXISTS
       -- into a hashed subplan that scans every running row.
       (SELECT 1 FROM {{schema}}.jobs AS r
-       WHERE r.state = 'running'
-         AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+       WHERE {{entity_running}}
        LIMIT 1) IS NULL
       AND pg_try_advisory_xact_lock(hashtextextended({{schema_lit}} || '.entity.' || j.entity, 0)))))
+
+-- fragment: claim_due
+-- The ready job j is due: its run time has come.
+j.run_at <= now()
+
+-- fragment: entity_running
+-- The running job r holds the entity of job j (by the jobs_running index's
+-- expression; j.entity is not NULL where this is used).
+r.state = 'running'
+         AND COALESCE('e:' || r.entity, r.id::text) = 'e:' || j.entity
+
+-- fragment: queue_paused
+-- The queue q.name is paused: no claim takes its jobs.
+EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 
 -- fragment: claim_pick
 -- The last CTE of every claim but the capped one: from the candidates in
@@ -119,7 +135,7 @@ WITH picked AS (
         LIMIT $3
     ) AS c
     WHERE {{claim_gate}}
-      AND NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+      AND NOT {{queue_paused}}
 ),
 {{claim_pick}}
 {{claim_update}};

@@ -46,7 +46,7 @@ SELECT CASE WHEN nx.id IS NULL THEN 0
     SELECT q.name, q.cursor,
            EXISTS (SELECT 1 FROM {{schema}}.tenant_weights AS tw WHERE tw.queue = q.name) AS weighted
     FROM unnest($1::text[], $7::text[]) AS q(name, cursor)
-    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+    WHERE NOT {{queue_paused}}
 
 -- fragment: capped_visit
 -- The capped claims' CTEs after the visit (tenants): visited, the last tenant

@@ -149,7 +149,7 @@ candidates AS (
         LIMIT $3
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS c
-    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
+    WHERE NOT {{queue_paused}}
 ),
 over_limit AS (
     -- The candidates of a limit's value up to this one in claim order (their

@@ -98,3 +98,56 @@ WHERE (u.queue, u.unique_key) IN (
     ORDER BY k.held_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED);
+
+-- History export (history.go) -------------------------------------------------
+
+-- name: history_days
+-- The UTC days of the jobs_done partitions (jobs_done_YYYYMMDD) whose day
+-- has ended, oldest first, with whether the day ended more than $1 ago
+-- (retention: due for the drop; $1 <= 0: none is). Catalog reads only.
+--   $1 keep (microseconds)
+SELECT to_date(substr(c.relname, 11), 'YYYYMMDD') AS day,
+       $1::bigint > 0 AND (to_date(substr(c.relname, 11), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC'
+           <= now() - $1::bigint * interval '1 microsecond' AS expired
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass({{schema_lit}} || '.jobs_done')
+  AND c.relname ~ '^jobs_done_[0-9]{8}$'
+  AND (to_date(substr(c.relname, 11), 'YYYYMMDD') + 1)::timestamp AT TIME ZONE 'UTC' <= now()
+ORDER BY 1;
+
+-- name: history_rows
+-- Every finished job of one UTC day ($1, $2: its bounds), as one JSON
+-- object per row with every column of jobs_done (a column added later is
+-- carried), in id order. Partition pruning reads the day's partition only.
+--   $1 day start  $2 day end
+SELECT to_jsonb(d)::text, d.id
+FROM {{schema}}.jobs_done AS d
+WHERE d.finished_at >= $1 AND d.finished_at < $2
+ORDER BY d.id;
+
+-- name: history_drop_day
+-- Drops one exported day's partition if it holds exactly the rows its
+-- export wrote (drop_done_partition). lock_timeout bounds the wait for the
+-- partition's lock, as in maintain_partitions.
+--   $1 day  $2 rows exported  $3 lock_timeout (ms)
+SELECT {{schema}}.drop_done_partition($1::date, $2::bigint)
+FROM (SELECT set_config('lock_timeout', $3::bigint::text, true) OFFSET 0) AS l;
+
+-- name: history_import
+-- Brings exported rows back into jobs_done (for investigation: `job get`
+-- finds them until retention drops their day again): $1 is a JSON array of
+-- exported objects; a row already there (same id and finished_at) is not
+-- inserted twice. A day without a partition lands in jobs_done_default.
+-- Returns how many rows it inserted.
+--   $1 rows jsonb (array)
+WITH r AS (
+    SELECT * FROM jsonb_populate_recordset(NULL::{{schema}}.jobs_done, $1::jsonb)
+),
+ins AS (
+    INSERT INTO {{schema}}.jobs_done
+    SELECT r.* FROM r
+    WHERE NOT EXISTS (SELECT 1 FROM {{schema}}.jobs_done AS d WHERE d.id = r.id AND d.finished_at = r.finished_at)
+    RETURNING 1
+)
+SELECT count(*) FROM ins;

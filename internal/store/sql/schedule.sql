@@ -46,8 +46,38 @@ DELETE FROM {{schema}}.schedules WHERE name = $1;
 -- name: schedule_list
 -- Every stored schedule, by name.
 SELECT name, cron, extract(epoch FROM every)::bigint, timezone, queue, kind, payload, priority,
-       max_attempts, next_fire_at, last_fire_at, created_at, updated_at
+       max_attempts, next_fire_at, last_fire_at, created_at, updated_at, owner
 FROM {{schema}}.schedules ORDER BY name;
+
+-- name: schedule_sync_lock
+-- First in ScheduleSync's transaction: one sync per owner at a time, so two
+-- processes declaring the same set do not interleave their prunes and
+-- upserts.
+--   $1 owner
+SELECT pg_advisory_xact_lock(hashtextextended({{schema_lit}} || '.schedule_owner.' || $1, 0));
+
+-- name: schedule_owned_elsewhere
+-- The schedules among $1 that another owner holds ($2 is the caller): a
+-- sync refuses to take them over.
+--   $1 names text[]   $2 owner
+SELECT s.name, s.owner FROM {{schema}}.schedules AS s
+WHERE s.name = ANY ($1::text[]) AND s.owner IS NOT NULL AND s.owner <> $2
+ORDER BY s.name;
+
+-- name: schedule_own
+-- Marks the schedules $1 (just upserted) as the owner's: a schedule that
+-- had none (added one by one) is adopted.
+--   $1 names text[]   $2 owner
+UPDATE {{schema}}.schedules AS s SET owner = $2, updated_at = now()
+WHERE s.name = ANY ($1::text[]) AND s.owner IS DISTINCT FROM $2;
+
+-- name: schedule_prune
+-- Deletes the owner's schedules it no longer declares ($2: those it does);
+-- fires already enqueued stay. Returns their names.
+--   $1 owner   $2 names text[]
+DELETE FROM {{schema}}.schedules AS s
+WHERE s.owner = $1 AND s.name <> ALL ($2::text[])
+RETURNING s.name;
 
 -- name: scheduler_due
 -- The schedules due at $1 (NULL: the database's now()), oldest first, at
