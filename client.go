@@ -239,6 +239,9 @@ type Stats struct {
 	// running set for expired leases. The fleet takes about one turn per
 	// reaper interval, whichever process takes it.
 	Reaps int64
+	// ProgressRows counts the progress writes to jobs rows: at most one per
+	// job per second, however often handlers call SetProgress.
+	ProgressRows int64
 }
 
 // ClaimBuckets are the upper bounds, in seconds, of the claim-latency

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,6 +14,9 @@ import (
 // them, so the two never deadlock on a process's own jobs).
 type Outcomes struct {
 	Done    []Lease
+	// Finished are successes with a result or progress to keep: archived by
+	// complete_archive_result (with archive off, completed as Done are).
+	Finished []Finish
 	Resched []Reschedule
 	Deads   []Dead
 }
@@ -83,8 +88,20 @@ func (r Runtime) NotifyQueues(ctx context.Context, queues []string) error {
 // lease was held.
 func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, archive bool) (map[int64]bool, error) {
 	var qs []Query
-	if len(o.Done) > 0 {
-		qs = append(qs, r.Store.CompleteQuery(o.Done, worker, archive))
+	done := o.Done
+	if len(o.Finished) > 0 && !archive {
+		// Nothing is kept of a completed job: its result goes with it.
+		done = make([]Lease, 0, len(o.Done)+len(o.Finished))
+		done = append(done, o.Done...)
+		for _, f := range o.Finished {
+			done = append(done, f.Lease)
+		}
+		slices.SortFunc(done, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
+	} else if len(o.Finished) > 0 {
+		qs = append(qs, r.Store.CompleteResultQuery(o.Finished, worker))
+	}
+	if len(done) > 0 {
+		qs = append(qs, r.Store.CompleteQuery(done, worker, archive))
 	}
 	if len(o.Resched) > 0 {
 		qs = append(qs, r.Store.RescheduleQuery(o.Resched, worker))
@@ -96,4 +113,10 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 		return map[int64]bool{}, nil
 	}
 	return r.Store.WriteBatch(ctx, r.Pool, qs)
+}
+
+// WriteProgress writes the coalesced progress of running jobs
+// (Store.WriteProgress).
+func (r Runtime) WriteProgress(ctx context.Context, ps []Progress, worker string) (map[int64]bool, error) {
+	return r.Store.WriteProgress(ctx, r.Pool, ps, worker)
 }

@@ -80,6 +80,11 @@ type Outcome struct {
 	// transaction (Result.SnoozedTx); Kind is Nothing and it settles as
 	// snoozed.
 	SnoozedTx bool
+	// Result (JSON) and Progress (JSON, the run's last) of a Complete:
+	// kept with the finished job. Both nil for a run that had neither,
+	// whose completion writes nothing more (complete_archive).
+	Result   []byte
+	Progress []byte
 }
 
 // Handler runs one job and reports what it returned; Decide makes that the
@@ -126,6 +131,9 @@ type Data interface {
 	RotateRing(ctx context.Context, lockTimeout time.Duration) (moved int64, truncated int, err error)
 	BeatWorker(ctx context.Context, w store.WorkerBeat) error
 	NotifyQueues(ctx context.Context, queues []string) error
+	// WriteProgress writes running jobs' coalesced progress, fenced by
+	// their leases; it returns the ids still held.
+	WriteProgress(ctx context.Context, ps []store.Progress, worker string) (map[int64]bool, error)
 }
 
 // data returns cfg.Data, or the data layer over Store and Pool.
@@ -194,6 +202,9 @@ type Stats struct {
 	// running set for expired leases. The fleet takes about one turn per
 	// reaper interval, whichever process takes it.
 	Reaps int64
+	// ProgressRows counts the progress writes to jobs rows (at most one
+	// per job per ProgressInterval, however often handlers report).
+	ProgressRows int64
 }
 
 // Runner runs the pools of one process.
@@ -229,6 +240,9 @@ type Runner struct {
 	pollOnly                                    atomic.Bool
 	warnedPolling                               atomic.Bool
 	claimLat                                    latencyRing
+
+	progress     progressBuffer // handlers' progress reports, written by progressLoop
+	progressRows atomic.Int64   // progress rows written
 }
 
 // New validates nothing (the root package did) and returns a Runner.
@@ -283,6 +297,8 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.completer.start(r.bgCtx, &r.bgWG)
 		r.bgWG.Add(1)
 		go func() { defer r.bgWG.Done(); r.heartbeatLoop(r.bgCtx) }()
+		r.bgWG.Add(1)
+		go func() { defer r.bgWG.Done(); r.progressLoop().Run(r.bgCtx) }()
 		if r.cfg.ReaperInterval > 0 {
 			for _, loop := range []*service.Periodic{r.reaper(), r.ring()} {
 				r.bgWG.Add(1)
@@ -396,6 +412,7 @@ func (r *Runner) Stats() Stats {
 		DeadLettered: r.dead.Load(), LeaseLost: r.leaseLost.Load(), Running: running,
 		ClaimP50: p50, ClaimP99: p99, ListenerUp: r.listenerUp.Load(),
 		Claims: claims, ClaimCounts: counts, ClaimSum: sum, Reaps: r.reaps.Load(),
+		ProgressRows: r.progressRows.Load(),
 	}
 }
 
@@ -451,6 +468,7 @@ func (r *Runner) track(jobs []Job) []*Job {
 // (here too) before the completer gets to untrack the previous attempt, and
 // the new claim must stay tracked.
 func (r *Runner) untrack(jobs []*Job) {
+	r.progress.forget(jobs)
 	r.mu.Lock()
 	for _, j := range jobs {
 		if t := r.jobs[j.ID]; t != nil && t.job == j {
