@@ -32,6 +32,9 @@ type Client struct {
 	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard, priority aging
 
 	runHook worker.RunHook // called around each handler run: the workflow engine (workflow.go)
+
+	waitOnce sync.Once
+	waiters  *waiters // Wait's awaited jobs and look-up loop (wait.go), made on first use
 }
 
 // NewClient returns a Client using pool, which the caller owns and closes

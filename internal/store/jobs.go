@@ -133,7 +133,10 @@ func (s *Store) WriteProgress(ctx context.Context, db DBTX, ps []Progress, worke
 // or none does, and no transaction stays open waiting on this process.
 // write_settings goes first in the same pipeline (no sequential scan of
 // jobs, whatever plan the connection cached: see lease.sql).
-func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query) (map[int64]bool, error) {
+//
+// after are statements whose rows are not read (notify_done), sent last in
+// the same pipeline, so that they take effect when the writes commit.
+func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query, after ...Query) (map[int64]bool, error) {
 	out := map[int64]bool{}
 	b := &pgx.Batch{}
 	b.Queue(s.SQL("write_settings"))
@@ -148,6 +151,9 @@ func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query) (map[int64]
 			}
 			return rows.Err()
 		})
+	}
+	for _, q := range after {
+		b.Queue(q.SQL, q.Args...)
 	}
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err

@@ -13,12 +13,12 @@ import (
 // sorted by job id (rows are locked in id order, as the heartbeat locks
 // them, so the two never deadlock on a process's own jobs).
 type Outcomes struct {
-	Done    []Lease
+	Done []Lease
 	// Finished are successes with a result or progress to keep: archived by
 	// complete_archive_result (with archive off, completed as Done are).
 	Finished []Finish
-	Resched []Reschedule
-	Deads   []Dead
+	Resched  []Reschedule
+	Deads    []Dead
 }
 
 // Runtime is the data layer as the worker runtime (internal/worker) uses
@@ -112,7 +112,25 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 	if len(qs) == 0 {
 		return map[int64]bool{}, nil
 	}
-	return r.Store.WriteBatch(ctx, r.Pool, qs)
+	// Waiters (Client.Wait) hear of completions and dead letters in the
+	// same commit.
+	ended := make([]int64, 0, len(done)+len(o.Finished)+len(o.Deads))
+	for _, l := range done {
+		ended = append(ended, l.ID)
+	}
+	if archive {
+		for _, f := range o.Finished {
+			ended = append(ended, f.ID)
+		}
+	}
+	for _, d := range o.Deads {
+		ended = append(ended, d.ID)
+	}
+	var after []Query
+	if len(ended) > 0 {
+		after = append(after, Query{r.Store.SQL("notify_done"), []any{DonePayloads(ended)}})
+	}
+	return r.Store.WriteBatch(ctx, r.Pool, qs, after...)
 }
 
 // WriteProgress writes the coalesced progress of running jobs

@@ -66,6 +66,24 @@ func (r *Runner) SetProgress(id, token int64, doc []byte) {
 	r.progress.put(store.Progress{Lease: store.Lease{ID: id, Token: token}, JSON: doc})
 }
 
+// progressKey is the context key under which a handler's context carries
+// its Runner, for ReportProgress.
+type progressKey struct{}
+
+// ReportProgress records the progress report doc (JSON) of the job of
+// lease (id, token) with the Runner that runs the handler whose context
+// ctx is, to be written within ProgressInterval; false when ctx is not the
+// context of a handler a Runner runs (Drain's: only the last report is
+// kept, with the completion).
+func ReportProgress(ctx context.Context, id, token int64, doc []byte) bool {
+	r, _ := ctx.Value(progressKey{}).(*Runner)
+	if r == nil {
+		return false
+	}
+	r.SetProgress(id, token, doc)
+	return true
+}
+
 // progressLoop writes the reports buffered since its last turn, one
 // statement for all of them.
 func (r *Runner) progressLoop() *service.Periodic {

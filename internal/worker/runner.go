@@ -499,7 +499,7 @@ func (r *Runner) execute(j *Job, stopping bool) {
 		cancel(ErrCancelled)
 	}
 
-	res := r.cfg.Handler(ctx, j)
+	res := r.cfg.Handler(context.WithValue(ctx, progressKey{}, r), j)
 	cause := context.Cause(ctx)
 	cancel(nil)
 

@@ -133,6 +133,15 @@ FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) AS l(id, token, progress)
 WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
 RETURNING j.id;
 
+-- name: notify_done
+-- Wakes the processes waiting for jobs (Client.Wait): the ids of a batch's
+-- completions and dead letters, comma-separated, in payloads under
+-- PostgreSQL's 8,000-byte limit. Last in the batch's pipeline, so it is
+-- delivered when the batch commits; an id whose lease was lost is a false
+-- alarm the waiter's lookup sees through. A hint only: waiters poll too.
+--   $1 payloads
+SELECT pg_notify({{schema_lit}} || '.done', p) FROM unnest($1::text[]) AS p;
+
 -- name: reschedule
 -- Back to ready: a retry after a failure (refund 0, with an error and a
 -- backoff delay), a snooze (refund 1: no attempt spent), or a job handed back

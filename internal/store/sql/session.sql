@@ -14,6 +14,11 @@ SELECT pg_backend_pid();
 LISTEN "{{schema_name}}.jobs";
 LISTEN "{{schema_name}}.cancel";
 
+-- name: listen_done
+-- A waiter's subscription (Client.Wait): finished jobs ("<schema>.done",
+-- store.DoneChannel), whose payloads are job ids (notify_done).
+LISTEN "{{schema_name}}.done";
+
 -- name: notify_self_test
 -- The listener's self-test: a notification to its own jobs channel, which
 -- arrives on a direct session and never behind a transaction-mode pooler.
