@@ -1,13 +1,16 @@
 -- Back to version 16: no ring_size() or ring_evict(); ring_gen and
 -- rotate_ring as migration 016 wrote them, cancel_workflow as 007 did.
-DROP FUNCTION {{schema}}.ring_evict(smallint);
+-- (IF EXISTS: once a later version exists, version 17 going up has the
+-- bodies of 016, without these two; the later version's down file
+-- restores that state.)
+DROP FUNCTION IF EXISTS {{schema}}.ring_evict(smallint);
 
 CREATE OR REPLACE FUNCTION {{schema}}.ring_gen() RETURNS smallint
 LANGUAGE sql VOLATILE AS $$
     SELECT (floor(extract(epoch FROM clock_timestamp()) / {{schema}}.ring_period())::bigint % 3)::smallint
 $$;
 
-DROP FUNCTION {{schema}}.ring_size();
+DROP FUNCTION IF EXISTS {{schema}}.ring_size();
 
 CREATE OR REPLACE FUNCTION {{schema}}.rotate_ring(p_lock_timeout_ms integer, OUT moved bigint, OUT truncated smallint)
 LANGUAGE plpgsql AS $$
