@@ -26,6 +26,10 @@ const (
 	MaxProgressNoteBytes = 200
 )
 
+// ProgressInterval is how often a process writes its running jobs'
+// progress reports: at most one write per job per interval.
+const ProgressInterval = worker.ProgressInterval
+
 // ErrResultTooLarge is returned (wrapped) by SetResult for a result over
 // MaxResultBytes.
 var ErrResultTooLarge = errors.New("skiplock: result too large")

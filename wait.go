@@ -16,8 +16,10 @@ import (
 	"github.com/skiplock/skiplock/internal/notify"
 )
 
-// waitChunk is how many ids one look-up statement reads (jobs_finished).
-const waitChunk = 10_000
+// waitChunk is how many ids one look-up statement reads (jobs_finished):
+// a poll of 10,000 awaited jobs is ten short statements, between which
+// the loop takes the ids announced meanwhile.
+const waitChunk = 1_000
 
 // Wait returns when every job of ids has ended, completed or dead (or is
 // gone: JobStateGone), with how each ended, in the order of ids; or when

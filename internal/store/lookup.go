@@ -59,15 +59,22 @@ type Finished struct {
 // JobsFinished returns those of ids that have finished (jobs_finished); a
 // job still in flight is not in the result.
 func (s *Store) JobsFinished(ctx context.Context, db DBTX, ids []int64) ([]Finished, error) {
-	rows, err := db.Query(ctx, s.SQL("jobs_finished"), ids)
-	if err != nil {
+	var out []Finished
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("jobs_finished_settings"))
+	b.Queue(s.SQL("jobs_finished"), ids).Query(func(rows pgx.Rows) error {
+		var f Finished
+		var err error
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Finished, error) {
+			err := row.Scan(&f.ID, &f.State, &f.Result, &f.Reason, &f.LastError, &f.FinishedAt)
+			return f, err
+		})
+		return err
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	var f Finished
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Finished, error) {
-		err := row.Scan(&f.ID, &f.State, &f.Result, &f.Reason, &f.LastError, &f.FinishedAt)
-		return f, err
-	})
+	return out, nil
 }
 
 // JobFilter selects jobs for JobList; empty strings and zero match all.

@@ -33,6 +33,15 @@ UNION ALL
  ORDER BY f.finished_at DESC LIMIT 1)
 LIMIT 1;
 
+-- name: jobs_finished_settings
+-- First in jobs_finished's pipeline (one implicit transaction): a plan made
+-- for this array's size, never a generic one. The waiters run jobs_finished
+-- many times on one connection, and once pgx's cached statement switched to
+-- a generic plan (after five runs) a look-up of 1,000 finished jobs took
+-- 0.7-1 s instead of ~30 ms, while the same statement planned for its
+-- arguments reads jobs_done once through its BRIN index.
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true);
+
 -- name: jobs_finished
 -- Which of the jobs $1 have finished, and how (Client.Wait, JobResult): a
 -- job still in jobs has not (a retried one is back there); else its latest
