@@ -334,6 +334,8 @@ type jobDetail struct {
 	Reason                              *string
 	FinishedAt                          *time.Time
 	Metadata                            *string // indented JSON; shown, unlike the payload, except read-only
+	Progress                            *skiplock.Progress
+	Result                              *string // a completed job's result, indented JSON; hidden read-only
 	Hidden                              bool    // error text, unique key, entity and metadata withheld (read-only)
 }
 
@@ -343,7 +345,7 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 		MaxAttempts: nonZero(r.MaxAttempts), RunAt: r.RunAt, CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt,
 		LeaseExpiresAt: r.LeaseExpiresAt, LockedBy: nonEmpty(r.LockedBy), UniqueKey: nonEmpty(r.UniqueKey),
 		Tenant: nonEmpty(r.Tenant), Entity: nonEmpty(r.Entity), LastError: nonEmpty(r.LastError),
-		CancelRequested: r.CancelRequested}
+		CancelRequested: r.CancelRequested, Progress: r.Progress}
 	switch r.State {
 	case skiplock.JobStateDead:
 		j.DeadAt, j.Reason = r.FinishedAt, nonEmpty(r.Outcome)
@@ -364,7 +366,8 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 	return j
 }
 
-// hideForViewers drops what a read-only viewer is not shown: error text
+// hideForViewers drops what a read-only viewer is not shown: a result and
+// a progress note (the handler's own words and data), error text
 // (an --exec worker stores the tail of the program's stderr, which may
 // quote anything the job handled), the unique key and entity (often built
 // from a customer's id or address) and metadata (trace ids, but also
@@ -372,7 +375,12 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 // are never revealed on a read-only dashboard; the tenant stays, as a
 // routing name.
 func (j *jobDetail) hideForViewers() {
-	j.LastError, j.UniqueKey, j.Entity, j.Metadata = nil, nil, nil, nil
+	j.LastError, j.UniqueKey, j.Entity, j.Metadata, j.Result = nil, nil, nil, nil, nil
+	if j.Progress != nil {
+		p := *j.Progress
+		p.Note = "" // the handler's words may quote the job's data
+		j.Progress = &p
+	}
 	j.Hidden = true
 }
 
@@ -408,6 +416,20 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	j := detailOf(row)
+	if row.State == skiplock.JobStateCompleted && !d.opts.ReadOnly {
+		end, err := sh.reader.JobResult(ctx, id)
+		if err != nil {
+			d.dbFail(w, r, "job", err)
+			return
+		}
+		if end.Result != nil {
+			var pretty bytes.Buffer
+			if json.Indent(&pretty, end.Result, "", "  ") == nil {
+				res := pretty.String()
+				j.Result = &res
+			}
+		}
+	}
 	if d.opts.ReadOnly {
 		j.hideForViewers()
 	}
