@@ -109,6 +109,23 @@ func SetProgress(ctx context.Context, done, total int64, note string) error {
 	return nil
 }
 
+// LastProgress returns the last progress report (SetProgress) of the job
+// whose handler's context ctx is; false when it reported none, or outside
+// a handler. For work middleware that records it (contrib/otelskiplock
+// sets it on the job's span).
+func LastProgress(ctx context.Context) (Progress, bool) {
+	run, _ := ctx.Value(runKey{}).(*jobRun)
+	if run == nil {
+		return Progress{}, false
+	}
+	_, doc := run.out.take()
+	var p Progress
+	if doc == nil || json.Unmarshal(doc, &p) != nil {
+		return Progress{}, false
+	}
+	return p, true
+}
+
 // cutNote bounds a progress note at a character boundary.
 func cutNote(s string) string {
 	if len(s) <= MaxProgressNoteBytes {
