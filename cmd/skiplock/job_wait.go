@@ -190,4 +190,3 @@ func progressLine(id int64, p *skiplock.Progress) string {
 	}
 	return s
 }
-
