@@ -14,6 +14,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/pgbouncertest"
 )
 
 type renderArgs struct {
@@ -294,4 +295,40 @@ func TestWaitForTenThousandJobs(t *testing.T) {
 	}
 	slices.Sort(lat)
 	t.Logf("wake-up after completion: p50 %v, p99 %v, max %v", lat[n/2].Round(time.Microsecond), lat[n*99/100].Round(time.Microsecond), lat[n-1].Round(time.Microsecond))
+}
+
+// Behind PgBouncer (transaction mode): with ListenURL, Wait is woken by
+// NOTIFY on the direct connection (the poll is an hour away); without it,
+// the waiter's listener finds the pooler and the poll alone finds the job.
+func TestWaitBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	worker := newClient(t, db.Pool, skiplock.Config{Schema: db.Schema, Logger: quietLogger()})
+	resultHandlers(t, worker)
+	require.NoError(t, worker.Start(ctx))
+	defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	pool := pooled(t, b.URL(t, db.URL))
+	for _, tc := range []struct {
+		name string
+		cfg  skiplock.Config
+	}{
+		{"listen-url", skiplock.Config{ListenURL: db.URL, PollInterval: time.Hour}},
+		{"poll", skiplock.Config{PollInterval: 100 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Schema, tc.cfg.Logger = db.Schema, quietLogger()
+			producer := newClient(t, pool, tc.cfg)
+			// The first look-up runs at once; wait until the listener is up
+			// (with ListenURL) by waiting for a first job, then time the
+			// second, which only an announcement can deliver in time.
+			for range 2 {
+				r, err := skiplock.EnqueueAndWait[rendered](ctx, producer, skiplock.EnqueueParams{Kind: "render", Payload: renderArgs{Doc: tc.name}})
+				require.NoError(t, err)
+				require.Equal(t, "https://example.test/"+tc.name+".pdf", r.URL)
+			}
+		})
+	}
 }

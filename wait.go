@@ -207,6 +207,7 @@ func (w *waiters) add(ids []int64) *waitCall {
 // remove forgets call's jobs not ended yet (its context ended).
 func (w *waiters) remove(call *waitCall) {
 	w.mu.Lock()
+	defer w.wakeIfIdle()
 	defer w.mu.Unlock()
 	for id, calls := range w.byID {
 		if i := slices.Index(calls, call); i >= 0 {
@@ -217,6 +218,17 @@ func (w *waiters) remove(call *waitCall) {
 				w.byID[id] = calls
 			}
 		}
+	}
+}
+
+// wakeIfIdle wakes the loop when nothing is awaited any more, so that it
+// ends (with its LISTEN connection) now rather than at its next poll.
+func (w *waiters) wakeIfIdle() {
+	w.mu.Lock()
+	idle := len(w.byID) == 0
+	w.mu.Unlock()
+	if idle {
+		w.wake()
 	}
 }
 
@@ -279,6 +291,7 @@ func (w *waiters) toLook() (ids []int64, done bool) {
 // once, and a call whose last job ended is released.
 func (w *waiters) ended(ends []JobEnd) {
 	w.mu.Lock()
+	defer w.wakeIfIdle()
 	defer w.mu.Unlock()
 	for _, e := range ends {
 		for _, call := range w.byID[e.ID] {
