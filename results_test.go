@@ -215,7 +215,7 @@ func TestWaitForTenThousandJobs(t *testing.T) {
 	require.NoError(t, skiplock.Handle(worker, "echo", func(ctx context.Context, j *skiplock.Job[echoArgs]) error {
 		return skiplock.SetResult(ctx, j.Args.N)
 	}))
-	producer := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: 10 * time.Second})
+	producer := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
 	ps := make([]skiplock.EnqueueParams, n)
 	for i := range ps {
 		ps[i] = skiplock.EnqueueParams{Kind: "echo", Payload: echoArgs{N: i}}

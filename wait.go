@@ -16,6 +16,11 @@ import (
 	"github.com/skiplock/skiplock/internal/notify"
 )
 
+// announcedWithin is how soon after a waiter starts listening every
+// worker process announces the ends it writes (worker.ProgressInterval,
+// with its jitter, and a margin).
+const announcedWithin = 1500 * time.Millisecond
+
 // waitChunk is how many ids one look-up statement reads (jobs_finished):
 // a poll of 10,000 awaited jobs is ten short statements, between which
 // the loop takes the ids announced meanwhile.
@@ -232,6 +237,14 @@ func (w *waiters) wakeIfIdle() {
 	}
 }
 
+// lookAllNow makes the loop look every awaited job up at once.
+func (w *waiters) lookAllNow() {
+	w.mu.Lock()
+	w.lookAll = true
+	w.mu.Unlock()
+	w.wake()
+}
+
 func (w *waiters) wake() {
 	select {
 	case w.kick <- struct{}{}:
@@ -384,10 +397,10 @@ func (w *waiters) listener() *notify.Listener {
 			}
 		},
 		OnConnect: func(bool) {
-			w.mu.Lock()
-			w.lookAll = true // anything announced while we were not listening
-			w.mu.Unlock()
-			w.wake()
+			w.lookAllNow() // anything announced while we were not listening
+			// Workers notice a new waiter within a second (they announce
+			// ends only while one listens): look again once they have.
+			time.AfterFunc(announcedWithin, func() { w.lookAllNow() })
 		},
 		OnPooled: func() {},
 		Logger:   c.cfg.Logger,

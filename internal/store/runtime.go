@@ -19,6 +19,9 @@ type Outcomes struct {
 	Finished []Finish
 	Resched  []Reschedule
 	Deads    []Dead
+	// Announce sends the ends written (completions and dead letters) to
+	// waiters (notify_done); set while a waiter listens.
+	Announce bool
 }
 
 // Runtime is the data layer as the worker runtime (internal/worker) uses
@@ -127,7 +130,7 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 		ended = append(ended, d.ID)
 	}
 	var after []Query
-	if len(ended) > 0 {
+	if len(ended) > 0 && o.Announce {
 		after = append(after, Query{r.Store.SQL("notify_done"), []any{DonePayloads(ended)}})
 	}
 	return r.Store.WriteBatch(ctx, r.Pool, qs, after...)
@@ -137,4 +140,10 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 // (Store.WriteProgress).
 func (r Runtime) WriteProgress(ctx context.Context, ps []Progress, worker string) (map[int64]bool, error) {
 	return r.Store.WriteProgress(ctx, r.Pool, ps, worker)
+}
+
+// WaitersListening reports whether a waiter listens on this database
+// (Store.WaitersListening).
+func (r Runtime) WaitersListening(ctx context.Context) (bool, error) {
+	return r.Store.WaitersListening(ctx, r.Pool)
 }

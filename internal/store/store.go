@@ -97,6 +97,14 @@ func (s *Store) ListenDone(ctx context.Context, conn *pgx.Conn) error {
 	return err
 }
 
+// WaitersListening reports whether a waiter's LISTEN connection
+// (Client.Wait) is open on this database.
+func (s *Store) WaitersListening(ctx context.Context, db DBTX) (bool, error) {
+	var yes bool
+	err := db.QueryRow(ctx, s.SQL("waiters_listening")).Scan(&yes)
+	return yes, err
+}
+
 // DonePayloads joins ids into notify_done's payloads, each under
 // PostgreSQL's 8,000-byte limit.
 func DonePayloads(ids []int64) []string {

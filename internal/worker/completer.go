@@ -144,6 +144,7 @@ func (c *completer) supersede(batch []result) (current, superseded []result) {
 // away: the jobs' leases expire and the reaper hands them back.
 func (c *completer) write(batch []result) (map[int64]bool, error) {
 	w := planWrites(batch)
+	w.Announce = c.r.announce.Load()
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 30*time.Second)
 		held, err := c.r.data.WriteOutcomes(ctx, w, c.r.cfg.WorkerID, c.r.cfg.Archive)

@@ -85,13 +85,15 @@ func ReportProgress(ctx context.Context, id, token int64, doc []byte) bool {
 }
 
 // progressLoop writes the reports buffered since its last turn, one
-// statement for all of them.
+// statement for all of them, and checks whether waiters listen
+// (checkWaiters).
 func (r *Runner) progressLoop() *service.Periodic {
 	return &service.Periodic{Name: "progress", Interval: ProgressInterval, Jitter: 0.1, Logger: r.log,
 		Tick: func(ctx context.Context) error { return r.flushProgress(ctx) }}
 }
 
 func (r *Runner) flushProgress(ctx context.Context) error {
+	r.checkWaiters(ctx)
 	ps := r.progress.take()
 	if len(ps) == 0 {
 		return nil
@@ -107,4 +109,18 @@ func (r *Runner) flushProgress(ctx context.Context) error {
 	}
 	r.progressRows.Add(int64(len(held)))
 	return nil
+}
+
+// checkWaiters looks, once per progress turn, whether a process waits for
+// jobs of this database, which decides whether the completer announces
+// the ends it writes. A waiter that starts listening is announced to
+// within about a second; until then it finds its jobs by polling.
+func (r *Runner) checkWaiters(ctx context.Context) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	yes, err := r.data.WaitersListening(qctx)
+	if err != nil {
+		return // keep the last answer; the next turn asks again
+	}
+	r.announce.Store(yes)
 }

@@ -134,6 +134,9 @@ type Data interface {
 	// WriteProgress writes running jobs' coalesced progress, fenced by
 	// their leases; it returns the ids still held.
 	WriteProgress(ctx context.Context, ps []store.Progress, worker string) (map[int64]bool, error)
+	// WaitersListening reports whether a process waits for jobs of this
+	// database (Client.Wait): only then are ends announced.
+	WaitersListening(ctx context.Context) (bool, error)
 }
 
 // data returns cfg.Data, or the data layer over Store and Pool.
@@ -243,6 +246,7 @@ type Runner struct {
 
 	progress     progressBuffer // handlers' progress reports, written by progressLoop
 	progressRows atomic.Int64   // progress rows written
+	announce     atomic.Bool    // a waiter listens: the completer announces the ends it writes
 }
 
 // New validates nothing (the root package did) and returns a Runner.
@@ -297,6 +301,9 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.completer.start(r.bgCtx, &r.bgWG)
 		r.bgWG.Add(1)
 		go func() { defer r.bgWG.Done(); r.heartbeatLoop(r.bgCtx) }()
+		// Whether waiters listen, before the first completion: the progress
+		// loop asks again every turn.
+		r.checkWaiters(ctx)
 		r.bgWG.Add(1)
 		go func() { defer r.bgWG.Done(); r.progressLoop().Run(r.bgCtx) }()
 		if r.cfg.ReaperInterval > 0 {

@@ -107,6 +107,8 @@ func (f *fakeData) RotateRing(context.Context, time.Duration) (int64, int, error
 }
 func (f *fakeData) BeatWorker(context.Context, store.WorkerBeat) error { return nil }
 func (f *fakeData) NotifyQueues(context.Context, []string) error       { return nil }
+func (f *fakeData) WaitersListening(context.Context) (bool, error)     { return false, nil }
+
 func (f *fakeData) WriteProgress(_ context.Context, ps []store.Progress, _ string) (map[int64]bool, error) {
 	held := make(map[int64]bool, len(ps))
 	for _, p := range ps {
