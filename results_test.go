@@ -12,7 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/devdb"
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/pgbouncertest"
 )
@@ -331,4 +334,64 @@ func TestWaitBehindPgBouncer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// WAL per job for a job that reports progress every 10 ms for 10 s, and the
+// same job reporting nothing, on a private cluster (so the WAL is this
+// test's alone): from enqueue to completion, pg_current_wal_insert_lsn
+// before and after. A figure for the report (logged); the assertion is the
+// row bound.
+func TestProgressWAL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster of its own and 20 s of handlers")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cluster, err := devdb.Start(ctx, devdb.Options{})
+	if err != nil {
+		t.Skipf("no private cluster: %v", err)
+	}
+	defer func() { _ = cluster.Remove() }()
+	pool, err := pgxpool.New(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = skiplock.Migrate(ctx, pool, "skiplock")
+	require.NoError(t, err)
+	c := newClient(t, pool, skiplock.Config{Logger: quietLogger()})
+	const run = 10 * time.Second
+	require.NoError(t, skiplock.Handle(c, "report", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for i, end := int64(0), time.Now().Add(run); time.Now().Before(end); i++ {
+			if err := skiplock.SetProgress(ctx, i, 1000, "rows"); err != nil {
+				return err
+			}
+			<-t.C
+		}
+		return nil
+	}))
+	require.NoError(t, skiplock.Handle(c, "quiet", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		time.Sleep(run)
+		return nil
+	}))
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(context.Background())) }()
+	walOf := func(kind string) (bytes, rows int64) {
+		var start string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&start))
+		before := c.Stats().ProgressRows
+		r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: kind})
+		require.NoError(t, err)
+		_, err = c.Wait(ctx, r.ID)
+		require.NoError(t, err)
+		rows = c.Stats().ProgressRows - before
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint`, start).Scan(&bytes))
+		return bytes, rows
+	}
+	quiet, _ := walOf("quiet")
+	report, rows := walOf("report")
+	t.Logf("WAL from enqueue to completion, whole private cluster (heartbeats, worker beats and the ring's turns included): a job reporting progress every 10 ms for %v: %d bytes (%d progress writes); the same job reporting nothing: %d bytes",
+		run, report, rows, quiet)
+	require.LessOrEqual(t, rows, int64(run/skiplock.ProgressInterval)+2)
 }
