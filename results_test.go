@@ -395,3 +395,66 @@ func TestProgressWAL(t *testing.T) {
 		run, report, rows, quiet)
 	require.LessOrEqual(t, rows, int64(run/skiplock.ProgressInterval)+2)
 }
+
+// Connection faults while waiting: the waiter's LISTEN connection and its
+// pool's connections are terminated again and again while 2,000 jobs are
+// drained; every awaited job is still reported, once, with its own result.
+func TestWaitUnderConnectionFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 jobs under faults")
+	}
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 2_000
+	worker := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	require.NoError(t, skiplock.Handle(worker, "echo", func(ctx context.Context, j *skiplock.Job[echoArgs]) error {
+		return skiplock.SetResult(ctx, j.Args.N)
+	}))
+	// The waiter has a pool of its own, whose connections the faults kill.
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock-wait-pool"
+	waitPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer waitPool.Close()
+	producer := newClient(t, waitPool, skiplock.Config{Logger: quietLogger(), PollInterval: 200 * time.Millisecond})
+	ids := make([]int64, n)
+	for i := range ids {
+		r, err := worker.Enqueue(ctx, skiplock.EnqueueParams{Kind: "echo", Payload: echoArgs{N: i}})
+		require.NoError(t, err)
+		ids[i] = r.ID
+	}
+	faults := make(chan struct{})
+	killed := 0
+	go func() {
+		defer close(faults)
+		for ctx.Err() == nil {
+			var k int
+			_ = db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name IN ('skiplock-wait', 'skiplock-wait-pool')`).Scan(&k)
+			killed += k
+			select {
+			case <-ctx.Done():
+			case <-time.After(150 * time.Millisecond):
+			}
+		}
+	}()
+	require.NoError(t, worker.Start(ctx))
+	defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	// A look-up whose connection was killed is retried at the next poll;
+	// Wait itself fails only when its context ends.
+	ends, err := producer.Wait(ctx, ids...)
+	require.NoError(t, err)
+	cancel()
+	<-faults
+	require.Len(t, ends, n)
+	for i, e := range ends {
+		require.Equal(t, ids[i], e.ID)
+		require.Equal(t, skiplock.JobStateCompleted, e.State, "job %d", e.ID)
+		require.Equal(t, fmt.Sprint(i), string(e.Result), "job %d reported with its own result", e.ID)
+	}
+	t.Logf("%d jobs awaited through %d terminated connections", n, killed)
+	require.Positive(t, killed, "the faults hit the waiter")
+}
