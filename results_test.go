@@ -458,3 +458,40 @@ func TestWaitUnderConnectionFaults(t *testing.T) {
 	t.Logf("%d jobs awaited through %d terminated connections", n, killed)
 	require.Positive(t, killed, "the faults hit the waiter")
 }
+
+// Fleet.Wait waits across databases: each job by its database and id (ids
+// are per database, so the same id in two databases is two jobs).
+func TestFleetWait(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var clients []*skiplock.Client
+	for range 2 {
+		db := dbtest.New(t)
+		c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+		resultHandlers(t, c)
+		clients = append(clients, c)
+	}
+	fleet, err := skiplock.NewFleet(clients, func(p skiplock.EnqueueParams) int {
+		if p.Tenant == "b" {
+			return 1
+		}
+		return 0
+	})
+	require.NoError(t, err)
+	var jobs []skiplock.FleetJob
+	for _, tenant := range []string{"a", "b"} {
+		r, err := fleet.Enqueue(ctx, skiplock.EnqueueParams{Kind: "render", Tenant: tenant, Payload: renderArgs{Doc: tenant}})
+		require.NoError(t, err)
+		jobs = append(jobs, skiplock.FleetJob{Database: r.Database, ID: r.ID})
+	}
+	require.Equal(t, jobs[0].ID, jobs[1].ID, "the same id in each database")
+	require.NoError(t, fleet.Start(ctx))
+	defer func() { require.NoError(t, fleet.Stop(context.Background())) }()
+	ends, err := fleet.Wait(ctx, jobs...)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"url":"https://example.test/a.pdf"}`, string(ends[0].Result))
+	require.JSONEq(t, `{"url":"https://example.test/b.pdf"}`, string(ends[1].Result))
+	_, err = fleet.Wait(ctx, skiplock.FleetJob{Database: 2, ID: 1})
+	require.ErrorIs(t, err, skiplock.ErrInvalidConfig)
+}
