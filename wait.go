@@ -156,6 +156,7 @@ func (f *Fleet) Wait(ctx context.Context, jobs ...FleetJob) ([]JobEnd, error) {
 
 // waitCall is one Wait call.
 type waitCall struct {
+	ids  []int64          // its jobs, each once
 	left int              // jobs not ended yet; guarded by waiters.mu
 	ends map[int64]JobEnd // guarded by waiters.mu
 	done chan struct{}    // closed when left reaches 0
@@ -166,14 +167,12 @@ type waitCall struct {
 type waiters struct {
 	c *Client
 
-	mu       sync.Mutex // guards byID, heard, lookAll, running and every waitCall's fields
-	byID     map[int64][]*waitCall
-	heard    map[int64]struct{} // ids announced (or newly awaited) since the last look
-	lookAll  bool               // look every awaited id up (a poll, a reconnect)
-	running  bool               // the loop runs
-	kick     chan struct{}      // wakes the loop; capacity 1
-	lookups  int64              // look-up statements run (tests and the wait benchmark)
-	lastLoop chan struct{}      // closed when the last loop started has ended
+	mu      sync.Mutex // guards byID, heard, lookAll, running and every waitCall's fields
+	byID    map[int64][]*waitCall
+	heard   map[int64]struct{} // ids announced (or newly awaited) since the last look
+	lookAll bool               // look every awaited id up (a poll, a reconnect)
+	running bool               // the loop runs
+	kick    chan struct{}      // wakes the loop; capacity 1
 }
 
 // waits returns the client's waiters, made on first use.
@@ -194,6 +193,7 @@ func (w *waiters) add(ids []int64) *waitCall {
 		}
 		w.byID[id] = append(w.byID[id], call)
 		w.heard[id] = struct{}{} // look it up at once: it may have ended already
+		call.ids = append(call.ids, id)
 		call.left++
 	}
 	if call.left == 0 {
@@ -201,8 +201,7 @@ func (w *waiters) add(ids []int64) *waitCall {
 	}
 	if !w.running && call.left > 0 {
 		w.running = true
-		w.lastLoop = make(chan struct{})
-		go w.loop(w.lastLoop)
+		go w.loop()
 	}
 	w.mu.Unlock()
 	w.wake()
@@ -214,7 +213,8 @@ func (w *waiters) remove(call *waitCall) {
 	w.mu.Lock()
 	defer w.wakeIfIdle()
 	defer w.mu.Unlock()
-	for id, calls := range w.byID {
+	for _, id := range call.ids {
+		calls := w.byID[id]
 		if i := slices.Index(calls, call); i >= 0 {
 			calls = slices.Delete(calls, i, i+1)
 			if len(calls) == 0 {
@@ -320,8 +320,7 @@ func (w *waiters) ended(ends []JobEnd) {
 
 // loop looks up the awaited jobs when told some ended (NOTIFY, or new
 // ones are awaited) and every PollInterval, until nothing is awaited.
-func (w *waiters) loop(ended chan struct{}) {
-	defer close(ended)
+func (w *waiters) loop() {
 	c := w.c
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -356,9 +355,6 @@ func (w *waiters) look(ctx context.Context, ids []int64) {
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	fs, err := w.c.store.JobsFinished(qctx, w.c.pool, ids)
-	w.mu.Lock()
-	w.lookups++
-	w.mu.Unlock()
 	if err != nil {
 		w.c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: wait: looking up awaited jobs failed; retrying at the next poll",
 			slog.String("error", err.Error()), slog.Int("jobs", len(ids)))
