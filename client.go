@@ -32,6 +32,9 @@ type Client struct {
 	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard, priority aging
 
 	runHook worker.RunHook // called around each handler run: the workflow engine (workflow.go)
+
+	waitOnce sync.Once
+	waiters  *waiters // Wait's awaited jobs and look-up loop (wait.go), made on first use
 }
 
 // NewClient returns a Client using pool, which the caller owns and closes
@@ -241,6 +244,9 @@ type Stats struct {
 	// running set for expired leases. The fleet takes about one turn per
 	// reaper interval, whichever process takes it.
 	Reaps int64
+	// ProgressRows counts the progress writes to jobs rows: at most one per
+	// job per second, however often handlers call SetProgress.
+	ProgressRows int64
 }
 
 // ClaimBuckets are the upper bounds, in seconds, of the claim-latency

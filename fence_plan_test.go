@@ -47,7 +47,7 @@ func TestFencedWritePlansUsePrimaryKey(t *testing.T) {
 			require.NoError(t, err)
 		}
 		writes := st.FencedWrites("w")
-		require.Len(t, writes, 13)
+		require.Len(t, writes, 15)
 		for _, w := range writes {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 				_, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode)

@@ -85,6 +85,8 @@ type jobRun struct {
 	hooked worker.HookedRun // the run hook's side of the run (the workflow engine's)
 
 	meta Metadata // the job's metadata, decoded once per run (metadata.go)
+
+	out runOutput // the run's result and last progress report (results.go)
 }
 
 // runKey is the context key of a handler's jobRun.
@@ -297,6 +299,7 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 	run.returned.Store(true)
 	err = res.Err
 	res.Panicked, res.CompletedTx, res.LeaseLostInTx = panicked, run.completedTx.Load(), run.leaseLost.Load()
+	res.Value, res.Progress = run.out.take()
 	res.MaxAttempts, res.Backoff = h.maxAttempts, c.cfg.Backoff
 	if h.backoff != nil {
 		res.Backoff = h.backoff

@@ -114,6 +114,10 @@ type JobRecord struct {
 	// that cover it (EnqueueParams.LimitWeight), set by JobGet: 1 unless it
 	// was enqueued heavier; 0 in JobList.
 	LimitWeight int `json:"limit_weight,omitempty"`
+	// Progress is the job's last progress report (SetProgress), set by
+	// JobGet: a running job's, written at most a second late, or a
+	// completed job's last; nil when it reported none.
+	Progress *Progress `json:"progress,omitempty"`
 }
 
 func recordOf(r store.JobRow) JobRecord {
@@ -133,6 +137,12 @@ func recordOf(r store.JobRow) JobRecord {
 	}
 	if r.LimitWeight != nil {
 		rec.LimitWeight = int(*r.LimitWeight)
+	}
+	if len(r.Progress) > 0 {
+		var p Progress
+		if json.Unmarshal(r.Progress, &p) == nil {
+			rec.Progress = &p
+		}
 	}
 	if len(r.Metadata) > 0 {
 		// Stored by enqueue_job after validate_metadata: always an object.

@@ -335,6 +335,8 @@ type jobDetail struct {
 	Reason                              *string
 	FinishedAt                          *time.Time
 	Metadata                            *string // indented JSON; shown, unlike the payload, except read-only
+	Progress                            *skiplock.Progress
+	Result                              *string // a completed job's result, indented JSON; hidden read-only
 	Hidden                              bool    // error text, unique key, entity and metadata withheld (read-only)
 	// Explain is why a ready or scheduled job is not running (JobExplain);
 	// nil for the other states, or when it could not be read.
@@ -347,7 +349,7 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 		MaxAttempts: nonZero(r.MaxAttempts), RunAt: r.RunAt, CreatedAt: r.CreatedAt, AttemptedAt: r.AttemptedAt,
 		LeaseExpiresAt: r.LeaseExpiresAt, LockedBy: nonEmpty(r.LockedBy), UniqueKey: nonEmpty(r.UniqueKey),
 		Tenant: nonEmpty(r.Tenant), Entity: nonEmpty(r.Entity), LastError: nonEmpty(r.LastError),
-		CancelRequested: r.CancelRequested}
+		CancelRequested: r.CancelRequested, Progress: r.Progress}
 	switch r.State {
 	case skiplock.JobStateDead:
 		j.DeadAt, j.Reason = r.FinishedAt, nonEmpty(r.Outcome)
@@ -368,7 +370,8 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 	return j
 }
 
-// hideForViewers drops what a read-only viewer is not shown: error text
+// hideForViewers drops what a read-only viewer is not shown: a result and
+// a progress note (the handler's own words and data), error text
 // (an --exec worker stores the tail of the program's stderr, which may
 // quote anything the job handled), the unique key and entity (often built
 // from a customer's id or address) and metadata (trace ids, but also
@@ -376,7 +379,12 @@ func detailOf(r *skiplock.JobRecord) jobDetail {
 // are never revealed on a read-only dashboard; the tenant stays, as a
 // routing name.
 func (j *jobDetail) hideForViewers() {
-	j.LastError, j.UniqueKey, j.Entity, j.Metadata = nil, nil, nil, nil
+	j.LastError, j.UniqueKey, j.Entity, j.Metadata, j.Result = nil, nil, nil, nil, nil
+	if j.Progress != nil {
+		p := *j.Progress
+		p.Note = "" // the handler's words may quote the job's data
+		j.Progress = &p
+	}
 	j.Hidden = true
 	if j.Explain == nil {
 		return
@@ -438,6 +446,20 @@ func (d *Dashboard) job(w http.ResponseWriter, r *http.Request) {
 			j.Explain = e
 		} else {
 			d.logFor(sh).Warn("dashboard: job explain", slog.Int64("job_id", id), slog.Any("error", err))
+		}
+	}
+	if row.State == skiplock.JobStateCompleted && !d.opts.ReadOnly {
+		end, err := sh.reader.JobResult(ctx, id)
+		if err != nil {
+			d.dbFail(w, r, "job", err)
+			return
+		}
+		if end.Result != nil {
+			var pretty bytes.Buffer
+			if json.Indent(&pretty, end.Result, "", "  ") == nil {
+				res := pretty.String()
+				j.Result = &res
+			}
 		}
 	}
 	if d.opts.ReadOnly {

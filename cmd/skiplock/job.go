@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,14 +18,14 @@ import (
 
 func newJobCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "job get|list|explain|retry|cancel|delete",
-		Short: "Look up, explain, retry, cancel or delete jobs by id or filter",
+		Use:   "job get|list|explain|retry|cancel|delete|wait",
+		Short: "Look up, explain, retry, cancel, delete or await jobs by id or filter",
 		Long: `Jobs by id or filter, wherever they are: ready, scheduled, running, dead, or completed.
 Completed jobs are kept for Config.CompletedRetention (24 hours by default) unless the workers
 run with Config.DeleteCompleted. Payloads are shown only by 'job get --payload'.`,
 	}
 	cmd.AddCommand(newJobGetCmd(g), newJobListCmd(g), newJobExplainCmd(g), g.newJobActionCmd("retry"), g.newJobActionCmd("cancel"),
-		g.newJobActionCmd("delete"))
+		g.newJobActionCmd("delete"), newJobWaitCmd(g))
 	return cmd
 }
 
@@ -62,7 +63,9 @@ func newJobGetCmd(g *globals) *cobra.Command {
 		Short: "Show one job: its state, attempts, times, outcome and last error",
 		Long: `Shows the job with this id wherever it is: ready, scheduled, running, dead (with its reason)
 or completed (kept for 24 hours by default). The payload is shown only with --payload: it may
-hold personal data. Exit 1 when no such job exists.`,
+hold personal data. A running job's last progress report and a completed job's result
+(what its handler set; an --exec handler's stdout) are shown too. Exit 1 when no such job
+exists.`,
 		Example: `  skiplock job get 4711
   skiplock job get 4711 --json
   skiplock job get 4711 --payload`,
@@ -81,6 +84,14 @@ hold personal data. Exit 1 when no such job exists.`,
 			if err != nil {
 				return jobUsage(err)
 			}
+			var result json.RawMessage
+			if rec.State == skiplock.JobStateCompleted {
+				end, err := c.JobResult(cmd.Context(), id)
+				if err != nil {
+					return jobUsage(err)
+				}
+				result = end.Result
+			}
 			var raw json.RawMessage
 			if payload {
 				if raw, err = c.JobPayload(cmd.Context(), id); err != nil {
@@ -91,12 +102,16 @@ hold personal data. Exit 1 when no such job exists.`,
 				if payload {
 					return printJSON(cmd.OutOrStdout(), struct {
 						*skiplock.JobRecord
+						Result  json.RawMessage `json:"result,omitempty"`
 						Payload json.RawMessage `json:"payload"`
-					}{rec, raw})
+					}{rec, result, raw})
 				}
-				return printJSON(cmd.OutOrStdout(), rec)
+				return printJSON(cmd.OutOrStdout(), struct {
+					*skiplock.JobRecord
+					Result json.RawMessage `json:"result,omitempty"`
+				}{rec, result})
 			}
-			return printJob(cmd.OutOrStdout(), rec, raw)
+			return printJob(cmd.OutOrStdout(), rec, result, raw)
 		},
 	}
 	cmd.Flags().BoolVar(&payload, "payload", false, "also show the payload (may hold personal data; a sealed one opened with --encryption-keys)")
@@ -105,7 +120,7 @@ hold personal data. Exit 1 when no such job exists.`,
 	return cmd
 }
 
-func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error {
+func printJob(w io.Writer, j *skiplock.JobRecord, result, payload json.RawMessage) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	line := func(k, v string) {
 		if v != "" {
@@ -149,6 +164,12 @@ func printJob(w io.Writer, j *skiplock.JobRecord, payload json.RawMessage) error
 		if b, err := json.Marshal(j.Metadata); err == nil {
 			line("metadata", string(b))
 		}
+	}
+	if j.Progress != nil {
+		line("progress", strings.TrimPrefix(progressLine(j.ID, j.Progress), fmt.Sprintf("job %d: ", j.ID)))
+	}
+	if result != nil {
+		line("result", string(result))
 	}
 	if payload != nil {
 		line("payload", string(payload))

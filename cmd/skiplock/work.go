@@ -70,13 +70,17 @@ func newWorkCmd(g *globals) *cobra.Command {
 SKIPLOCK_JOB_ID, SKIPLOCK_JOB_QUEUE, SKIPLOCK_JOB_KIND, SKIPLOCK_JOB_ATTEMPT (and
 SKIPLOCK_JOB_MAX_ATTEMPTS, SKIPLOCK_JOB_LEASE_TOKEN (the fencing token), SKIPLOCK_WORKER_ID and
 SKIPLOCK_WORKER_PID) in its environment.
-Exit 0 completes the job; any other exit fails the attempt with the tail of stderr as the
-error. If the lease is lost, on --timeout and on hard stop, the child's whole process group
+Exit 0 completes the job, and what the child wrote to stdout is its result (JSON as it is,
+other text as a JSON string; at most 64 KiB, more fails the attempt; never logged; see 'job
+wait'); any other exit fails the attempt with the tail of stderr as the error. Progress: the
+child may write lines "DONE [TOTAL [NOTE]]" (e.g. "412 10000 rows imported") to the file
+descriptor named by $SKIPLOCK_PROGRESS_FD (3); they are coalesced to one write per second and
+shown by 'job get', 'job wait --progress' and the dashboard. If the lease is lost, on --timeout and on hard stop, the child's whole process group
 gets SIGTERM, then SIGKILL after --kill-grace (5s); the attempt's outcome is written within
 timeout + grace + 1s, whatever the child left behind. When sh exits, its exit status is the
 outcome at once, and what it left in its process group is ended the same way; a process that
 left the group (setsid) is not tracked, but its output is no longer read 1s after sh exits.
-At most 1 MiB of each run's output is copied to the worker's stderr (then one "truncated" line).
+At most 1 MiB of each run's stderr is copied to the worker's stderr (then one "truncated" line).
 SIGTERM drains (running jobs get --drain-timeout); a second SIGTERM stops at once.
 The worker also runs the reaper and the recurring-job scheduler.
 
@@ -417,27 +421,35 @@ func execHandler(command string, grace time.Duration, stderr *lockedWriter, outL
 		// longer than this.
 		c.WaitDelay = execOutputDrain
 		tail := &tailBuffer{max: stderrTailBytes}
-		var stdoutW, stderrW io.Writer
+		// stdout is the job's result: kept (bounded), never logged; stderr
+		// goes to the worker's log (as records with --log-format json).
+		result := &resultBuffer{}
+		var stderrW io.Writer
 		if outLog != nil {
 			run := &outputLog{log: outLog, left: execOutputCap,
 				job: []slog.Attr{slog.Int64("job_id", j.ID), slog.String("queue", j.Queue), slog.String("kind", j.Kind)}}
-			o, e := run.stream("stdout"), run.stream("stderr")
-			defer o.flush()
+			e := run.stream("stderr")
 			defer e.flush()
-			stdoutW, stderrW = o, e
+			stderrW = e
 		} else {
-			log := &cappedWriter{w: stderr, left: execOutputCap, jobID: j.ID}
-			stdoutW, stderrW = log, log
+			stderrW = &cappedWriter{w: stderr, left: execOutputCap, jobID: j.ID}
 		}
-		out, err := startOutputPipes(c, stdoutW, multiWriter{tail, stderrW})
+		out, err := startOutputPipes(c, result, multiWriter{tail, stderrW})
 		if err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+		progress, err := startProgressPipe(c)
+		if err != nil {
+			out.close()
 			return fmt.Errorf("start: %w", err)
 		}
 		if err := c.Start(); err != nil {
 			out.close()
+			progress.close()
 			return fmt.Errorf("start: %w", err)
 		}
 		out.started()
+		progress.started(ctx)
 		pgid := c.Process.Pid
 		exited := make(chan error, 1)
 		go func() { exited <- c.Wait() }()
@@ -450,14 +462,53 @@ func execHandler(command string, grace time.Duration, stderr *lockedWriter, outL
 			waitErr = endGroup(pgid, time.Now().Add(grace), exited)
 		}
 		out.drain(execOutputDrain)
+		progress.drain(execOutputDrain)
 		switch {
 		case stopped != nil:
 			return fmt.Errorf("killed: %v", stopped)
 		case waitErr != nil && !errors.Is(waitErr, exec.ErrWaitDelay):
 			return fmt.Errorf("%v: %s", waitErr, strings.TrimSpace(tail.String()))
 		}
+		return result.set(ctx)
+	}
+}
+
+// resultBuffer is an --exec child's stdout: its job's result, kept up to
+// skiplock.MaxResultBytes (one byte more tells a longer one).
+type resultBuffer struct {
+	mu   sync.Mutex // guards buf and over
+	buf  []byte
+	over bool
+}
+
+func (r *resultBuffer) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if room := skiplock.MaxResultBytes - len(r.buf); len(p) > room {
+		r.buf, r.over = append(r.buf, p[:max(room, 0)]...), true
+		return len(p), nil
+	}
+	r.buf = append(r.buf, p...)
+	return len(p), nil
+}
+
+// set makes the child's stdout its job's result: JSON as it is, any other
+// text as a JSON string (without its final newline); nothing when the
+// child wrote nothing. A stdout over the bound fails the attempt.
+func (r *resultBuffer) set(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.over {
+		return fmt.Errorf("%w: the handler wrote more than %d bytes to stdout", skiplock.ErrResultTooLarge, skiplock.MaxResultBytes)
+	}
+	out := bytes.TrimRight(r.buf, "\r\n")
+	if len(bytes.TrimSpace(out)) == 0 {
 		return nil
 	}
+	if json.Valid(out) {
+		return skiplock.SetResult(ctx, json.RawMessage(out))
+	}
+	return skiplock.SetResult(ctx, strings.ToValidUTF8(string(out), "\uFFFD"))
 }
 
 const (

@@ -128,7 +128,7 @@ func processAlive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
-// A handler that floods its output gets execOutputCap bytes of it copied
+// A handler that floods its stderr gets execOutputCap bytes of it copied
 // to the worker's stderr, then one "truncated" line (F7: 6.4 GB in 60 s
 // before); the job still completes.
 func TestWorkExecOutputCapped(t *testing.T) {
@@ -139,13 +139,21 @@ func TestWorkExecOutputCapped(t *testing.T) {
 	require.NoError(t, err)
 	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "flood"})
 	require.NoError(t, err)
-	// 8 MiB to stdout and stderr together.
+	// stdout is the job's result, bounded: a flood of it fails the attempt.
+	result, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "result", MaxAttempts: 1})
+	require.NoError(t, err)
+	// 8 MiB to stderr.
 	bg := startCLI(ctx, t, "work", "--database-url", db.URL, "--poll-interval", "100ms",
-		"--exec", "cat >/dev/null; head -c 4194304 /dev/zero | tr '\\0' x; head -c 4194304 /dev/zero | tr '\\0' y >&2")
+		"--exec", `cat >/dev/null; if [ "$SKIPLOCK_JOB_KIND" = result ]; then head -c 4194304 /dev/zero | tr '\0' z; exit 0; fi
+head -c 4194304 /dev/zero | tr '\0' x >&2; head -c 4194304 /dev/zero | tr '\0' y >&2`)
 	require.Eventually(t, func() bool {
 		rec, err := c.JobGet(ctx, r.ID)
 		return err == nil && rec.State == skiplock.JobStateCompleted
 	}, 30*time.Second, 50*time.Millisecond)
+	ends, err := c.Wait(ctx, result.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateDead, ends[0].State)
+	require.Contains(t, ends[0].Error, "the handler wrote more than 65536 bytes to stdout")
 	bg.terminate(t)
 	<-bg.done
 	logs, err := os.ReadFile(bg.stderr)

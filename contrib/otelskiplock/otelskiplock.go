@@ -61,6 +61,10 @@ const (
 	AttrMaxAttempts = attribute.Key("skiplock.max_attempts")
 	AttrOutcome     = attribute.Key("skiplock.outcome")
 	AttrBatchSize   = attribute.Key("skiplock.batch_size")
+	// AttrProgressDone and AttrProgressTotal are the run's last progress
+	// report (skiplock.SetProgress), when it made one.
+	AttrProgressDone  = attribute.Key("skiplock.progress.done")
+	AttrProgressTotal = attribute.Key("skiplock.progress.total")
 	// AttrMessagingSystem is OpenTelemetry's messaging.system, "skiplock".
 	AttrMessagingSystem = attribute.Key("messaging.system")
 )
@@ -269,6 +273,9 @@ func (m *Middleware) Work(ctx context.Context, job *skiplock.JobInfo, next func(
 	took := time.Since(began)
 	outcome := skiplock.AttemptOutcome(ctx, err)
 	span.SetAttributes(AttrOutcome.String(outcome))
+	if p, ok := skiplock.LastProgress(ctx); ok {
+		span.SetAttributes(AttrProgressDone.Int64(p.Done), AttrProgressTotal.Int64(p.Total))
+	}
 	attrs := append(common, AttrOutcome.String(outcome))
 	switch outcome {
 	case skiplock.AttemptError, skiplock.AttemptPanic, skiplock.AttemptTimeout:

@@ -134,7 +134,7 @@ func TestTraceAcrossTheQueue(t *testing.T) {
 		if j.Attempt == 1 {
 			return errors.New("card " + j.Args["card"] + " declined")
 		}
-		return nil
+		return skiplock.SetProgress(ctx, 3, 4, "captured")
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -207,6 +207,12 @@ func TestTraceAcrossTheQueue(t *testing.T) {
 	}
 	if got := attrs(work[1])[otelskiplock.AttrOutcome].AsString(); got != "completed" || work[1].Status.Code == codes.Error {
 		t.Fatalf("completed attempt: outcome %q status %v", got, work[1].Status)
+	}
+	if _, ok := attrs(work[0])[otelskiplock.AttrProgressDone]; ok {
+		t.Fatal("a run without progress has a progress attribute")
+	}
+	if a := attrs(work[1]); a[otelskiplock.AttrProgressDone].AsInt64() != 3 || a[otelskiplock.AttrProgressTotal].AsInt64() != 4 {
+		t.Fatalf("the run's last progress is not on its span: %v", work[1].Attributes)
 	}
 	if handlerSpan.TraceID() != req.SpanContext().TraceID() {
 		t.Fatal("the handler's span is not in the request's trace")

@@ -520,7 +520,7 @@ func TestDoctorFencedWrites(t *testing.T) {
 	}
 	c := fenced()
 	require.Equal(t, health.StatusOK, c.Status, c.Figure)
-	require.Contains(t, c.Figure, "all 13 fenced writes reach their rows through jobs_pkey")
+	require.Contains(t, c.Figure, "all 15 fenced writes reach their rows through jobs_pkey")
 
 	_, err = conn.Exec(ctx, "SET enable_indexscan = off")
 	require.NoError(t, err)

@@ -45,6 +45,7 @@ var (
 	})
 	toDead = with(leaseEnded, map[string]string{
 		"attempted_at": "jobs_dead keeps dead_at, not the last attempt's start",
+		"progress":     "jobs_dead keeps no progress: a failed job's result is its last error",
 	})
 	replay = map[string]string{
 		"id":               "a replay is a new job with a new id",
@@ -59,6 +60,7 @@ var (
 		"last_error":       "a replay starts clean; the dead letter keeps the error",
 		"task_id":          "a replay is a plain job, outside any workflow",
 		"gen":              "the insert chooses the partition",
+		"progress":         "a replay has not started",
 	}
 	moved = map[string]string{
 		"lease_token":      "only ready jobs move",
@@ -69,6 +71,7 @@ var (
 		"attempted_at":     "a moved job has not started in the target",
 		"task_id":          "workflow tasks stay with their workflow",
 		"gen":              "the target puts a moved job in jobs_keyed",
+		"progress":         "only ready jobs move: their progress is a past attempt's",
 	}
 )
 
@@ -97,7 +100,10 @@ func copyPaths(t *testing.T) []copyPath {
 		return q
 	}
 	return []copyPath{
-		{"lease.sql complete_archive", s("complete_archive"), "jobs_done", toDone},
+		{"lease.sql complete_archive", s("complete_archive"), "jobs_done", with(toDone, map[string]string{
+			"progress": "a run that reported progress completes through complete_archive_result, which carries it (issue 39: a run without result or progress writes no more than before)",
+		})},
+		{"lease.sql complete_archive_result", s("complete_archive_result"), "jobs_done", toDone},
 		{"lease.sql complete_one_archive", s("complete_one_archive"), "jobs_done", toDone},
 		{"lease.sql dead_letter", s("dead_letter"), "jobs_dead", toDead},
 		{"lease.sql reap", s("reap"), "jobs_dead", toDead},

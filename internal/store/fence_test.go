@@ -8,7 +8,7 @@ import "testing"
 func TestEveryHolderWriteIsFenced(t *testing.T) {
 	s := New("skiplock")
 	for _, name := range []string{"heartbeat", "complete_delete", "complete_archive", "reschedule",
-		"dead_letter", "complete_one_delete", "complete_one_archive"} {
+		"dead_letter", "complete_one_delete", "complete_one_archive", "complete_archive_result", "progress_write"} {
 		fenced := leaseFence.MatchString(s.SQL(name))
 		if fenced == seedBug {
 			t.Errorf("query %s: fenced %v in a build with seedBug %v", name, fenced, seedBug)

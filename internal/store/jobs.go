@@ -67,13 +67,76 @@ func (s *Store) CompleteQuery(ls []Lease, worker string, archive bool) Query {
 	return Query{q, []any{ids, tokens, worker}}
 }
 
+// Finish is the success of a run that returned a result or reported
+// progress (issue 39): what it leaves with its job in jobs_done. Either may
+// be nil: a nil Progress keeps the job's last coalesced progress.
+type Finish struct {
+	Lease
+	Result   []byte // JSON, at most the bound the root package states (MaxResultBytes)
+	Progress []byte // JSON
+}
+
+// CompleteResultQuery archives the jobs of fs with their results and last
+// progress (complete_archive_result); it returns the ids whose lease was
+// still held. Only runs with a result or progress take it: the others'
+// completion writes no more than before.
+func (s *Store) CompleteResultQuery(fs []Finish, worker string) Query {
+	n := len(fs)
+	ids, tokens, results, progress := make([]int64, n), make([]int64, n), make([]*string, n), make([]*string, n)
+	for i, f := range fs {
+		ids[i], tokens[i] = f.ID, f.Token
+		if f.Result != nil {
+			r := string(f.Result)
+			results[i] = &r
+		}
+		if f.Progress != nil {
+			p := string(f.Progress)
+			progress[i] = &p
+		}
+	}
+	return Query{s.SQL("complete_archive_result"), []any{ids, tokens, worker, results, progress}}
+}
+
+// Progress is a running job's latest progress, as JSON, for its lease.
+type Progress struct {
+	Lease
+	JSON []byte
+}
+
+// WriteProgress writes the coalesced progress of running jobs in one
+// statement, fenced by each lease (progress_write); it returns the ids
+// still held.
+func (s *Store) WriteProgress(ctx context.Context, db DBTX, ps []Progress, worker string) (map[int64]bool, error) {
+	n := len(ps)
+	ids, tokens, docs := make([]int64, n), make([]int64, n), make([]string, n)
+	for i, p := range ps {
+		ids[i], tokens[i], docs[i] = p.ID, p.Token, string(p.JSON)
+	}
+	out := make(map[int64]bool, n)
+	var id int64
+	err := s.fencedQuery(ctx, db, "progress_write", []any{ids, tokens, docs, worker}, func(rows pgx.Rows) error {
+		_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+			out[id] = true
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // WriteBatch sends statements that each return the ids they matched
 // (CompleteQuery, RescheduleQuery, DeadLetterQuery) in one round trip, as
 // one pipeline and therefore one implicit transaction: all of them commit
 // or none does, and no transaction stays open waiting on this process.
 // write_settings goes first in the same pipeline (no sequential scan of
 // jobs, whatever plan the connection cached: see lease.sql).
-func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query) (map[int64]bool, error) {
+//
+// after are statements whose rows are not read (notify_done), sent last in
+// the same pipeline, so that they take effect when the writes commit.
+func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query, after ...Query) (map[int64]bool, error) {
 	out := map[int64]bool{}
 	b := &pgx.Batch{}
 	b.Queue(s.SQL("write_settings"))
@@ -88,6 +151,9 @@ func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query) (map[int64]
 			}
 			return rows.Err()
 		})
+	}
+	for _, q := range after {
+		b.Queue(q.SQL, q.Args...)
 	}
 	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
@@ -308,6 +374,8 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 		{"heartbeat", Query{s.SQL("heartbeat"), []any{[]int64{1}, []int64{1}, Micros(time.Minute), worker}}},
 		{"complete_delete", s.CompleteQuery(l, worker, false)},
 		{"complete_archive", s.CompleteQuery(l, worker, true)},
+		{"complete_archive_result", s.CompleteResultQuery([]Finish{{Lease: l[0], Result: []byte("{}")}}, worker)},
+		{"progress_write", Query{s.SQL("progress_write"), []any{[]int64{1}, []int64{1}, []string{"{}"}, worker}}},
 		{"complete_one_delete", Query{s.SQL("complete_one_delete"), []any{int64(1), int64(1), worker}}},
 		{"complete_one_archive", Query{s.SQL("complete_one_archive"), []any{int64(1), int64(1), worker}}},
 		{"reschedule", s.RescheduleQuery([]Reschedule{{Lease: l[0], Error: &msg}}, worker)},

@@ -31,6 +31,7 @@ type JobRow struct {
 	CancelRequested bool
 	Metadata        []byte // the job's metadata JSON object (nil: none)
 	LimitWeight     *int32 // its weight in rate limits (nil: 1; job_get only)
+	Progress        []byte // its last progress report, JSON (nil: none; job_get only)
 }
 
 // JobGet returns one job by id; found is false when no table has it.
@@ -38,11 +39,42 @@ func (s *Store) JobGet(ctx context.Context, db DBTX, id int64) (row JobRow, foun
 	err = db.QueryRow(ctx, s.SQL("job_get"), id).Scan(&row.ID, &row.State, &row.Queue, &row.Kind, &row.Priority,
 		&row.Attempts, &row.MaxAttempts, &row.RunAt, &row.CreatedAt, &row.AttemptedAt, &row.FinishedAt, &row.Outcome,
 		&row.LeaseExpiresAt, &row.LockedBy, &row.UniqueKey, &row.Tenant, &row.Entity, &row.LastError,
-		&row.CancelRequested, &row.Metadata, &row.LimitWeight)
+		&row.CancelRequested, &row.Metadata, &row.LimitWeight, &row.Progress)
 	if isNoRows(err) {
 		return row, false, nil
 	}
 	return row, err == nil, err
+}
+
+// Finished is a job that has finished, as jobs_finished reports it.
+type Finished struct {
+	ID         int64
+	State      string // completed, dead, or gone (in no table)
+	Result     []byte // a completed job's result, JSON (nil: none)
+	Reason     *string
+	LastError  *string
+	FinishedAt *time.Time
+}
+
+// JobsFinished returns those of ids that have finished (jobs_finished); a
+// job still in flight is not in the result.
+func (s *Store) JobsFinished(ctx context.Context, db DBTX, ids []int64) ([]Finished, error) {
+	var out []Finished
+	b := &pgx.Batch{}
+	b.Queue(s.SQL("jobs_finished_settings"))
+	b.Queue(s.SQL("jobs_finished"), ids).Query(func(rows pgx.Rows) error {
+		var f Finished
+		var err error
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Finished, error) {
+			err := row.Scan(&f.ID, &f.State, &f.Result, &f.Reason, &f.LastError, &f.FinishedAt)
+			return f, err
+		})
+		return err
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // JobFilter selects jobs for JobList; empty strings and zero match all.

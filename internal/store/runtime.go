@@ -1,7 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,9 +13,15 @@ import (
 // sorted by job id (rows are locked in id order, as the heartbeat locks
 // them, so the two never deadlock on a process's own jobs).
 type Outcomes struct {
-	Done    []Lease
-	Resched []Reschedule
-	Deads   []Dead
+	Done []Lease
+	// Finished are successes with a result or progress to keep: archived by
+	// complete_archive_result (with archive off, completed as Done are).
+	Finished []Finish
+	Resched  []Reschedule
+	Deads    []Dead
+	// Announce sends the ends written (completions and dead letters) to
+	// waiters (notify_done); set while a waiter listens.
+	Announce bool
 }
 
 // Runtime is the data layer as the worker runtime (internal/worker) uses
@@ -83,8 +91,20 @@ func (r Runtime) NotifyQueues(ctx context.Context, queues []string) error {
 // lease was held.
 func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, archive bool) (map[int64]bool, error) {
 	var qs []Query
-	if len(o.Done) > 0 {
-		qs = append(qs, r.Store.CompleteQuery(o.Done, worker, archive))
+	done := o.Done
+	if len(o.Finished) > 0 && !archive {
+		// Nothing is kept of a completed job: its result goes with it.
+		done = make([]Lease, 0, len(o.Done)+len(o.Finished))
+		done = append(done, o.Done...)
+		for _, f := range o.Finished {
+			done = append(done, f.Lease)
+		}
+		slices.SortFunc(done, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
+	} else if len(o.Finished) > 0 {
+		qs = append(qs, r.Store.CompleteResultQuery(o.Finished, worker))
+	}
+	if len(done) > 0 {
+		qs = append(qs, r.Store.CompleteQuery(done, worker, archive))
 	}
 	if len(o.Resched) > 0 {
 		qs = append(qs, r.Store.RescheduleQuery(o.Resched, worker))
@@ -95,5 +115,35 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 	if len(qs) == 0 {
 		return map[int64]bool{}, nil
 	}
-	return r.Store.WriteBatch(ctx, r.Pool, qs)
+	// Waiters (Client.Wait) hear of completions and dead letters in the
+	// same commit.
+	ended := make([]int64, 0, len(done)+len(o.Finished)+len(o.Deads))
+	for _, l := range done {
+		ended = append(ended, l.ID)
+	}
+	if archive {
+		for _, f := range o.Finished {
+			ended = append(ended, f.ID)
+		}
+	}
+	for _, d := range o.Deads {
+		ended = append(ended, d.ID)
+	}
+	var after []Query
+	if len(ended) > 0 && o.Announce {
+		after = append(after, Query{r.Store.SQL("notify_done"), []any{DonePayloads(ended)}})
+	}
+	return r.Store.WriteBatch(ctx, r.Pool, qs, after...)
+}
+
+// WriteProgress writes the coalesced progress of running jobs
+// (Store.WriteProgress).
+func (r Runtime) WriteProgress(ctx context.Context, ps []Progress, worker string) (map[int64]bool, error) {
+	return r.Store.WriteProgress(ctx, r.Pool, ps, worker)
+}
+
+// WaitersListening reports whether a waiter listens on this database
+// (Store.WaitersListening).
+func (r Runtime) WaitersListening(ctx context.Context) (bool, error) {
+	return r.Store.WaitersListening(ctx, r.Pool)
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"embed"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,6 +86,46 @@ func (s *Store) Channel() string { return s.Schema + ".jobs" }
 
 // CancelChannel is the NOTIFY channel for cancellations of running jobs.
 func (s *Store) CancelChannel() string { return s.Schema + ".cancel" }
+
+// DoneChannel is the NOTIFY channel of finished jobs' ids (notify_done),
+// which waiters listen on (ListenDone).
+func (s *Store) DoneChannel() string { return s.Schema + ".done" }
+
+// ListenDone subscribes conn to the finished jobs' channel.
+func (s *Store) ListenDone(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, s.SQL("listen_done"))
+	return err
+}
+
+// WaitersListening reports whether a waiter's LISTEN connection
+// (Client.Wait) is open on this database.
+func (s *Store) WaitersListening(ctx context.Context, db DBTX) (bool, error) {
+	var yes bool
+	err := db.QueryRow(ctx, s.SQL("waiters_listening")).Scan(&yes)
+	return yes, err
+}
+
+// DonePayloads joins ids into notify_done's payloads, each under
+// PostgreSQL's 8,000-byte limit.
+func DonePayloads(ids []int64) []string {
+	const maxPayload = 7900
+	var out []string
+	var b []byte
+	for _, id := range ids {
+		if len(b) > maxPayload-21 {
+			out = append(out, string(b))
+			b = b[:0]
+		}
+		if len(b) > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, id, 10)
+	}
+	if len(b) > 0 {
+		out = append(out, string(b))
+	}
+	return out
+}
 
 // Micros converts a duration for the "* interval '1 microsecond'" idiom.
 func Micros(d time.Duration) int64 { return d.Microseconds() }

@@ -116,3 +116,41 @@ func BenchmarkHeartbeat1000(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCompleteArchive50 archives a batch of 50 running jobs per op as
+// the runtime writes a no-op drain's completions (issue 39: a run without a
+// result or progress): complete_archive alone (as when no process waits),
+// and with the ends announced to waiters (notify_done, while one listens).
+func BenchmarkCompleteArchive50(b *testing.B) {
+	for _, announce := range []bool{false, true} {
+		b.Run(map[bool]string{false: "complete_archive", true: "with_notify_done"}[announce], func(b *testing.B) {
+			db := dbtest.New(b)
+			st := store.New("skiplock")
+			rt := store.Runtime{Store: st, Pool: db.Pool}
+			seedReady(b, db.Pool, "bench", 50*b.N+50)
+			leases := claimAll(b, st, db.Pool, "bench", 50*b.N+50, 500)
+			ctx := context.Background()
+			write := func(ls []store.Lease) (map[int64]bool, error) {
+				if announce {
+					return rt.WriteOutcomes(ctx, store.Outcomes{Done: ls, Announce: true}, benchWorker, true)
+				}
+				return st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(ls, benchWorker, true)})
+			}
+			_, err := write(leases[:50]) // warm
+			require.NoError(b, err)
+			leases = leases[50:]
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				held, err := write(leases[i*50 : (i+1)*50])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(held) != 50 {
+					b.Fatalf("completed %d, want 50", len(held))
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(50*b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
+}

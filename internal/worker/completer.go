@@ -148,6 +148,7 @@ func (c *completer) supersede(batch []result) (current, superseded []result) {
 // away: the jobs' leases expire and the reaper hands them back.
 func (c *completer) write(batch []result) (map[int64]bool, error) {
 	w := planWrites(batch)
+	w.Announce = c.r.announce.Load()
 	for attempt := 0; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.r.bgCtx), 30*time.Second)
 		held, err := c.r.data.WriteOutcomes(ctx, w, c.r.cfg.WorkerID, c.r.cfg.Archive)
@@ -334,7 +335,11 @@ func planWrites(batch []result) store.Outcomes {
 		l := store.Lease{ID: res.job.ID, Token: res.job.LeaseToken}
 		switch res.out.Kind {
 		case Complete:
-			w.Done = append(w.Done, l)
+			if res.out.Result == nil && res.out.Progress == nil {
+				w.Done = append(w.Done, l)
+			} else {
+				w.Finished = append(w.Finished, store.Finish{Lease: l, Result: res.out.Result, Progress: res.out.Progress})
+			}
 		case Retry:
 			e := res.out.Error
 			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e, MaxAttempts: res.out.MaxAttempts})
@@ -349,6 +354,7 @@ func planWrites(batch []result) store.Outcomes {
 	// Lock rows in id order, as the heartbeat does, so that the two never
 	// deadlock on a process's own jobs.
 	slices.SortFunc(w.Done, func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(w.Finished, func(a, b store.Finish) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(w.Resched, func(a, b store.Reschedule) int { return cmp.Compare(a.ID, b.ID) })
 	slices.SortFunc(w.Deads, func(a, b store.Dead) int { return cmp.Compare(a.ID, b.ID) })
 	return w

@@ -36,6 +36,12 @@ type Result struct {
 	// a transaction it committed (a signal wait: WaitSignal). Nothing more
 	// is written; the job settles as snoozed.
 	SnoozedTx bool
+	// Value is what the handler returned as its result (JSON, bounded by
+	// the root package), kept with the job if it completes; nil: none.
+	Value []byte
+	// Progress is the last progress the handler reported (JSON), kept
+	// with the job if it completes; nil: none.
+	Progress []byte
 	// MaxAttempts caps the job's attempts for this handler (the job's own
 	// max_attempts, if lower, wins); 0 means the job's own.
 	MaxAttempts int
@@ -131,7 +137,7 @@ func handlerOutcome(j *Job, res Result) Outcome {
 		out.CompletedTx = true
 		return out
 	case res.Err == nil:
-		return Outcome{Kind: Complete}
+		return Outcome{Kind: Complete, Result: res.Value, Progress: res.Progress}
 	case res.Snooze:
 		return Outcome{Kind: Snooze, Delay: res.SnoozeFor}
 	case res.Final != "":

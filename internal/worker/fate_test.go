@@ -30,6 +30,10 @@ func TestDecide(t *testing.T) {
 		want Outcome
 	}{
 		{"success", first, Result{}, RunState{}, Outcome{Kind: Complete}},
+		{"success keeps the result and the last progress", first, Result{Value: []byte(`{"u":1}`), Progress: []byte(`{"done":3}`)}, RunState{},
+			Outcome{Kind: Complete, Result: []byte(`{"u":1}`), Progress: []byte(`{"done":3}`)}},
+		{"a failure drops the result: a failed job's result is its last error", last, Result{Err: boom, Value: []byte(`1`)}, RunState{},
+			Outcome{Kind: DeadLetter, Reason: "error", Error: "boom"}},
 		{"a job the handler sent back to sleep itself writes nothing", first, Result{Err: boom, SnoozedTx: true}, RunState{},
 			Outcome{Kind: Nothing, SnoozedTx: true}},
 		{"a sleeping job's handler cancelled meanwhile writes nothing", first, Result{Err: boom, SnoozedTx: true},
@@ -130,4 +134,20 @@ func TestSettle(t *testing.T) {
 	for _, tc := range cases {
 		require.Equal(t, tc.want, Settle(tc.out, tc.held), "%+v held=%v", tc.out, tc.held)
 	}
+}
+
+// Only a completion with a result or progress takes complete_archive_result;
+// every other completion stays in Done (complete_archive, as before).
+func TestPlanWritesRoutesResults(t *testing.T) {
+	job := func(id int64) *Job { return &Job{ClaimedRow: store.ClaimedRow{ID: id, LeaseToken: id * 10}} }
+	w := planWrites([]result{
+		{job: job(3), out: Outcome{Kind: Complete}},
+		{job: job(2), out: Outcome{Kind: Complete, Result: []byte(`"r"`)}},
+		{job: job(1), out: Outcome{Kind: Complete, Progress: []byte(`{"done":1}`)}},
+	})
+	require.Equal(t, []store.Lease{{ID: 3, Token: 30}}, w.Done)
+	require.Equal(t, []store.Finish{
+		{Lease: store.Lease{ID: 1, Token: 10}, Progress: []byte(`{"done":1}`)},
+		{Lease: store.Lease{ID: 2, Token: 20}, Result: []byte(`"r"`)},
+	}, w.Finished)
 }

@@ -85,6 +85,11 @@ type Outcome struct {
 	// DeadLetter writes it into the job's max_attempts, so that what is
 	// stored, logged and shown is the budget that decided. 0: the job's own.
 	MaxAttempts int
+	// Result (JSON) and Progress (JSON, the run's last) of a Complete:
+	// kept with the finished job. Both nil for a run that had neither,
+	// whose completion writes nothing more (complete_archive).
+	Result   []byte
+	Progress []byte
 }
 
 // Handler runs one job and reports what it returned; Decide makes that the
@@ -131,6 +136,12 @@ type Data interface {
 	RotateRing(ctx context.Context, lockTimeout time.Duration) (moved int64, truncated int, err error)
 	BeatWorker(ctx context.Context, w store.WorkerBeat) error
 	NotifyQueues(ctx context.Context, queues []string) error
+	// WriteProgress writes running jobs' coalesced progress, fenced by
+	// their leases; it returns the ids still held.
+	WriteProgress(ctx context.Context, ps []store.Progress, worker string) (map[int64]bool, error)
+	// WaitersListening reports whether a process waits for jobs of this
+	// database (Client.Wait): only then are ends announced.
+	WaitersListening(ctx context.Context) (bool, error)
 }
 
 // data returns cfg.Data, or the data layer over Store and Pool.
@@ -199,6 +210,9 @@ type Stats struct {
 	// running set for expired leases. The fleet takes about one turn per
 	// reaper interval, whichever process takes it.
 	Reaps int64
+	// ProgressRows counts the progress writes to jobs rows (at most one
+	// per job per ProgressInterval, however often handlers report).
+	ProgressRows int64
 }
 
 // Runner runs the pools of one process.
@@ -235,6 +249,10 @@ type Runner struct {
 	warnedPolling                               atomic.Bool
 	claimLat                                    latencyRing
 	kinds                                       kindStats
+
+	progress     progressBuffer // handlers' progress reports, written by progressLoop
+	progressRows atomic.Int64   // progress rows written
+	announce     atomic.Bool    // a waiter listens: the completer announces the ends it writes
 }
 
 // New validates nothing (the root package did) and returns a Runner.
@@ -289,6 +307,11 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.completer.start(r.bgCtx, &r.bgWG)
 		r.bgWG.Add(1)
 		go func() { defer r.bgWG.Done(); r.heartbeatLoop(r.bgCtx) }()
+		// Whether waiters listen, before the first completion: the progress
+		// loop asks again every turn.
+		r.checkWaiters(ctx)
+		r.bgWG.Add(1)
+		go func() { defer r.bgWG.Done(); r.progressLoop().Run(r.bgCtx) }()
 		if r.cfg.ReaperInterval > 0 {
 			for _, loop := range []*service.Periodic{r.reaper(), r.ring()} {
 				r.bgWG.Add(1)
@@ -402,6 +425,7 @@ func (r *Runner) Stats() Stats {
 		DeadLettered: r.dead.Load(), LeaseLost: r.leaseLost.Load(), Running: running,
 		ClaimP50: p50, ClaimP99: p99, ListenerUp: r.listenerUp.Load(),
 		Claims: claims, ClaimCounts: counts, ClaimSum: sum, Reaps: r.reaps.Load(),
+		ProgressRows: r.progressRows.Load(),
 	}
 }
 
@@ -461,6 +485,7 @@ func (r *Runner) track(jobs []Job) []*Job {
 // (here too) before the completer gets to untrack the previous attempt, and
 // the new claim must stay tracked.
 func (r *Runner) untrack(jobs []*Job) {
+	r.progress.forget(jobs)
 	r.mu.Lock()
 	for _, j := range jobs {
 		if t := r.jobs[j.ID]; t != nil && t.job == j {
@@ -492,7 +517,7 @@ func (r *Runner) execute(j *Job, stopping bool) {
 	}
 
 	began := time.Now()
-	res := r.cfg.Handler(ctx, j)
+	res := r.cfg.Handler(context.WithValue(ctx, progressKey{}, r), j)
 	took := time.Since(began)
 	cause := context.Cause(ctx)
 	cancel(nil)

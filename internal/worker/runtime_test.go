@@ -107,6 +107,15 @@ func (f *fakeData) RotateRing(context.Context, time.Duration) (int64, int, error
 }
 func (f *fakeData) BeatWorker(context.Context, store.WorkerBeat) error { return nil }
 func (f *fakeData) NotifyQueues(context.Context, []string) error       { return nil }
+func (f *fakeData) WaitersListening(context.Context) (bool, error)     { return false, nil }
+
+func (f *fakeData) WriteProgress(_ context.Context, ps []store.Progress, _ string) (map[int64]bool, error) {
+	held := make(map[int64]bool, len(ps))
+	for _, p := range ps {
+		held[p.ID] = true
+	}
+	return held, nil
+}
 
 // recv waits for the next value on ch; what says what did not come.
 func recv[T any](t *testing.T, ch <-chan T, what string) T {

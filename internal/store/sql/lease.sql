@@ -98,6 +98,50 @@ SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.a
 FROM done AS d
 RETURNING id;
 
+-- name: complete_archive_result
+-- Success of runs that returned a result or reported progress (issue 39):
+-- as complete_archive, with each job's result (NULL: none) and its last
+-- progress (NULL keeps the row's last coalesced write). Only these runs
+-- take this statement, so a run with neither writes exactly what
+-- complete_archive writes. Results are JSON, at most MaxResultBytes
+-- (validate.go), checked before they get here.
+--   $1 ids  $2 tokens  $3 worker id  $4 results  $5 progress
+WITH done AS (
+    DELETE FROM {{schema}}.jobs AS j
+    USING unnest($1::bigint[], $2::bigint[], $4::jsonb[], $5::jsonb[]) AS l(id, token, result, progress)
+    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
+    RETURNING j.*, l.result AS run_result, l.progress AS run_progress
+)
+INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight,
+                                  result, progress)
+SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight,
+       d.run_result, COALESCE(d.run_progress, d.progress)
+FROM done AS d
+RETURNING id;
+
+-- name: progress_write
+-- The coalesced progress of running jobs (issue 39): one statement per
+-- interval for all of a process's jobs that reported progress since the
+-- last, fenced as the heartbeat is. progress is in no index, so this is a
+-- HOT update. Returns the ids still held.
+--   $1 ids  $2 tokens  $3 progress (JSON)  $4 worker id
+UPDATE {{schema}}.jobs AS j
+SET progress = l.progress
+FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) AS l(id, token, progress)
+WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
+RETURNING j.id;
+
+-- name: notify_done
+-- Wakes the processes waiting for jobs (Client.Wait): the ids of a batch's
+-- completions and dead letters, comma-separated, in payloads under
+-- PostgreSQL's 8,000-byte limit. Last in the batch's pipeline, so it is
+-- delivered when the batch commits; an id whose lease was lost is a false
+-- alarm the waiter's lookup sees through. A hint only: waiters poll too.
+--   $1 payloads
+SELECT pg_notify({{schema_lit}} || '.done', p) FROM unnest($1::text[]) AS p;
+
 -- name: reschedule
 -- Back to ready: a retry after a failure (refund 0, with an error and a
 -- backoff delay), a snooze (refund 1: no attempt spent), or a job handed back
@@ -294,9 +338,11 @@ WITH done AS (
     RETURNING j.*
 )
 INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight)
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight,
+                                  progress)
 SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight,
+       d.progress
 FROM done AS d
 RETURNING id;
 

@@ -14,6 +14,20 @@ SELECT pg_backend_pid();
 LISTEN "{{schema_name}}.jobs";
 LISTEN "{{schema_name}}.cancel";
 
+-- name: listen_done
+-- A waiter's subscription (Client.Wait): finished jobs ("<schema>.done",
+-- store.DoneChannel), whose payloads are job ids (notify_done).
+LISTEN "{{schema_name}}.done";
+
+-- name: waiters_listening
+-- Whether a process waits for jobs of this database (Client.Wait's LISTEN
+-- connection, application_name skiplock-wait): the completer announces
+-- the ends it writes (notify_done) only then. A NOTIFY takes a lock every
+-- notifying commit of the cluster queues for; a drain nobody waits for
+-- must not pay for it. Read once a second by each worker process.
+SELECT EXISTS (SELECT 1 FROM pg_stat_activity AS a
+               WHERE a.datname = current_database() AND a.application_name = 'skiplock-wait');
+
 -- name: notify_self_test
 -- The listener's self-test: a notification to its own jobs channel, which
 -- arrives on a direct session and never behind a transaction-mode pooler.

@@ -1,0 +1,497 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/devdb"
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/pgbouncertest"
+)
+
+type renderArgs struct {
+	Doc string `json:"doc"`
+}
+
+type echoArgs struct {
+	N int `json:"n"`
+}
+
+type rendered struct {
+	URL string `json:"url"`
+}
+
+// resultHandlers registers: render (a result), fail (a final failure
+// after one attempt), plain (no result), big (a result over the bound).
+func resultHandlers(t *testing.T, c *skiplock.Client) {
+	t.Helper()
+	require.NoError(t, skiplock.Handle(c, "render", func(ctx context.Context, j *skiplock.Job[renderArgs]) error {
+		return skiplock.SetResult(ctx, rendered{URL: "https://example.test/" + j.Args.Doc + ".pdf"})
+	}))
+	require.NoError(t, skiplock.Handle(c, "fail", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		require.NoError(t, skiplock.SetResult(ctx, "dropped: the attempt fails"))
+		return errors.New("the printer is on fire")
+	}, skiplock.WithMaxAttempts(1)))
+	require.NoError(t, skiplock.Handle(c, "plain", func(ctx context.Context, j *skiplock.Job[struct{}]) error { return nil }))
+	require.NoError(t, skiplock.Handle(c, "big", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		err := skiplock.SetResult(ctx, make([]byte, skiplock.MaxResultBytes))
+		require.ErrorIs(t, err, skiplock.ErrResultTooLarge)
+		return nil
+	}))
+}
+
+// A handler's result is kept with the finished job; Wait (woken by
+// NOTIFY, and by polling alone), JobResult and EnqueueAndWait return it; a
+// failed job's result is its last error.
+func TestResultsWaitAndEnqueueAndWait(t *testing.T) {
+	t.Parallel()
+	for _, pollOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("poll_only=%v", pollOnly), func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cfg := skiplock.Config{Logger: quietLogger(), PollOnly: pollOnly, PollInterval: 200 * time.Millisecond}
+			c := newClient(t, db.Pool, cfg)
+			resultHandlers(t, c)
+			// The waiting client is a pure producer of its own, as an HTTP
+			// handler's process would be.
+			producer := newClient(t, db.Pool, cfg)
+
+			require.ErrorIs(t, skiplock.SetResult(ctx, 1), skiplock.ErrNotInHandler)
+			require.ErrorIs(t, skiplock.SetProgress(ctx, 1, 2, ""), skiplock.ErrNotInHandler)
+
+			enq := func(kind string, args any) int64 {
+				r, err := producer.Enqueue(ctx, skiplock.EnqueueParams{Kind: kind, Payload: args})
+				require.NoError(t, err)
+				return r.ID
+			}
+			render := enq("render", renderArgs{Doc: "a"})
+			fail := enq("fail", nil)
+			plain := enq("plain", nil)
+			big := enq("big", nil)
+
+			// Before any worker runs: the wait times out with nothing known.
+			short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+			ends, err := producer.Wait(short, render, plain)
+			stop()
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Len(t, ends, 2)
+			require.Empty(t, ends[0].State)
+			got, err := producer.JobResult(ctx, render)
+			require.NoError(t, err)
+			require.Equal(t, skiplock.JobStateReady, got.State)
+
+			require.NoError(t, c.Start(ctx))
+			defer func() { require.NoError(t, c.Stop(context.Background())) }()
+
+			ends, err = producer.Wait(ctx, render, fail, plain, big, render)
+			require.NoError(t, err)
+			require.Len(t, ends, 5)
+			require.Equal(t, skiplock.JobStateCompleted, ends[0].State)
+			require.JSONEq(t, `{"url":"https://example.test/a.pdf"}`, string(ends[0].Result))
+			require.Equal(t, ends[0], ends[4], "the same id twice: the same end")
+			require.Equal(t, skiplock.JobStateDead, ends[1].State)
+			require.Equal(t, "error", ends[1].Reason)
+			require.Equal(t, "the printer is on fire", ends[1].Error, "a failed job's result is its last error")
+			require.Nil(t, ends[1].Result, "a failed attempt's result is dropped")
+			require.Equal(t, skiplock.JobStateCompleted, ends[2].State)
+			require.Nil(t, ends[2].Result)
+			require.Equal(t, skiplock.JobStateCompleted, ends[3].State)
+			require.Nil(t, ends[3].Result, "a refused result is not kept")
+
+			got, err = producer.JobResult(ctx, render)
+			require.NoError(t, err)
+			require.Equal(t, ends[0], got)
+			var noResult int
+			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs_done WHERE result IS NULL`).Scan(&noResult))
+			require.Equal(t, 2, noResult, "no result written for runs without one")
+
+			// Typed.
+			r, err := skiplock.EnqueueAndWait[rendered](ctx, producer, skiplock.EnqueueParams{Kind: "render", Payload: renderArgs{Doc: "b"}})
+			require.NoError(t, err)
+			require.Equal(t, "https://example.test/b.pdf", r.URL)
+			_, err = skiplock.EnqueueAndWait[rendered](ctx, producer, skiplock.EnqueueParams{Kind: "fail"})
+			var fe *skiplock.JobFailedError
+			require.ErrorAs(t, err, &fe)
+			require.ErrorIs(t, err, skiplock.ErrJobFailed)
+			require.Equal(t, "the printer is on fire", fe.Err)
+
+			// A job no table holds any more.
+			_, err = db.Pool.Exec(ctx, `DELETE FROM skiplock.jobs_done WHERE id = $1`, plain)
+			require.NoError(t, err)
+			ends, err = producer.Wait(ctx, plain)
+			require.NoError(t, err)
+			require.Equal(t, skiplock.JobStateGone, ends[0].State)
+		})
+	}
+}
+
+// A handler calling SetProgress a million times writes at most one
+// progress row per second of its run (plus its last report with the
+// completion); job get shows the report while it runs, and the finished
+// job keeps the last one.
+func TestSetProgressIsCoalesced(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	const calls = 1_000_000
+	halfway := make(chan struct{})
+	seen := make(chan struct{})
+	var ran time.Duration
+	require.NoError(t, skiplock.Handle(c, "import", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		start := time.Now()
+		for i := int64(1); i <= calls; i++ {
+			if err := skiplock.SetProgress(ctx, i, calls, "rows imported"); err != nil {
+				return err
+			}
+			if i == calls/2 {
+				close(halfway)
+				<-seen // job get saw a report written while running
+			}
+		}
+		ran = time.Since(start)
+		return nil
+	}))
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "import"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(context.Background())) }()
+
+	<-halfway
+	release := sync.OnceFunc(func() { close(seen) })
+	defer release()
+	var rec *skiplock.JobRecord
+	require.Eventually(t, func() bool {
+		rec, err = c.JobGet(ctx, r.ID)
+		return err == nil && rec.Progress != nil && rec.Progress.Done == calls/2
+	}, 5*time.Second, 20*time.Millisecond, "the report made before pausing was not written while the job ran")
+	require.Equal(t, skiplock.JobStateRunning, rec.State)
+	require.Equal(t, int64(calls/2), rec.Progress.Done)
+	require.Equal(t, int64(calls), rec.Progress.Total)
+	require.Equal(t, "rows imported", rec.Progress.Note)
+	release()
+
+	ends, err := c.Wait(ctx, r.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateCompleted, ends[0].State)
+	rec, err = c.JobGet(ctx, r.ID)
+	require.NoError(t, err)
+	require.NotNil(t, rec.Progress)
+	require.Equal(t, int64(calls), rec.Progress.Done, "the last report is kept with the completion")
+
+	rows := c.Stats().ProgressRows
+	bound := int64(ran/skiplock.ProgressInterval) + 2
+	t.Logf("%d SetProgress calls in %v: %d progress rows written (bound %d), plus the completion", calls, ran.Round(time.Millisecond), rows, bound)
+	require.GreaterOrEqual(t, rows, int64(1))
+	require.LessOrEqual(t, rows, bound, "at most one write per job per interval")
+}
+
+// One Wait for 10,000 jobs, and 10,000 callers waiting for one job each:
+// one look-up loop and one LISTEN connection, whatever the number of jobs
+// and callers; every job reported exactly once. The wake-up latency after
+// completion is logged (a figure, not an assertion).
+func TestWaitForTenThousandJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 jobs")
+	}
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 10_000
+	worker := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(),
+		Pools: []skiplock.WorkerPool{{Name: "default", Queues: []string{"default"}, Concurrency: 50, BatchSize: 200}}})
+	require.NoError(t, skiplock.Handle(worker, "echo", func(ctx context.Context, j *skiplock.Job[echoArgs]) error {
+		return skiplock.SetResult(ctx, j.Args.N)
+	}))
+	producer := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	ps := make([]skiplock.EnqueueParams, n)
+	for i := range ps {
+		ps[i] = skiplock.EnqueueParams{Kind: "echo", Payload: echoArgs{N: i}}
+	}
+	_, err := producer.EnqueueMany(ctx, ps)
+	require.NoError(t, err)
+	var ids []int64
+	rows, err := db.Pool.Query(ctx, `SELECT id FROM skiplock.jobs ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		require.NoError(t, rows.Scan(&id))
+		ids = append(ids, id)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, ids, n)
+
+	before := runtime.NumGoroutine()
+	// 10,000 callers, one job each, and one caller for all of them.
+	returned := make([]time.Time, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ends, err := producer.Wait(ctx, id)
+			returned[i] = time.Now()
+			if err != nil || ends[0].State != skiplock.JobStateCompleted || string(ends[0].Result) != fmt.Sprint(i) {
+				mu.Lock()
+				failures = append(failures, fmt.Sprintf("job %d: %v %+v", id, err, ends))
+				mu.Unlock()
+			}
+		}()
+	}
+	allDone := make(chan []skiplock.JobEnd, 1)
+	go func() {
+		ends, err := producer.Wait(ctx, ids...)
+		require.NoError(t, err)
+		allDone <- ends
+	}()
+	// Let every caller register, then count what the waiting costs.
+	time.Sleep(500 * time.Millisecond)
+	during := runtime.NumGoroutine() - before - n - 1
+	var listeners int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'skiplock-wait'`).Scan(&listeners))
+
+	require.NoError(t, worker.Start(ctx))
+	defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	wg.Wait()
+	ends := <-allDone
+	require.Empty(t, failures)
+	for i, e := range ends {
+		require.Equal(t, skiplock.JobStateCompleted, e.State)
+		require.Equal(t, fmt.Sprint(i), string(e.Result), "each job reported with its own result")
+	}
+	t.Logf("waiting for %d jobs (%d callers + one for all): %d goroutines and %d LISTEN connection(s) of skiplock's", n, n, during, listeners)
+	require.LessOrEqual(t, during, 4, "no goroutine per waiter: the look-up loop and the listener's")
+	require.Equal(t, 1, listeners, "one LISTEN connection")
+
+	// Wake-up latency: from each job's commit (finished_at, the database's
+	// clock on this machine) to its caller's return.
+	finished := map[int64]time.Time{}
+	rows, err = db.Pool.Query(ctx, `SELECT id, finished_at FROM skiplock.jobs_done`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var id int64
+		var at time.Time
+		require.NoError(t, rows.Scan(&id, &at))
+		finished[id] = at
+	}
+	require.NoError(t, rows.Err())
+	lat := make([]time.Duration, 0, n)
+	for i, id := range ids {
+		lat = append(lat, returned[i].Sub(finished[id]))
+	}
+	slices.Sort(lat)
+	t.Logf("wake-up after completion: p50 %v, p99 %v, max %v", lat[n/2].Round(time.Microsecond), lat[n*99/100].Round(time.Microsecond), lat[n-1].Round(time.Microsecond))
+}
+
+// Behind PgBouncer (transaction mode): with ListenURL, Wait is woken by
+// NOTIFY on the direct connection (the poll is an hour away); without it,
+// the waiter's listener finds the pooler and the poll alone finds the job.
+func TestWaitBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	worker := newClient(t, db.Pool, skiplock.Config{Schema: db.Schema, Logger: quietLogger()})
+	resultHandlers(t, worker)
+	require.NoError(t, worker.Start(ctx))
+	defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	pool := pooled(t, b.URL(t, db.URL))
+	for _, tc := range []struct {
+		name string
+		cfg  skiplock.Config
+	}{
+		{"listen-url", skiplock.Config{ListenURL: db.URL, PollInterval: time.Hour}},
+		{"poll", skiplock.Config{PollInterval: 100 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Schema, tc.cfg.Logger = db.Schema, quietLogger()
+			producer := newClient(t, pool, tc.cfg)
+			// The first look-up runs at once; wait until the listener is up
+			// (with ListenURL) by waiting for a first job, then time the
+			// second, which only an announcement can deliver in time.
+			for range 2 {
+				r, err := skiplock.EnqueueAndWait[rendered](ctx, producer, skiplock.EnqueueParams{Kind: "render", Payload: renderArgs{Doc: tc.name}})
+				require.NoError(t, err)
+				require.Equal(t, "https://example.test/"+tc.name+".pdf", r.URL)
+			}
+		})
+	}
+}
+
+// WAL per job for a job that reports progress every 10 ms for 10 s, and the
+// same job reporting nothing, on a private cluster (so the WAL is this
+// test's alone): from enqueue to completion, pg_current_wal_insert_lsn
+// before and after. A figure for the report (logged); the assertion is the
+// row bound.
+func TestProgressWAL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster of its own and 20 s of handlers")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cluster, err := devdb.Start(ctx, devdb.Options{})
+	if err != nil {
+		t.Skipf("no private cluster: %v", err)
+	}
+	defer func() { _ = cluster.Remove() }()
+	pool, err := pgxpool.New(ctx, cluster.URL("postgres"))
+	require.NoError(t, err)
+	defer pool.Close()
+	_, err = skiplock.Migrate(ctx, pool, "skiplock")
+	require.NoError(t, err)
+	c := newClient(t, pool, skiplock.Config{Logger: quietLogger()})
+	const run = 10 * time.Second
+	require.NoError(t, skiplock.Handle(c, "report", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for i, end := int64(0), time.Now().Add(run); time.Now().Before(end); i++ {
+			if err := skiplock.SetProgress(ctx, i, 1000, "rows"); err != nil {
+				return err
+			}
+			<-t.C
+		}
+		return nil
+	}))
+	require.NoError(t, skiplock.Handle(c, "quiet", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		time.Sleep(run)
+		return nil
+	}))
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(context.Background())) }()
+	walOf := func(kind string) (bytes, rows int64) {
+		var start string
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&start))
+		before := c.Stats().ProgressRows
+		r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: kind})
+		require.NoError(t, err)
+		_, err = c.Wait(ctx, r.ID)
+		require.NoError(t, err)
+		rows = c.Stats().ProgressRows - before
+		require.NoError(t, pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint`, start).Scan(&bytes))
+		return bytes, rows
+	}
+	quiet, _ := walOf("quiet")
+	report, rows := walOf("report")
+	t.Logf("WAL from enqueue to completion, whole private cluster (heartbeats, worker beats and the ring's turns included): a job reporting progress every 10 ms for %v: %d bytes (%d progress writes); the same job reporting nothing: %d bytes",
+		run, report, rows, quiet)
+	require.LessOrEqual(t, rows, int64(run/skiplock.ProgressInterval)+2)
+}
+
+// Connection faults while waiting: the waiter's LISTEN connection and its
+// pool's connections are terminated again and again while 2,000 jobs are
+// drained; every awaited job is still reported, once, with its own result.
+func TestWaitUnderConnectionFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2,000 jobs under faults")
+	}
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 2_000
+	worker := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	require.NoError(t, skiplock.Handle(worker, "echo", func(ctx context.Context, j *skiplock.Job[echoArgs]) error {
+		return skiplock.SetResult(ctx, j.Args.N)
+	}))
+	// The waiter has a pool of its own, whose connections the faults kill.
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "skiplock-wait-pool"
+	waitPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer waitPool.Close()
+	producer := newClient(t, waitPool, skiplock.Config{Logger: quietLogger(), PollInterval: 200 * time.Millisecond})
+	ids := make([]int64, n)
+	for i := range ids {
+		r, err := worker.Enqueue(ctx, skiplock.EnqueueParams{Kind: "echo", Payload: echoArgs{N: i}})
+		require.NoError(t, err)
+		ids[i] = r.ID
+	}
+	faults := make(chan struct{})
+	killed := 0
+	go func() {
+		defer close(faults)
+		for ctx.Err() == nil {
+			var k int
+			_ = db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND application_name IN ('skiplock-wait', 'skiplock-wait-pool')`).Scan(&k)
+			killed += k
+			select {
+			case <-ctx.Done():
+			case <-time.After(150 * time.Millisecond):
+			}
+		}
+	}()
+	require.NoError(t, worker.Start(ctx))
+	defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	// A look-up whose connection was killed is retried at the next poll;
+	// Wait itself fails only when its context ends.
+	ends, err := producer.Wait(ctx, ids...)
+	require.NoError(t, err)
+	cancel()
+	<-faults
+	require.Len(t, ends, n)
+	for i, e := range ends {
+		require.Equal(t, ids[i], e.ID)
+		require.Equal(t, skiplock.JobStateCompleted, e.State, "job %d", e.ID)
+		require.Equal(t, fmt.Sprint(i), string(e.Result), "job %d reported with its own result", e.ID)
+	}
+	t.Logf("%d jobs awaited through %d terminated connections", n, killed)
+	require.Positive(t, killed, "the faults hit the waiter")
+}
+
+// Fleet.Wait waits across databases: each job by its database and id (ids
+// are per database, so the same id in two databases is two jobs).
+func TestFleetWait(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var clients []*skiplock.Client
+	for range 2 {
+		db := dbtest.New(t)
+		c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+		resultHandlers(t, c)
+		clients = append(clients, c)
+	}
+	fleet, err := skiplock.NewFleet(clients, func(p skiplock.EnqueueParams) int {
+		if p.Tenant == "b" {
+			return 1
+		}
+		return 0
+	})
+	require.NoError(t, err)
+	var jobs []skiplock.FleetJob
+	for _, tenant := range []string{"a", "b"} {
+		r, err := fleet.Enqueue(ctx, skiplock.EnqueueParams{Kind: "render", Tenant: tenant, Payload: renderArgs{Doc: tenant}})
+		require.NoError(t, err)
+		jobs = append(jobs, skiplock.FleetJob{Database: r.Database, ID: r.ID})
+	}
+	require.Equal(t, jobs[0].ID, jobs[1].ID, "the same id in each database")
+	require.NoError(t, fleet.Start(ctx))
+	defer func() { require.NoError(t, fleet.Stop(context.Background())) }()
+	ends, err := fleet.Wait(ctx, jobs...)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"url":"https://example.test/a.pdf"}`, string(ends[0].Result))
+	require.JSONEq(t, `{"url":"https://example.test/b.pdf"}`, string(ends[1].Result))
+	_, err = fleet.Wait(ctx, skiplock.FleetJob{Database: 2, ID: 1})
+	require.ErrorIs(t, err, skiplock.ErrInvalidConfig)
+}

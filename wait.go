@@ -1,0 +1,404 @@
+package skiplock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skiplock/skiplock/internal/notify"
+)
+
+// announcedWithin is how soon after a waiter starts listening every
+// worker process announces the ends it writes (worker.ProgressInterval,
+// with its jitter, and a margin).
+const announcedWithin = 1500 * time.Millisecond
+
+// waitChunk is how many ids one look-up statement reads (jobs_finished):
+// a poll of 10,000 awaited jobs is ten short statements, between which
+// the loop takes the ids announced meanwhile.
+const waitChunk = 1_000
+
+// Wait returns when every job of ids has ended, completed or dead (or is
+// gone: JobStateGone), with how each ended, in the order of ids; or when
+// ctx ends first, with the ends known so far (State empty for the others)
+// and ctx's error.
+//
+// However many jobs and callers wait, a Client waits with one goroutine and
+// one look-up statement per wake-up for all of them, and, unless
+// Config.PollOnly, one LISTEN connection (Config.ListenURL's when set) on
+// which worker processes announce the jobs they finish, in the commit that
+// finishes them. NOTIFY is a hint: every Config.PollInterval the goroutine
+// looks up every job still awaited, so Wait is correct without it (behind a
+// transaction-mode pooler, or when the listener is away) and sees jobs
+// finished without an announcement (reaped, cancelled while ready,
+// completed by CompleteTx), one poll later. The goroutine and the
+// connection end when nothing is awaited.
+func (c *Client) Wait(ctx context.Context, ids ...int64) ([]JobEnd, error) {
+	for _, id := range ids {
+		if err := validateJobID(id); err != nil {
+			return nil, err
+		}
+	}
+	call := c.waits().add(ids)
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		c.waits().remove(call)
+	}
+	ends := make([]JobEnd, len(ids))
+	c.waits().mu.Lock()
+	for i, id := range ids {
+		ends[i] = call.ends[id]
+		ends[i].ID = id
+	}
+	left := call.left
+	c.waits().mu.Unlock()
+	if left > 0 {
+		return ends, fmt.Errorf("skiplock: wait: %d of %d jobs not finished: %w", left, len(ids), context.Cause(ctx))
+	}
+	return ends, nil
+}
+
+// EnqueueAndWait enqueues p and waits for its job to end (Client.Wait): the
+// job's result decoded into R when it completed; an error matching
+// ErrJobFailed (a *JobFailedError: its reason and last error) when it
+// ended in the dead-letter table; ErrJobNotFound when it is gone (deleted
+// on completion with Config.DeleteCompleted); ctx's error when ctx ends
+// first. A job that returned no result leaves R's zero value. With a
+// unique key that matched a job in flight, it waits for that job.
+func EnqueueAndWait[R any](ctx context.Context, c *Client, p EnqueueParams) (R, error) {
+	var r R
+	res, err := c.Enqueue(ctx, p)
+	if err != nil {
+		return r, err
+	}
+	ends, err := c.Wait(ctx, res.ID)
+	if err != nil {
+		return r, err
+	}
+	return decodeEnd[R](ends[0])
+}
+
+func decodeEnd[R any](e JobEnd) (R, error) {
+	var r R
+	switch e.State {
+	case JobStateCompleted:
+		if e.Result == nil {
+			return r, nil
+		}
+		if err := json.Unmarshal(e.Result, &r); err != nil {
+			return r, fmt.Errorf("skiplock: job %d's result does not decode into %T: %w", e.ID, r, err)
+		}
+		return r, nil
+	case JobStateDead:
+		return r, &JobFailedError{ID: e.ID, Reason: e.Reason, Err: e.Error}
+	}
+	return r, jobNotFound("wait", e.ID)
+}
+
+// FleetJob names a job of a Fleet: the database (the index of its client)
+// and the id, which is per database.
+type FleetJob struct {
+	Database int
+	ID       int64
+}
+
+// Wait waits for jobs across the fleet's databases, each database's through
+// its client's Wait (one goroutine per database, not per job), and returns
+// how each ended in the order of jobs, or the ends known when ctx ended
+// with ctx's error.
+func (f *Fleet) Wait(ctx context.Context, jobs ...FleetJob) ([]JobEnd, error) {
+	byDB := map[int][]int{} // database → indexes into jobs
+	for i, j := range jobs {
+		if j.Database < 0 || j.Database >= len(f.clients) {
+			return nil, &FieldError{Field: "jobs[" + strconv.Itoa(i) + "].Database", Message: fmt.Sprintf("the fleet has %d databases", len(f.clients)), base: ErrInvalidConfig}
+		}
+		byDB[j.Database] = append(byDB[j.Database], i)
+	}
+	ends := make([]JobEnd, len(jobs))
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards first
+	var first error
+	for db, idx := range byDB {
+		ids := make([]int64, len(idx))
+		for k, i := range idx {
+			ids[k] = jobs[i].ID
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := f.clients[db].Wait(ctx, ids...)
+			for k, i := range idx {
+				if k < len(got) {
+					ends[i] = got[k]
+				}
+			}
+			if err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return ends, first
+}
+
+// waitCall is one Wait call.
+type waitCall struct {
+	ids  []int64          // its jobs, each once
+	left int              // jobs not ended yet; guarded by waiters.mu
+	ends map[int64]JobEnd // guarded by waiters.mu
+	done chan struct{}    // closed when left reaches 0
+}
+
+// waiters is a Client's side of Wait: the awaited jobs and the one loop
+// that looks them up.
+type waiters struct {
+	c *Client
+
+	mu      sync.Mutex // guards byID, heard, lookAll, running and every waitCall's fields
+	byID    map[int64][]*waitCall
+	heard   map[int64]struct{} // ids announced (or newly awaited) since the last look
+	lookAll bool               // look every awaited id up (a poll, a reconnect)
+	running bool               // the loop runs
+	kick    chan struct{}      // wakes the loop; capacity 1
+}
+
+// waits returns the client's waiters, made on first use.
+func (c *Client) waits() *waiters {
+	c.waitOnce.Do(func() {
+		c.waiters = &waiters{c: c, byID: map[int64][]*waitCall{}, heard: map[int64]struct{}{},
+			kick: make(chan struct{}, 1)}
+	})
+	return c.waiters
+}
+
+func (w *waiters) add(ids []int64) *waitCall {
+	call := &waitCall{ends: make(map[int64]JobEnd, len(ids)), done: make(chan struct{})}
+	w.mu.Lock()
+	for _, id := range ids {
+		if slices.Contains(w.byID[id], call) {
+			continue // the same id twice in one call
+		}
+		w.byID[id] = append(w.byID[id], call)
+		w.heard[id] = struct{}{} // look it up at once: it may have ended already
+		call.ids = append(call.ids, id)
+		call.left++
+	}
+	if call.left == 0 {
+		close(call.done)
+	}
+	if !w.running && call.left > 0 {
+		w.running = true
+		go w.loop()
+	}
+	w.mu.Unlock()
+	w.wake()
+	return call
+}
+
+// remove forgets call's jobs not ended yet (its context ended).
+func (w *waiters) remove(call *waitCall) {
+	w.mu.Lock()
+	defer w.wakeIfIdle()
+	defer w.mu.Unlock()
+	for _, id := range call.ids {
+		calls := w.byID[id]
+		if i := slices.Index(calls, call); i >= 0 {
+			calls = slices.Delete(calls, i, i+1)
+			if len(calls) == 0 {
+				delete(w.byID, id)
+			} else {
+				w.byID[id] = calls
+			}
+		}
+	}
+}
+
+// wakeIfIdle wakes the loop when nothing is awaited any more, so that it
+// ends (with its LISTEN connection) now rather than at its next poll.
+func (w *waiters) wakeIfIdle() {
+	w.mu.Lock()
+	idle := len(w.byID) == 0
+	w.mu.Unlock()
+	if idle {
+		w.wake()
+	}
+}
+
+// lookAllNow makes the loop look every awaited job up at once.
+func (w *waiters) lookAllNow() {
+	w.mu.Lock()
+	w.lookAll = true
+	w.mu.Unlock()
+	w.wake()
+}
+
+func (w *waiters) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// heardDone takes a notify_done payload: ids of jobs that just ended.
+func (w *waiters) heardDone(payload string) {
+	w.mu.Lock()
+	for s := range strings.SplitSeq(payload, ",") {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			continue
+		}
+		if _, ok := w.byID[id]; ok {
+			w.heard[id] = struct{}{}
+		}
+	}
+	n := len(w.heard)
+	w.mu.Unlock()
+	if n > 0 {
+		w.wake()
+	}
+}
+
+// toLook returns the ids to look up now, or done when nothing is awaited
+// (the loop then ends: running is cleared under the same lock as add
+// checks it).
+func (w *waiters) toLook() (ids []int64, done bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.byID) == 0 {
+		w.running = false
+		clear(w.heard)
+		return nil, true
+	}
+	if w.lookAll {
+		ids = make([]int64, 0, len(w.byID))
+		for id := range w.byID {
+			ids = append(ids, id)
+		}
+	} else {
+		for id := range w.heard {
+			if _, ok := w.byID[id]; ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	w.lookAll = false
+	clear(w.heard)
+	slices.Sort(ids)
+	return ids, false
+}
+
+// ended records the ends found: each awaiting call gets each of its jobs
+// once, and a call whose last job ended is released.
+func (w *waiters) ended(ends []JobEnd) {
+	w.mu.Lock()
+	defer w.wakeIfIdle()
+	defer w.mu.Unlock()
+	for _, e := range ends {
+		for _, call := range w.byID[e.ID] {
+			call.ends[e.ID] = e
+			call.left--
+			if call.left == 0 {
+				close(call.done)
+			}
+		}
+		delete(w.byID, e.ID)
+	}
+}
+
+// loop looks up the awaited jobs when told some ended (NOTIFY, or new
+// ones are awaited) and every PollInterval, until nothing is awaited.
+func (w *waiters) loop() {
+	c := w.c
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !c.cfg.PollOnly {
+		l := w.listener()
+		_ = l.Start(ctx)
+		defer func() { _ = l.Stop(context.Background()) }()
+	}
+	poll := time.NewTicker(c.cfg.PollInterval)
+	defer poll.Stop()
+	for {
+		ids, done := w.toLook()
+		if done {
+			return
+		}
+		for chunk := range slices.Chunk(ids, waitChunk) {
+			w.look(ctx, chunk)
+		}
+		select {
+		case <-w.kick:
+		case <-poll.C:
+			w.mu.Lock()
+			w.lookAll = true
+			w.mu.Unlock()
+		}
+	}
+}
+
+// look reads which of ids ended. A failed look-up is retried by the next
+// poll (the ids stay awaited).
+func (w *waiters) look(ctx context.Context, ids []int64) {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	fs, err := w.c.store.JobsFinished(qctx, w.c.pool, ids)
+	if err != nil {
+		w.c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: wait: looking up awaited jobs failed; retrying at the next poll",
+			slog.String("error", err.Error()), slog.Int("jobs", len(ids)))
+		return
+	}
+	ends := make([]JobEnd, len(fs))
+	for i, f := range fs {
+		ends[i] = outcomeOf(f)
+	}
+	w.ended(ends)
+}
+
+// listener is the waiters' LISTEN connection on the finished jobs'
+// channel (Config.ListenURL's when set), through internal/notify: a
+// reconnect looks every awaited job up; a pooler ends it (polling goes on).
+func (w *waiters) listener() *notify.Listener {
+	c := w.c
+	connCfg := c.pool.Config().ConnConfig
+	if c.cfg.ListenURL != "" {
+		if lc, err := pgx.ParseConfig(c.cfg.ListenURL); err == nil {
+			connCfg = lc
+		}
+	}
+	channel := c.store.DoneChannel()
+	return notify.New(notify.Config{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			cc := connCfg.Copy()
+			cc.RuntimeParams["application_name"] = "skiplock-wait"
+			return pgx.ConnectConfig(ctx, cc)
+		},
+		Listen: c.store.ListenDone,
+		Direct: c.store.DirectSession,
+		OnNotify: func(ch, payload string) {
+			if ch == channel {
+				w.heardDone(payload)
+			}
+		},
+		OnConnect: func(bool) {
+			w.lookAllNow() // anything announced while we were not listening
+			// Workers notice a new waiter within a second (they announce
+			// ends only while one listens): look again once they have.
+			time.AfterFunc(announcedWithin, func() { w.lookAllNow() })
+		},
+		OnPooled: func() {},
+		Logger:   c.cfg.Logger,
+	})
+}
