@@ -30,6 +30,8 @@ command -v node >/dev/null 2>&1 || { log "node is required"; exit 1; }
 
 work=$(mktemp -d /tmp/skiplock-e2e.XXXXXX)
 db="skiplock_e2e_$(date +%s)_$$"
+# host:port of the server, as the dashboard names a database in its audit lines
+db_hostport=$(printf '%s' "$admin_url" | sed -E 's|^[a-z]+://([^@/]*@)?([^/?]+).*|\2|')
 pids=()
 cleanup() {
   local rc=$?
@@ -161,7 +163,7 @@ for line in "dashboard: queue paused" "dashboard: queue resumed" "dashboard: rep
 done
 # The dashboard over several databases audits its actions with the database.
 for line in "dashboard: queue paused" "dashboard: queue resumed"; do
-  grep -q "msg=\"$line\" database=127.0.0.1:5432/${db}_b .*user=$SKIPLOCK_DASHBOARD_USER" "$work/serve-multi.log" ||
+  grep -q "msg=\"$line\" database=${db_hostport}/${db}_b .*user=$SKIPLOCK_DASHBOARD_USER" "$work/serve-multi.log" ||
     { log "no audit line \"$line\" naming ${db}_b in the multi-database serve log"; grep "dashboard:" "$work/serve-multi.log" >&2 || true; exit 1; }
 done
 # No payload in any log, the info-level audit lines included.
