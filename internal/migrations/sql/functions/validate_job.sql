@@ -13,8 +13,11 @@ RETURNS void
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     name_re constant text := '^[A-Za-z0-9_][A-Za-z0-9_.:-]*$';
-    -- issue 38 §2: the limit lives where only the owner can change it.
-    max_payload bigint := (SELECT s.max_payload_bytes FROM {{schema}}.settings AS s);
+    -- issue 38 §2: the limit lives where only the owner can change it. Read
+    -- by the one row's key, so that under a caller's enable_seqscan = off
+    -- (add_tasks, the claim's settings) it is an index scan, not a
+    -- seq scan costed at 10^10 that JIT-compiles on every call (9 ms each).
+    max_payload bigint := (SELECT s.max_payload_bytes FROM {{schema}}.settings AS s WHERE s.only_row);
 BEGIN
     IF p_queue IS NULL OR p_queue = '' THEN
         RAISE EXCEPTION 'skiplock: queue: must not be empty' USING ERRCODE = '22023';
