@@ -290,16 +290,18 @@ type KindStats struct {
 
 // RunBuckets are the upper bounds, in seconds, of the handler-duration
 // histogram in KindStats: 5 ms to 1 hour. A copy of the runtime's.
-var RunBuckets = slices.Clone(worker.RunBuckets)
+var RunBuckets = runBuckets()
+
+func runBuckets() []float64 { return slices.Clone(worker.RunBuckets) }
 
 // MaxKindSeries bounds the (queue, kind) pairs KindStats keeps apart, so
 // that the metrics built on it have a bounded label set (a fallback
 // handler runs any kind).
-const MaxKindSeries = worker.MaxKindSeries
+const MaxKindSeries = 200
 
 // OtherKind is the kind KindStats counts the pairs beyond MaxKindSeries
 // under.
-const OtherKind = worker.OtherKind
+const OtherKind = "_other"
 
 // KindStats returns this process's handler runs and outcomes per (queue,
 // kind) since Start, sorted by queue and kind (nil before Start).

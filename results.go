@@ -28,7 +28,7 @@ const (
 
 // ProgressInterval is how often a process writes its running jobs'
 // progress reports: at most one write per job per interval.
-const ProgressInterval = worker.ProgressInterval
+const ProgressInterval = time.Second
 
 // ErrResultTooLarge is returned (wrapped) by SetResult for a result over
 // MaxResultBytes.
