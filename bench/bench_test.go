@@ -179,3 +179,44 @@ func TestRunWorkflowEndToEnd(t *testing.T) {
 		+ (SELECT count(*) FROM skiplock.workflow_tasks) + (SELECT count(*) FROM skiplock.workflow_deps)`).Scan(&left))
 	require.Zero(t, left, "the run cleans up after itself")
 }
+
+func TestRunRepeatedFreshSchemaEachRun(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	var progress bytes.Buffer
+	rep, err := RunRepeated(ctx, db.Pool, Options{Jobs: 100, Workers: 4, Batch: 10, Handler: "noop", Schema: "rb",
+		Progress: &progress}, 3)
+	require.NoError(t, err)
+	require.Len(t, rep.Runs, 3)
+	var schemas []string
+	for _, r := range rep.Runs {
+		require.Equal(t, 100, r.Jobs)
+		require.Greater(t, r.JobsPerS, 0.0)
+		require.GreaterOrEqual(t, r.JobsPerS, rep.JobsPerS.Min)
+		require.LessOrEqual(t, r.JobsPerS, rep.JobsPerS.Max)
+	}
+	require.LessOrEqual(t, rep.JobsPerS.Min, rep.JobsPerS.Median)
+	require.LessOrEqual(t, rep.JobsPerS.Median, rep.JobsPerS.Max)
+	require.InDelta(t, rep.JobsPerS.Max/rep.JobsPerS.Min, rep.JobsPerS.Ratio, 1e-9)
+	for _, line := range strings.Split(progress.String(), "\n") {
+		if _, s, ok := strings.Cut(line, " in schema "); ok {
+			schemas = append(schemas, s)
+		}
+	}
+	require.Len(t, schemas, 3, progress.String())
+	require.NotEqual(t, schemas[0], schemas[1], "each run has a schema of its own")
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'rb\_r%'`).Scan(&left))
+	require.Zero(t, left, "every run's schema is dropped")
+
+	_, err = RunRepeated(ctx, db.Pool, Options{Jobs: 10}, 0)
+	var oe *OptionError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, "repeat", oe.Option)
+}
+
+func TestSpreadOf(t *testing.T) {
+	require.Equal(t, Spread{Min: 1, Median: 2, Max: 4, Ratio: 4}, spreadOf([]float64{4, 1, 2}))
+	require.Equal(t, Spread{Min: 1, Median: 2.5, Max: 4, Ratio: 4}, spreadOf([]float64{4, 1, 2, 3}))
+	require.Equal(t, Spread{Min: 5, Median: 5, Max: 5, Ratio: 1}, spreadOf([]float64{5}))
+}

@@ -21,6 +21,7 @@ type benchFlags struct {
 	latency              bool
 	samples              int
 	cpuProfile           string
+	repeat               int
 	deleteCompleted      bool
 	tenants, burst       int
 	tenantCap            int
@@ -97,6 +98,7 @@ pool).`,
 	fl.IntVar(&f.limit, "limit", 0, "put a concurrency limit of N running jobs on the bench queue (above --workers + --batch it never binds: the limit's overhead; 0: none)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
+	fl.IntVar(&f.repeat, "repeat", 1, "run the drain N times, each in a fresh schema (migrated, then dropped), and report min / median / max and the spread")
 	fl.StringVar(&f.workflow, "workflow", "", "run workflows of this shape instead: fanout:N (a root, N leaves, a join)")
 	fl.StringVar(&f.pressure, "pressure", "", "run the pressure suite: clean, idle-tx, rr-readers, overload or all")
 	fl.IntVar(&f.rate, "rate", bench.DefaultPressureRate, "--pressure: offered jobs/s")
@@ -122,7 +124,7 @@ var pressureFlags = []string{"rate", "payload-bytes", "handler-time", "warmup", 
 
 func (g *globals) runPressure(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit", "burst"} {
+	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit", "burst", "repeat"} {
 		if fl.Changed(name) {
 			return usageError("--%s: not used with --pressure", name)
 		}
@@ -231,7 +233,7 @@ func (g *globals) runBench(cmd *cobra.Command, f benchFlags) error {
 		}
 	}
 	if f.latency {
-		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "tenants", "burst", "tenant-cap", "limit", "workflow"} {
+		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "tenants", "burst", "tenant-cap", "limit", "workflow", "repeat"} {
 			if fl.Changed(name) {
 				return usageError("--%s: not used with --latency", name)
 			}
@@ -269,6 +271,9 @@ func (g *globals) runBench(cmd *cobra.Command, f benchFlags) error {
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}
+	if f.cpuProfile != "" && fl.Changed("repeat") {
+		return usageError("--cpuprofile: not used with --repeat (profile one run)")
+	}
 	if f.cpuProfile != "" {
 		pf, err := os.Create(f.cpuProfile)
 		if err != nil {
@@ -276,6 +281,9 @@ func (g *globals) runBench(cmd *cobra.Command, f benchFlags) error {
 		}
 		defer pf.Close()
 		o.CPUProfile = pf
+	}
+	if fl.Changed("repeat") {
+		return g.runRepeated(cmd, o, f.repeat)
 	}
 	pool, err := g.connect(cmd.Context(), 2)
 	if err != nil {
@@ -290,6 +298,41 @@ func (g *globals) runBench(cmd *cobra.Command, f benchFlags) error {
 		return printJSON(cmd.OutOrStdout(), res)
 	}
 	printBench(cmd.OutOrStdout(), res)
+	return nil
+}
+
+// runRepeated is `bench --repeat N`: the drain N times, a fresh schema
+// each, and the spread of its figures.
+func (g *globals) runRepeated(cmd *cobra.Command, o bench.Options, n int) error {
+	pool, err := g.connect(cmd.Context(), 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rep, err := bench.RunRepeated(cmd.Context(), pool, o, n)
+	if err != nil {
+		return benchUsage(err)
+	}
+	if g.jsonOut {
+		return printJSON(cmd.OutOrStdout(), rep)
+	}
+	w := cmd.OutOrStdout()
+	r0 := rep.Runs[0]
+	fmt.Fprintf(w, "skiplock bench --repeat %d: %d jobs, %d workers, batch %d, handler %s, a fresh schema each run\n",
+		n, r0.Jobs, r0.Workers, r0.Batch, r0.Handler)
+	fmt.Fprintf(w, "  %-4s %10s %11s %11s %9s %11s\n", "run", "jobs/s", "claim p50", "claim p99", "WAL/job", "autovacuums")
+	for i, r := range rep.Runs {
+		fmt.Fprintf(w, "  %-4d %10.0f %9.2fms %9.2fms %8.0fB %11d\n", i+1, r.JobsPerS, r.ClaimP50MS, r.ClaimP99MS,
+			r.WALBytesPerJob, r.AutovacuumsDuring)
+	}
+	line := func(name, unit string, s bench.Spread, format string) {
+		fmt.Fprintf(w, "  %-12s min "+format+"  median "+format+"  max "+format+"  (max/min %.2f)\n",
+			name, s.Min, unit, s.Median, unit, s.Max, unit, s.Ratio)
+	}
+	line("jobs/s", "", rep.JobsPerS, "%.0f%s")
+	line("claim p50", " ms", rep.ClaimP50MS, "%.2f%s")
+	line("claim p99", " ms", rep.ClaimP99MS, "%.2f%s")
+	line("WAL per job", " B", rep.WALBytesPerJob, "%.0f%s")
 	return nil
 }
 
@@ -351,7 +394,7 @@ func printLatency(w io.Writer, r bench.LatencyResult) {
 
 func (g *globals) runWorkflowBench(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"handler", "cpuprofile", "limit"} {
+	for _, name := range []string{"handler", "cpuprofile", "limit", "repeat"} {
 		if fl.Changed(name) {
 			return usageError("--%s: not used with --workflow (its tasks are no-ops)", name)
 		}

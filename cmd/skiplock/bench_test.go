@@ -40,3 +40,30 @@ func TestBenchPressureCLI(t *testing.T) {
 		require.Regexp(t, `--(pressure|rate|stress|jobs|pressure-timeline)\b`, stderr)
 	}
 }
+
+// TestBenchRepeatCLI runs the drain twice through `bench --repeat` and
+// checks the report and the flags it refuses.
+func TestBenchRepeatCLI(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	code, out, stderr := runCLI(t, "bench", "--database-url", db.URL, "--jobs", "50", "--workers", "2", "--batch", "5",
+		"--handler", "noop", "--repeat", "2", "--json")
+	require.Equal(t, 0, code, stderr)
+	var rep bench.Repeated
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Len(t, rep.Runs, 2)
+	require.Greater(t, rep.JobsPerS.Min, 0.0)
+	require.LessOrEqual(t, rep.JobsPerS.Min, rep.JobsPerS.Max)
+
+	code, out, stderr = runCLI(t, "bench", "--database-url", db.URL, "--jobs", "20", "--workers", "2", "--batch", "5",
+		"--handler", "noop", "--repeat", "2")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "jobs/s       min ")
+	require.Contains(t, out, "(max/min ")
+
+	for _, args := range [][]string{{"--repeat", "0"}, {"--repeat", "2", "--latency"}, {"--repeat", "2", "--cpuprofile", "x"}} {
+		code, _, stderr := runCLI(t, append([]string{"bench", "--database-url", db.URL}, args...)...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Regexp(t, `--(repeat|cpuprofile)\b`, stderr)
+	}
+}
