@@ -3,13 +3,15 @@
 -- claim_capped_after.sql.
 
 -- name: claim_generic_plan
--- Second in the tenant-capped claim's pipeline: its generic plan, built once
--- per connection, instead of a custom plan per claim. Planning the capped
+-- Second in the tenant-capped claim's pipeline, after claim_settings, which
+-- forces every claim's generic plan, built once per connection, instead of
+-- a custom plan per claim (for the capped claim first: planning the capped
 -- claim (a recursive CTE and three probes of the claimable fragment) took
 -- 1.8 ms and more, at times far more (the planner reads the tenant index's
 -- ends for the cursor's selectivity, through every dead entry there), for a
--- claim that runs in about 3 ms; the generic plan's shape is the custom
+-- claim that runs in about 3 ms); the generic plan's shape is the custom
 -- one's (index probes under LIMITs), checked by TestClaimPlansUsePartialIndex.
+-- What this statement adds are the planner settings that generic plan needs:
 -- No bitmap scans: the generic plan is made from statistics that count the
 -- few ready rows of a healthy queue, and with them a bitmap scan of the
 -- queue's whole ready index and a sort of the one row it expects looked
@@ -26,8 +28,7 @@
 -- out, an ordered scan of the tenant index wins; the sorts that have no
 -- alternative (the shares' rounds, the batch's order) stay.
 -- set_config as in claim_settings.
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_bitmapscan', 'off', true),
-       set_config('enable_sort', 'off', true);
+SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true);
 
 -- fragment: step_weight
 -- The weight w of the tenant nx a capped visit's step (from t) reached: its
