@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/health"
+	"github.com/skiplock/skiplock/internal/migrations"
 )
 
 // requireOnePrefix checks every line of stderr that carries "skiplock:"
@@ -270,6 +273,32 @@ func TestMigrateUpOverUnrecordedSchema(t *testing.T) {
 	require.Contains(t, stderr, "without their recorded versions")
 	require.Contains(t, stderr, "docs/migrations.md")
 	requireOnePrefix(t, stderr)
+}
+
+// migrate up --to a version from 017 on below the latest is a usage error
+// that names the version and the way there, before connecting; such a
+// version is reached by migrate down, and migrate up goes on from it. The up
+// script to it is refused alike.
+func TestMigrateUpToAVersionWithoutItsFunctions(t *testing.T) {
+	t.Parallel()
+	latest := migrations.Latest()
+	below := latest - 1
+	code, _, stderr := runCLI(t, "migrate", "up", "--to", strconv.Itoa(below), "--database-url", "postgres://nobody@127.0.0.1:1/none")
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, fmt.Sprintf("--to: migrations: target: cannot go up to version %d:", below))
+	require.Contains(t, stderr, fmt.Sprintf("this binary carries the functions of version %d: migrate to %d, or down from it", latest, latest))
+	requireOnePrefix(t, stderr)
+	code, _, stderr = runCLI(t, "migrate", "sql", "--to", strconv.Itoa(migrations.FunctionFilesSince))
+	require.Equal(t, 2, code, stderr)
+	require.Contains(t, stderr, fmt.Sprintf("--to: migrations: target: cannot go up to version %d:", migrations.FunctionFilesSince))
+
+	db := dbtest.New(t)
+	code, out, stderr := runCLI(t, "migrate", "down", "--to", strconv.Itoa(below), "--json", "--database-url", db.URL)
+	require.Equal(t, 0, code, stderr)
+	require.JSONEq(t, fmt.Sprintf(`{"schema":"skiplock","reverted":[%d]}`, latest), out)
+	code, out, stderr = runCLI(t, "migrate", "up", "--json", "--database-url", db.URL)
+	require.Equal(t, 0, code, stderr)
+	require.JSONEq(t, fmt.Sprintf(`{"schema":"skiplock","applied":[%d]}`, latest), out)
 }
 
 // skiplock work keeps retrying on a schema that is not migrated yet (a deploy

@@ -22,6 +22,9 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "Apply pending migrations (a no-op when current; concurrent runs serialize)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := migrations.CheckUpTarget(target); err != nil {
+				return usageError("--to: %v", err)
+			}
 			pool, err := g.connect(cmd.Context(), 2)
 			if err != nil {
 				return err
@@ -48,7 +51,9 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	up.Flags().IntVar(&target, "to", 0, "stop at this version (default latest)")
+	up.Flags().IntVar(&target, "to", 0, fmt.Sprintf("stop at this version (default latest); below the latest only 1 to %d: "+
+		"this binary carries the latest version's function bodies, so a later version is reached by migrate down",
+		migrations.FunctionFilesSince-1))
 	g.addJSON(up)
 
 	var downTo int
@@ -146,6 +151,9 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := migrations.SQL(g.schema, !downSQL, from, to)
+			if errors.Is(err, migrations.ErrNoFunctionsForTarget) {
+				return usageError("--to: %v", err)
+			}
 			if err != nil {
 				return usageError("%v", err)
 			}
@@ -155,7 +163,8 @@ func newMigrateCmd(g *globals) *cobra.Command {
 	}
 	sqlCmd.Flags().BoolVar(&downSQL, "down", false, "print the down migrations (newest first)")
 	sqlCmd.Flags().IntVar(&from, "from", 1, "first version")
-	sqlCmd.Flags().IntVar(&to, "to", 0, "last version (default latest)")
+	sqlCmd.Flags().IntVar(&to, "to", 0, fmt.Sprintf("last version (default latest); an up script below the latest stops at 1 to %d, as migrate up --to",
+		migrations.FunctionFilesSince-1))
 
 	cmd.AddCommand(up, down, status, sqlCmd)
 	return cmd

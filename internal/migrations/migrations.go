@@ -191,6 +191,34 @@ func All() []Migration { return append([]Migration(nil), all...) }
 // Latest is the highest version known to this binary.
 func Latest() int { return all[len(all)-1].Version }
 
+// FunctionFilesSince is the first version whose up file carries no function
+// body: from it on, the function bodies of a version are the function files
+// of the binary released at it, and this binary carries the latest's only.
+const FunctionFilesSince = 17
+
+// ErrNoFunctionsForTarget reports an up (or an up script) to a version from
+// FunctionFilesSince on below the latest: this binary does not carry that
+// version's function bodies, so it cannot build it. Going down from the
+// latest version reaches it (each down file restores the bodies its version
+// changed).
+var ErrNoFunctionsForTarget = errors.New("its function bodies are not in this binary")
+
+// CheckUpTarget refuses a target version an up (UpTx, or SQL's up script)
+// cannot build: one that does not exist, or one from FunctionFilesSince on
+// below the latest (ErrNoFunctionsForTarget). 0 means the latest.
+func CheckUpTarget(target int) error {
+	if target < 0 || target > Latest() {
+		return fmt.Errorf("migrations: target: version %d does not exist (latest is %d)", target, Latest())
+	}
+	if target >= FunctionFilesSince && target < Latest() {
+		return fmt.Errorf("migrations: target: cannot go up to version %d: %w (from version %d on, a version's "+
+			"function bodies are the function files of the binary released at it); this binary carries the "+
+			"functions of version %d: migrate to %d, or down from it",
+			target, ErrNoFunctionsForTarget, FunctionFilesSince, Latest(), Latest())
+	}
+	return nil
+}
+
 // Render substitutes the schema into a migration's SQL (sqlfile's renderer,
 // the one every package's SQL goes through).
 func Render(sql, schema string) string { return sqlfile.Renderer(schema).Replace(sql) }
@@ -296,14 +324,16 @@ func applied(ctx context.Context, tx Executor, schema string) (map[int]time.Time
 // which the caller commits. At the latest version it then applies the
 // function files (sql/functions) whose text the schema does not have yet,
 // unless a newer binary has applied a version this one does not know.
-// It returns the versions it applied; none when the schema is current, and
-// then it changes nothing: running it again is a no-op.
+// A target from FunctionFilesSince on below the latest is refused
+// (ErrNoFunctionsForTarget), changing nothing: its function bodies are not
+// in this binary. It returns the versions it applied; none when the schema
+// is current, and then it changes nothing: running it again is a no-op.
 func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, error) {
 	if target == 0 {
 		target = Latest()
 	}
-	if target < 0 || target > Latest() {
-		return nil, fmt.Errorf("migrations: target: version %d does not exist (latest is %d)", target, Latest())
+	if err := CheckUpTarget(target); err != nil {
+		return nil, err
 	}
 	if err := prepare(ctx, tx, schema); err != nil {
 		return nil, err
@@ -329,7 +359,8 @@ func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, e
 		ran = append(ran, m.Version)
 	}
 	// The function files are today's bodies for the latest version only:
-	// not for a target below it, nor for a schema a newer binary has
+	// not for a target below it (one below FunctionFilesSince, whose up
+	// files carry their bodies), nor for a schema a newer binary has
 	// migrated further (an older replica starting during a rolling deploy
 	// must not put its bodies back).
 	newer := false
@@ -345,7 +376,9 @@ func UpTx(ctx context.Context, tx Executor, schema string, target int) ([]int, e
 }
 
 // DownTx reverts applied migrations above target, newest first. Each down
-// file restores the function bodies of the version below it; the records of
+// file reverts what its version changed, the function bodies its version
+// changed included (to the bodies of the version below it), so the schema at
+// target is that version's tables with its function bodies; the records of
 // the function files are forgotten, so the next up to the latest version
 // applies them all again. At target 0 it also removes the runner's tables and
 // the schema itself if nothing else lives in it.
@@ -432,7 +465,9 @@ func StatusOf(ctx context.Context, db Executor, schema string) ([]Status, error)
 }
 
 // SQL renders the migrations from version `from` to `to` (inclusive) as one
-// script for teams that run their own migration tool. The script records
+// script for teams that run their own migration tool. An up script to a
+// version from FunctionFilesSince on below the latest is refused, as UpTx
+// refuses it. The script records
 // each version in schema_migrations exactly as the runner does (idempotently:
 // ON CONFLICT DO NOTHING), so `migrate status`, the doctor and `migrate up`
 // recognise a schema it built as migrated; the down script removes the
@@ -448,6 +483,11 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 	}
 	if to == 0 || to > Latest() {
 		to = Latest()
+	}
+	if up {
+		if err := CheckUpTarget(to); err != nil {
+			return "", err
+		}
 	}
 	var b strings.Builder
 	// The runner's statements, with the version and name in place of $1, $2
@@ -481,8 +521,8 @@ func SQL(schema string, up bool, from, to int) (string, error) {
 		}
 		return b.String(), nil
 	}
-	// The down files restore older bodies: the next up applies every
-	// function file again.
+	// The down files restore the bodies of the versions they revert to: the
+	// next up applies every function file again.
 	fmt.Fprintf(&b, "%s\n%s\n\n", stmt("functions_table", schema), strings.ReplaceAll(stmt("functions_forget", schema), "$1", "NULL"))
 	for i := len(all) - 1; i >= 0; i-- {
 		m := all[i]

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -133,45 +134,153 @@ func TestConcurrentUp(t *testing.T) {
 // Down to zero removes everything; up again gives the very same catalog.
 // Every step down and up one version at a time also works, and each version
 // reached going down is the very catalog that version has going up: a down
-// file restores the function bodies of the version below it.
+// file reverts what its version changed, function bodies included. A
+// version from FunctionFilesSince on cannot be built going up below the
+// latest (its function bodies are the files of the binary released at it,
+// and this binary carries the latest's only), so it is reached going down:
+// after the way up again the test goes down once more and compares each of
+// those versions with the first way down. Each step down also changes
+// exactly the functions its down file names: a down restores the bodies its
+// own version changed, and no other version's.
 func TestDownToZeroAndUpAgain(t *testing.T) {
 	t.Parallel()
 	db := dbtest.NewEmpty(t)
 	ctx := context.Background()
 	_, err := up(ctx, db.Pool, "skiplock", 0)
 	require.NoError(t, err)
-	want := catalog(t, db.Pool, "skiplock")
+	want := fingerprint(t, db.Pool)
 
 	wentDown := map[int]string{}
+	fns := functionDefs(t, db.Pool)
 	for v := migrations.Latest() - 1; v >= 0; v-- {
 		reverted, err := down(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "down to %d", v)
 		require.Equal(t, []int{v + 1}, reverted)
 		if v > 0 {
 			wentDown[v] = fingerprint(t, db.Pool)
+			below := functionDefs(t, db.Pool)
+			require.Equal(t, namedByDown(migrations.All()[v].Down), changedFunctions(fns, below),
+				"the functions %03d's down file names are the ones it changed", v+1)
+			fns = below
 		}
 	}
 	var exists bool
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'skiplock')").Scan(&exists))
 	require.False(t, exists, "down to 0 leaves no schema behind")
 
-	for v := 1; v <= migrations.Latest(); v++ {
+	for v := 1; v < migrations.FunctionFilesSince; v++ {
 		applied, err := up(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "up to %d", v)
 		require.Equal(t, []int{v}, applied)
-		// From version 17 on a version carries no function body: up --to v
-		// below the latest leaves the bodies of version 16, while down to v
-		// leaves the function files' bodies as v had them (restored by the
-		// down files), so the two agree only up to 16. Above 16 the down
-		// files are checked by the up to the latest (the last comparison)
-		// and by TestUpgradeFromEveryVersion. (The lead's call: a runner
-		// that could apply a past version's function files would restore
-		// this check.)
-		if v < migrations.Latest() && v < 17 {
-			require.Equal(t, fingerprint(t, db.Pool), wentDown[v], "version %d, up and down", v)
+		require.Equal(t, wentDown[v], fingerprint(t, db.Pool), "version %d, up and down", v)
+	}
+	for v := migrations.FunctionFilesSince; v < migrations.Latest(); v++ {
+		_, err := up(ctx, db.Pool, "skiplock", v)
+		require.ErrorIs(t, err, migrations.ErrNoFunctionsForTarget, "up to %d", v)
+	}
+	applied, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Len(t, applied, migrations.Latest()-migrations.FunctionFilesSince+1)
+	require.Equal(t, want, fingerprint(t, db.Pool), "up again gives the very schema of a fresh up")
+
+	for v := migrations.Latest() - 1; v >= migrations.FunctionFilesSince-1; v-- {
+		_, err := down(ctx, db.Pool, "skiplock", v)
+		require.NoError(t, err, "down to %d again", v)
+		require.Equal(t, wentDown[v], fingerprint(t, db.Pool), "version %d, down from a fresh up and down after up again", v)
+	}
+}
+
+// functionDefs maps each function of schema skiplock to its whole
+// definition: body, settings, security, comment and privileges.
+func functionDefs(t *testing.T, pool *pgxpool.Pool) map[string]string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT p.proname,
+			pg_get_functiondef(p.oid) || coalesce(obj_description(p.oid, 'pg_proc'), '') || coalesce(p.proacl::text, '')
+		FROM pg_proc AS p WHERE p.pronamespace = 'skiplock'::regnamespace`)
+	require.NoError(t, err)
+	defs := map[string]string{}
+	for rows.Next() {
+		var name, def string
+		require.NoError(t, rows.Scan(&name, &def))
+		defs[name] += def // overloads: one entry for the name
+	}
+	require.NoError(t, rows.Err())
+	return defs
+}
+
+// changedFunctions lists the names whose definitions differ between a and b
+// (added, dropped or changed), sorted.
+func changedFunctions(a, b map[string]string) []string {
+	var names []string
+	for name, def := range a {
+		if b[name] != def {
+			names = append(names, name)
 		}
 	}
-	require.Equal(t, want, catalog(t, db.Pool, "skiplock"))
+	for name := range b {
+		if _, ok := a[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+var functionStatement = regexp.MustCompile(`(?im)^\s*(?:CREATE\s+OR\s+REPLACE\s+FUNCTION|CREATE\s+FUNCTION|DROP\s+FUNCTION(?:\s+IF\s+EXISTS)?|ALTER\s+FUNCTION|COMMENT\s+ON\s+FUNCTION)\s+\{\{schema\}\}\.([a-z_0-9]+)`)
+
+// namedByDown lists the functions a down file creates, drops, alters or
+// comments on, sorted.
+func namedByDown(sql string) []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, m := range functionStatement.FindAllStringSubmatch(sql, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			names = append(names, m[1])
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// An up to a version from FunctionFilesSince on below the latest is refused
+// and changes nothing: this binary carries the latest version's function
+// bodies only. The error names the version, why, and the way there. The
+// up script is refused alike; the down script to such a version is not.
+func TestUpToAVersionWithoutItsFunctions(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	_, err := up(ctx, db.Pool, "skiplock", migrations.FunctionFilesSince-1)
+	require.NoError(t, err)
+	before := catalog(t, db.Pool, "skiplock")
+	latest := migrations.Latest()
+	for v := migrations.FunctionFilesSince; v < latest; v++ {
+		ran, err := up(ctx, db.Pool, "skiplock", v)
+		require.ErrorIs(t, err, migrations.ErrNoFunctionsForTarget, "up to %d", v)
+		require.Empty(t, ran)
+		require.Contains(t, err.Error(), fmt.Sprintf("cannot go up to version %d:", v))
+		require.Contains(t, err.Error(), fmt.Sprintf("this binary carries the functions of version %d: migrate to %d, or down from it", latest, latest))
+
+		_, err = migrations.SQL("skiplock", true, 1, v)
+		require.ErrorIs(t, err, migrations.ErrNoFunctionsForTarget, "up script to %d", v)
+		script, err := migrations.SQL("skiplock", false, v+1, 0)
+		require.NoError(t, err, "down script to %d", v)
+		require.Contains(t, script, fmt.Sprintf("%03d_", latest))
+	}
+	require.Equal(t, before, catalog(t, db.Pool, "skiplock"), "a refused up changed the schema")
+	st, err := migrations.StatusOf(ctx, db.Pool, "skiplock")
+	require.NoError(t, err)
+	for _, s := range st {
+		require.Equal(t, s.Version < migrations.FunctionFilesSince, s.AppliedAt != nil, "version %d", s.Version)
+	}
+	// A fresh database is refused before anything is created.
+	empty := dbtest.NewEmpty(t)
+	_, err = up(ctx, empty.Pool, "skiplock", latest-1)
+	require.ErrorIs(t, err, migrations.ErrNoFunctionsForTarget)
+	var exists bool
+	require.NoError(t, empty.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'skiplock')").Scan(&exists))
+	require.False(t, exists, "a refused up created the schema")
 }
 
 // The hot table's storage settings are part of the schema: fillfactor for
@@ -428,8 +537,8 @@ func TestSchemaFileIsCurrent(t *testing.T) {
 
 // Each SQL function's current body has one home, sql/functions/<name>.sql:
 // the functions the schema has are the files there are, and no versioned
-// migration after 016 carries a body in its up file (its down file restores
-// the version below's).
+// migration from FunctionFilesSince on carries a body in its up file (its
+// down file restores the bodies its version changed).
 func TestFunctionsHaveOneHome(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
@@ -447,7 +556,7 @@ func TestFunctionsHaveOneHome(t *testing.T) {
 	require.Equal(t, inCatalog, files, "one file per function, one function per file")
 	create := regexp.MustCompile(`(?i)CREATE\s+(OR\s+REPLACE\s+)?FUNCTION`)
 	for _, m := range migrations.All() {
-		if m.Version >= 17 {
+		if m.Version >= migrations.FunctionFilesSince {
 			require.False(t, create.MatchString(m.Up), "%03d_%s.up.sql defines a function: its body belongs in sql/functions", m.Version, m.Name)
 		}
 	}
@@ -505,7 +614,8 @@ func TestChangedFunctionFileIsApplied(t *testing.T) {
 
 // A database at any earlier version, with jobs in flight and a process
 // enqueueing throughout, upgrades to the very catalog of a fresh install
-// (schema.sql's), every job kept.
+// (schema.sql's), every job kept. A version from FunctionFilesSince on is
+// reached as a database gets there with this binary: down from the latest.
 func TestUpgradeFromEveryVersion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -530,7 +640,14 @@ func TestUpgradeFromEveryVersion(t *testing.T) {
 		}
 		t.Run(fmt.Sprintf("from_%03d", v), func(t *testing.T) {
 			db := dbtest.NewEmpty(t)
-			_, err := up(ctx, db.Pool, "skiplock", v)
+			var err error
+			if v < migrations.FunctionFilesSince {
+				_, err = up(ctx, db.Pool, "skiplock", v)
+			} else {
+				_, err = up(ctx, db.Pool, "skiplock", 0)
+				require.NoError(t, err)
+				_, err = down(ctx, db.Pool, "skiplock", v)
+			}
 			require.NoError(t, err)
 			replacesEnqueue := signature(db.Pool) != latestSignature
 			_, err = db.Pool.Exec(ctx, `
@@ -542,15 +659,16 @@ func TestUpgradeFromEveryVersion(t *testing.T) {
 			require.NoError(t, err)
 
 			// A process enqueueing while the upgrade runs waits for the
-			// upgrade's locks and loses nothing. Migrations 006 and 014
-			// replaced enqueue by DROP and CREATE (its signature changed): a
-			// call that had looked the old function up fails once with
-			// "cache lookup failed" (and succeeds when retried). So does the
-			// function file that added enqueue's uniqueness and mode
-			// arguments (019): a version reached by up --to 17 or later still
-			// has 016's bodies (function files are applied at the latest
-			// version only). Such a failure is allowed only when the upgrade
-			// changes enqueue's signature.
+			// upgrade's locks and loses nothing. An upgrade that changes
+			// enqueue's signature (migrations 006 and 014, and version 19's
+			// function file, which added the uniqueness and mode arguments:
+			// from 001-018) must replace it by DROP and CREATE, since CREATE
+			// OR REPLACE cannot change a function's arguments; a call that
+			// looked the old function up just before the DROP then fails
+			// once with "cache lookup failed" (PostgreSQL's, and it succeeds
+			// when retried; docs/migrations.md tells producers). So such a
+			// failure is tolerated, and only when the upgrade changes
+			// enqueue's signature: from 019 on none is.
 			stop := make(chan struct{})
 			type result struct {
 				ids  []int64

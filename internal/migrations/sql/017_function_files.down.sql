@@ -1,17 +1,17 @@
 -- Back to version 16: no ring_size() or ring_evict(); ring_gen and
 -- rotate_ring as migration 016 wrote them, cancel_workflow as 007 did.
--- IF EXISTS: from version 18 on, `up --to 17` leaves the bodies of 16, and
--- each later version's down file restores those, so these may be gone.
+-- Version 17 is the function files of the binary released at 17 (the
+-- down files of 018 and later restore them); these are the bodies 017's
+-- files changed.
 
-
-DROP FUNCTION IF EXISTS {{schema}}.ring_evict(smallint);
+DROP FUNCTION {{schema}}.ring_evict(smallint);
 
 CREATE OR REPLACE FUNCTION {{schema}}.ring_gen() RETURNS smallint
 LANGUAGE sql VOLATILE AS $$
     SELECT (floor(extract(epoch FROM clock_timestamp()) / {{schema}}.ring_period())::bigint % 3)::smallint
 $$;
 
-DROP FUNCTION IF EXISTS {{schema}}.ring_size();
+DROP FUNCTION {{schema}}.ring_size();
 
 CREATE OR REPLACE FUNCTION {{schema}}.rotate_ring(p_lock_timeout_ms integer, OUT moved bigint, OUT truncated smallint)
 LANGUAGE plpgsql AS $$

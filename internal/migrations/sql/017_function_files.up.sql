@@ -7,6 +7,6 @@
 -- catalog; cancel_workflow carries limit_weight to jobs_dead, as every other
 -- dead-lettering statement does (TestCopiesCarryEveryJobsColumn found it
 -- dropped since 014). From this version on an up file carries no function
--- body; a down file restores the bodies of the version below it
+-- body; a down file restores the bodies its own version changed
 -- (docs/migrations.md).
 SELECT 1;

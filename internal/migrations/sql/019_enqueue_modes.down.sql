@@ -1,4 +1,4 @@
--- Back to version 17: no unique_keys, no enqueue_unique; enqueue and
+-- Back to version 18: no unique_keys, no enqueue_unique; enqueue and
 -- enqueue_job without the uniqueness and mode arguments.
 DROP FUNCTION {{schema}}.enqueue(text, text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, integer, text,
     text[], interval, boolean, interval, interval);

@@ -1,4 +1,4 @@
--- Version 18: uniqueness by args and by period, and the enqueue modes
+-- Version 19: uniqueness by args and by period, and the enqueue modes
 -- supersede, debounce and throttle (enqueue_unique, called by enqueue_job;
 -- new last arguments of enqueue and enqueue_job, with defaults). A key held
 -- beyond its job's flight (a unique period's bucket, a throttle's window)

@@ -1,4 +1,4 @@
--- Back to version 17: no settings table, no grant_role; validate_job reads
+-- Back to version 19: no settings table, no grant_role; validate_job reads
 -- the custom setting again and does not bound nesting; the functions that
 -- ran as the owner run as their caller and are executable by PUBLIC again.
 DROP FUNCTION {{schema}}.grant_role(text, name);

@@ -1,4 +1,4 @@
--- Version 18: least privilege (issue 38 §2, docs/security.md "Roles").
+-- Version 20: least privilege (issue 38 §2, docs/security.md "Roles").
 -- The limits that validate_job applies live in a table only the schema's
 -- owner can write, instead of the custom setting skiplock.max_payload_bytes
 -- that any session could SET for itself. The rest of this version is in the

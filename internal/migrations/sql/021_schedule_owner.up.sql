@@ -1,4 +1,4 @@
--- Version 18 (issue 37 §4): a schedule may belong to the code that declares
+-- Version 21 (issue 37 §4): a schedule may belong to the code that declares
 -- it. Client.ScheduleSync(owner, ...) stores its schedules with owner set
 -- and deletes that owner's schedules it no longer declares; schedules added
 -- one by one (ScheduleAdd, ScheduleDeclare, `skiplock schedule add`, plain
