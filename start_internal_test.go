@@ -15,6 +15,18 @@ import (
 	"github.com/skiplock/skiplock/internal/service"
 )
 
+// verifyNoLeak is goleak.VerifyNone after closing the client's pool's idle
+// connections: pgx leaves a connection's background reader blocked in a
+// read after a pipeline until the connection's next message (seen once in
+// CI, on a connection of the shared pool), which is the pool's, not a leak.
+// Closed, every pooled connection's goroutines end; whatever is left
+// belongs to a connection the client opened and did not close.
+func verifyNoLeak(t *testing.T, c *Client, before goleak.Option) {
+	t.Helper()
+	c.pool.Reset()
+	goleak.VerifyNone(t, before)
+}
+
 // recorder is a service that says whether it was started and stopped.
 type recorder struct{ started, stopped bool }
 
@@ -52,12 +64,12 @@ func TestStartFailureStopsWhatItStarted(t *testing.T) {
 	require.True(t, first.started)
 	require.True(t, first.stopped, "a service started before the failure is stopped")
 	require.Nil(t, c.runner, "the client is not left half started")
-	goleak.VerifyNone(t, before)
+	verifyNoLeak(t, c, before)
 
 	// It starts cleanly afterwards, and stops.
 	require.NoError(t, c.Start(ctx))
 	require.NoError(t, c.Stop(ctx))
-	goleak.VerifyNone(t, before)
+	verifyNoLeak(t, c, before)
 }
 
 // ctx is for start-up: cancelled before Start, it starts nothing; cancelled
@@ -69,7 +81,7 @@ func TestStartContextIsForStartUp(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, c.Start(cancelled), context.Canceled)
 	require.Nil(t, c.runner)
-	goleak.VerifyNone(t, before)
+	verifyNoLeak(t, c, before)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	require.NoError(t, c.Start(ctx))
@@ -79,7 +91,7 @@ func TestStartContextIsForStartUp(t *testing.T) {
 	// Still running: a job enqueued after ctx was cancelled is worked.
 	require.Eventually(t, func() bool { return c.Stats().Completed == 1 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, c.Stop(context.Background()))
-	goleak.VerifyNone(t, before)
+	verifyNoLeak(t, c, before)
 }
 
 var _ service.Service = failing{}
