@@ -35,18 +35,39 @@ const ProgressInterval = time.Second
 var ErrResultTooLarge = errors.New("skiplock: result too large")
 
 // runOutput is what a run leaves with its job: its result and its last
-// progress report. mu guards both: a handler may report from goroutines of
-// its own.
+// progress report, kept as reported and marshalled only when read (by the
+// progress loop about once a second, and with the completion). mu guards
+// all: a handler may report from goroutines of its own.
 type runOutput struct {
-	mu       sync.Mutex
-	result   []byte
-	progress []byte
+	mu          sync.Mutex
+	result      []byte
+	progress    Progress
+	hasProgress bool
 }
 
 func (o *runOutput) take() (result, progress []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.result, o.progress
+	return o.result, o.progressJSON()
+}
+
+// ProgressJSON is the last progress report as JSON, nil when there is
+// none (worker.ProgressSource).
+func (o *runOutput) ProgressJSON() []byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.progressJSON()
+}
+
+func (o *runOutput) progressJSON() []byte {
+	if !o.hasProgress {
+		return nil
+	}
+	doc, err := json.Marshal(o.progress)
+	if err != nil { // a struct of numbers, a valid string and a time
+		return nil
+	}
+	return doc
 }
 
 // SetResult sets the result of the job whose handler's context ctx is: v
@@ -98,14 +119,11 @@ func SetProgress(ctx context.Context, done, total int64, note string) error {
 	if run == nil {
 		return ErrNotInHandler
 	}
-	doc, err := json.Marshal(Progress{Done: done, Total: total, Note: cutNote(note), At: time.Now().UTC()})
-	if err != nil {
-		return fmt.Errorf("skiplock: SetProgress: %w", err)
-	}
+	p := Progress{Done: done, Total: total, Note: cutNote(note), At: time.Now().UTC()}
 	run.out.mu.Lock()
-	run.out.progress = doc
+	run.out.progress, run.out.hasProgress = p, true
 	run.out.mu.Unlock()
-	worker.ReportProgress(ctx, run.id, run.token, doc)
+	worker.ReportProgress(ctx, run.id, run.token, &run.out)
 	return nil
 }
 
@@ -118,12 +136,9 @@ func LastProgress(ctx context.Context) (Progress, bool) {
 	if run == nil {
 		return Progress{}, false
 	}
-	_, doc := run.out.take()
-	var p Progress
-	if doc == nil || json.Unmarshal(doc, &p) != nil {
-		return Progress{}, false
-	}
-	return p, true
+	run.out.mu.Lock()
+	defer run.out.mu.Unlock()
+	return run.out.progress, run.out.hasProgress
 }
 
 // cutNote bounds a progress note at a character boundary.

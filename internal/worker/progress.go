@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -19,30 +18,50 @@ import (
 // completion instead (Result.Progress).
 const ProgressInterval = time.Second
 
-// progressBuffer holds each running job's latest unwritten progress report.
-type progressBuffer struct {
-	mu      sync.Mutex // guards pending
-	pending map[int64]store.Progress
+// ProgressSource gives a running job's latest progress report as JSON.
+// The buffer asks for it only when it writes (once per ProgressInterval),
+// so a handler reporting a million times marshals its report about once a
+// second, not a million times.
+type ProgressSource interface {
+	ProgressJSON() []byte
 }
 
-// put keeps p as its job's latest report, replacing any unwritten one.
-func (b *progressBuffer) put(p store.Progress) {
+// progressBuffer holds, for each running job with an unwritten progress
+// report, where to read its latest report.
+type progressBuffer struct {
+	mu      sync.Mutex // guards pending
+	pending map[int64]pendingProgress
+}
+
+type pendingProgress struct {
+	lease store.Lease
+	src   ProgressSource
+}
+
+// put notes that the job of lease has a newer report in src, replacing any
+// unwritten one.
+func (b *progressBuffer) put(lease store.Lease, src ProgressSource) {
 	b.mu.Lock()
 	if b.pending == nil {
-		b.pending = map[int64]store.Progress{}
+		b.pending = map[int64]pendingProgress{}
 	}
-	b.pending[p.ID] = p
+	b.pending[lease.ID] = pendingProgress{lease: lease, src: src}
 	b.mu.Unlock()
 }
 
-// take returns the unwritten reports in id order (the order every fenced
-// write locks rows in) and forgets them.
+// take returns the unwritten reports, read from their sources now, in id
+// order (the order every fenced write locks rows in) and forgets them.
 func (b *progressBuffer) take() []store.Progress {
 	b.mu.Lock()
 	pending := b.pending
 	b.pending = nil
 	b.mu.Unlock()
-	ps := slices.Collect(maps.Values(pending))
+	ps := make([]store.Progress, 0, len(pending))
+	for _, p := range pending {
+		if doc := p.src.ProgressJSON(); doc != nil {
+			ps = append(ps, store.Progress{Lease: p.lease, JSON: doc})
+		}
+	}
 	slices.SortFunc(ps, func(a, b store.Progress) int { return cmp.Compare(a.ID, b.ID) })
 	return ps
 }
@@ -52,35 +71,35 @@ func (b *progressBuffer) take() []store.Progress {
 func (b *progressBuffer) forget(jobs []*Job) {
 	b.mu.Lock()
 	for _, j := range jobs {
-		if p, ok := b.pending[j.ID]; ok && p.Token == j.LeaseToken {
+		if p, ok := b.pending[j.ID]; ok && p.lease.Token == j.LeaseToken {
 			delete(b.pending, j.ID)
 		}
 	}
 	b.mu.Unlock()
 }
 
-// SetProgress records a running job's progress report (JSON), written by
-// the progress loop within ProgressInterval unless a newer report replaces
-// it first. A report for a lease that is gone is refused by the fence.
-func (r *Runner) SetProgress(id, token int64, doc []byte) {
-	r.progress.put(store.Progress{Lease: store.Lease{ID: id, Token: token}, JSON: doc})
+// SetProgress notes that a running job has a newer progress report in src,
+// read and written by the progress loop within ProgressInterval. A report
+// for a lease that is gone is refused by the fence.
+func (r *Runner) SetProgress(id, token int64, src ProgressSource) {
+	r.progress.put(store.Lease{ID: id, Token: token}, src)
 }
 
 // progressKey is the context key under which a handler's context carries
 // its Runner, for ReportProgress.
 type progressKey struct{}
 
-// ReportProgress records the progress report doc (JSON) of the job of
-// lease (id, token) with the Runner that runs the handler whose context
-// ctx is, to be written within ProgressInterval; false when ctx is not the
-// context of a handler a Runner runs (Drain's: only the last report is
+// ReportProgress notes a newer progress report in src of the job of lease
+// (id, token) with the Runner that runs the handler whose context ctx is,
+// to be read and written within ProgressInterval; false when ctx is not
+// the context of a handler a Runner runs (Drain's: only the last report is
 // kept, with the completion).
-func ReportProgress(ctx context.Context, id, token int64, doc []byte) bool {
+func ReportProgress(ctx context.Context, id, token int64, src ProgressSource) bool {
 	r, _ := ctx.Value(progressKey{}).(*Runner)
 	if r == nil {
 		return false
 	}
-	r.SetProgress(id, token, doc)
+	r.SetProgress(id, token, src)
 	return true
 }
 
