@@ -276,15 +276,14 @@ func (l *Listener) session(ctx context.Context, listening func(*pgx.Conn)) error
 	}
 	l.leaving = nil
 	l.mu.Unlock()
-	if err := l.sync(ctx, conn); err != nil {
+	if err := l.sync(ctx, conn, func() { listening(conn) }); err != nil {
 		return err
 	}
-	listening(conn)
 	for {
 		l.mu.Lock()
 		if l.changed() {
 			l.mu.Unlock()
-			if err := l.sync(ctx, conn); err != nil {
+			if err := l.sync(ctx, conn, nil); err != nil {
 				return err
 			}
 			continue
@@ -335,9 +334,10 @@ func (l *Listener) changed() bool {
 }
 
 // sync brings the connection's LISTENs in line with the subscriptions:
-// UNLISTEN for those that left, LISTEN (and the self-test, and OnConnect)
-// for those that came. An error means the connection is no good.
-func (l *Listener) sync(ctx context.Context, conn *pgx.Conn) error {
+// UNLISTEN for those that left, LISTEN for those that came, then, when
+// set, listening, and the newcomers' self-tests and OnConnect. An error
+// means the connection is no good.
+func (l *Listener) sync(ctx context.Context, conn *pgx.Conn, listening func()) error {
 	l.mu.Lock()
 	leaving := l.leaving
 	l.leaving = nil
@@ -359,6 +359,11 @@ func (l *Listener) sync(ctx context.Context, conn *pgx.Conn) error {
 		if err := s.Listen(ctx, conn); err != nil {
 			return fmt.Errorf("listen: %w", err)
 		}
+	}
+	if listening != nil {
+		listening()
+	}
+	for _, s := range joining {
 		delivered := l.selfTest(ctx, conn, s)
 		l.mu.Lock()
 		if slices.Contains(l.subs, s) {
