@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/migrations"
+	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/service"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/worker"
@@ -33,6 +34,12 @@ type Client struct {
 
 	runHook worker.RunHook // called around each handler run: the workflow engine (workflow.go)
 
+	// listener is the process's one LISTEN connection to this database
+	// (Config.ListenURL's when set), shared by the worker runtime (ready
+	// jobs, cancellations) and the waiters (finished jobs): it connects
+	// while either subscribes.
+	listener *notify.Listener
+
 	waitOnce sync.Once
 	waiters  *waiters // Wait's awaited jobs and look-up loop (wait.go), made on first use
 }
@@ -51,7 +58,28 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	}
 	st := store.New(cfg.Schema)
 	return &Client{pool: pool, cfg: cfg, store: st, handlers: map[string]*handlerEntry{},
-		runHook: workflowHook(st, pool, cfg.WorkerID)}, nil
+		runHook: workflowHook(st, pool, cfg.WorkerID), listener: newListener(pool, cfg, st)}, nil
+}
+
+// newListener is the client's LISTEN connection: on Config.ListenURL when
+// set (validated), else on the pool's server; through a pooler it finds
+// out (DirectSession) and its subscribers poll.
+func newListener(pool *pgxpool.Pool, cfg Config, st *store.Store) *notify.Listener {
+	connCfg := pool.Config().ConnConfig
+	if cfg.ListenURL != "" {
+		if lc, err := pgx.ParseConfig(cfg.ListenURL); err == nil { // Config.validate parsed it
+			connCfg = lc
+		}
+	}
+	return notify.New(notify.Config{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			cc := connCfg.Copy()
+			cc.RuntimeParams["application_name"] = "skiplock-listener"
+			return pgx.ConnectConfig(ctx, cc)
+		},
+		Direct: st.DirectSession,
+		Logger: cfg.Logger,
+	})
 }
 
 // Config returns the client's configuration with defaults filled in.
@@ -117,25 +145,13 @@ func (c *Client) start(ctx context.Context, extra ...service.Service) error {
 			"max_conns", c.pool.Config().MaxConns, "recommended_min", need)
 	}
 	c.ensureHistoryPartitions(ctx)
-	connCfg := c.pool.Config().ConnConfig
-	if c.cfg.ListenURL != "" {
-		lc, err := pgx.ParseConfig(c.cfg.ListenURL)
-		if err != nil {
-			return invalidConfig("ListenURL", "cannot parse the connection string")
-		}
-		connCfg = lc
-	}
 	runner := worker.New(worker.Config{
 		Pool: c.pool, Store: c.store, Logger: c.cfg.Logger, WorkerID: c.cfg.WorkerID, Pools: pools,
 		Handler: c.runJob, Lease: c.cfg.LeaseDuration, HeartbeatInterval: c.cfg.HeartbeatInterval,
 		PollInterval: c.cfg.PollInterval, ReaperInterval: reaper, Archive: c.cfg.keepCompleted(),
 		PollOnly: c.cfg.PollOnly, ListenURLSet: c.cfg.ListenURL != "",
 		PooledHint: pooledHint(c.pool.Config().ConnConfig.DefaultQueryExecMode),
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			cc := connCfg.Copy()
-			cc.RuntimeParams["application_name"] = "skiplock-listener"
-			return pgx.ConnectConfig(ctx, cc)
-		},
+		Listener:   c.listener,
 	})
 	services := append(c.retentionServices(), c.schedulerServices()...)
 	services = append(services, c.vacuumServices()...)

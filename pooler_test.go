@@ -110,6 +110,11 @@ func TestClientThroughPgBouncerWithListenURL(t *testing.T) {
 		got <- j.ID
 		return nil
 	}))
+	gate := make(chan struct{})
+	require.NoError(t, skiplock.Handle(c, "gate", func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
+		<-gate
+		return nil
+	}))
 	require.NoError(t, c.Start(ctx))
 	defer func() { _ = c.Stop(ctx) }()
 	require.Eventually(t, func() bool { return c.Stats().ListenerUp }, 20*time.Second, 20*time.Millisecond,
@@ -139,6 +144,17 @@ func TestClientThroughPgBouncerWithListenURL(t *testing.T) {
 	require.Eventually(t, func() bool { return countJobs(t, db.Pool, "true") == 0 }, 10*time.Second, 20*time.Millisecond,
 		"completions written through the pooler")
 	require.Zero(t, c.Stats().LeaseLost, "heartbeats kept the leases through the pooler")
+
+	// The same client waits on the same direct connection: a job's end
+	// returns Wait by NOTIFY (past the waiters' second look-up, 1.5 s).
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "gate"})
+	require.NoError(t, err)
+	time.AfterFunc(2500*time.Millisecond, func() { close(gate) })
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ends, err := c.Wait(wctx, r.ID)
+	require.NoError(t, err, "Wait was not woken by NOTIFY on the listen URL (poll interval 1h): %s", logs.String())
+	require.Equal(t, skiplock.JobStateCompleted, ends[0].State)
 	require.NotContains(t, logs.String(), "POLLING ONLY")
 	require.NotContains(t, logs.String(), "SQLSTATE")
 }

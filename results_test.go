@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
@@ -303,7 +304,9 @@ func TestWaitForTenThousandJobs(t *testing.T) {
 
 // Behind PgBouncer (transaction mode): with ListenURL, Wait is woken by
 // NOTIFY on the direct connection (the poll is an hour away); without it,
-// the waiter's listener finds the pooler and the poll alone finds the job.
+// the waiter's listener finds the pooler and the poll alone finds the job,
+// also when the waiting client runs worker pools of its own (whose
+// subscription to the shared listener found the pooler first).
 func TestWaitBehindPgBouncer(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
@@ -318,13 +321,20 @@ func TestWaitBehindPgBouncer(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  skiplock.Config
+		work bool
 	}{
-		{"listen-url", skiplock.Config{ListenURL: db.URL, PollInterval: time.Hour}},
-		{"poll", skiplock.Config{PollInterval: 100 * time.Millisecond}},
+		{"listen-url", skiplock.Config{ListenURL: db.URL, PollInterval: time.Hour}, false},
+		{"poll", skiplock.Config{PollInterval: 100 * time.Millisecond}, false},
+		{"poll-with-workers", skiplock.Config{PollInterval: 100 * time.Millisecond}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Schema, tc.cfg.Logger = db.Schema, quietLogger()
 			producer := newClient(t, pool, tc.cfg)
+			if tc.work {
+				resultHandlers(t, producer)
+				require.NoError(t, producer.Start(ctx))
+				defer func() { require.NoError(t, producer.Stop(context.Background())) }()
+			}
 			// The first look-up runs at once; wait until the listener is up
 			// (with ListenURL) by waiting for a first job, then time the
 			// second, which only an announcement can deliver in time.
@@ -332,6 +342,9 @@ func TestWaitBehindPgBouncer(t *testing.T) {
 				r, err := skiplock.EnqueueAndWait[rendered](ctx, producer, skiplock.EnqueueParams{Kind: "render", Payload: renderArgs{Doc: tc.name}})
 				require.NoError(t, err)
 				require.Equal(t, "https://example.test/"+tc.name+".pdf", r.URL)
+			}
+			if tc.work {
+				require.False(t, producer.Stats().ListenerUp, "no LISTEN through the pooler")
 			}
 		})
 	}
@@ -495,4 +508,112 @@ func TestFleetWait(t *testing.T) {
 	require.JSONEq(t, `{"url":"https://example.test/b.pdf"}`, string(ends[1].Result))
 	_, err = fleet.Wait(ctx, skiplock.FleetJob{Database: 2, ID: 1})
 	require.ErrorIs(t, err, skiplock.ErrInvalidConfig)
+}
+
+// A client that runs worker pools and waits has one LISTEN connection for
+// both (internal/notify): named skiplock-wait while it carries the waits,
+// skiplock-listener before and after. Both wake-ups go through it: with
+// the poll an hour away, a job enqueued is picked up by NOTIFY on the
+// ready jobs' channel, and its end returns Wait by NOTIFY on the finished
+// jobs' channel.
+func TestWorkersAndWaitersShareOneListenConnection(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(), PollInterval: time.Hour})
+	release := make(chan struct{})
+	require.NoError(t, skiplock.Handle(c, "hold", func(ctx context.Context, j *skiplock.Job[struct{}]) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return skiplock.SetResult(ctx, "released")
+	}))
+	// The LISTEN connections of this database, by name (the test's pool
+	// has a name of its own).
+	listeners := func() map[string]int {
+		rows, err := db.Pool.Query(ctx, `SELECT application_name, count(*)::int FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name IN ('skiplock-listener', 'skiplock-wait')
+			GROUP BY 1`)
+		require.NoError(t, err)
+		out := map[string]int{}
+		for rows.Next() {
+			var name string
+			var n int
+			require.NoError(t, rows.Scan(&name, &n))
+			out[name] = n
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			require.True(t, time.Now().Before(deadline), "timed out waiting for %s (listeners %v)", what, listeners())
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	require.NoError(t, c.Start(ctx))
+	stopped := false
+	defer func() {
+		if !stopped {
+			require.NoError(t, c.StopAndCancel(context.Background()))
+		}
+	}()
+	eventually("the runtime's listener", func() bool { return c.Stats().ListenerUp })
+	require.Equal(t, map[string]int{"skiplock-listener": 1}, listeners())
+
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "hold"})
+	require.NoError(t, err)
+	type waited struct {
+		ends []skiplock.JobEnd
+		err  error
+		at   time.Time
+	}
+	done := make(chan waited, 1)
+	go func() {
+		ends, err := c.Wait(ctx, r.ID)
+		done <- waited{ends, err, time.Now()}
+	}()
+	eventually("the job picked up by NOTIFY (the poll is an hour away)", func() bool {
+		e, err := c.JobResult(ctx, r.ID)
+		return err == nil && e.State == skiplock.JobStateRunning
+	})
+	eventually("the waiters on the same connection", func() bool {
+		return maps.Equal(listeners(), map[string]int{"skiplock-wait": 1})
+	})
+	// Past the worker's first look for waiters (once a second) and the
+	// waiters' own second look-up (1.5 s after they listen): from here on
+	// only an announcement can return Wait before the hour's poll.
+	time.Sleep(2 * time.Second)
+	require.Empty(t, done, "the job is still running")
+	released := time.Now()
+	close(release)
+	var w waited
+	select {
+	case w = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Wait was not woken by the job's end")
+	}
+	require.NoError(t, w.err)
+	require.Equal(t, skiplock.JobStateCompleted, w.ends[0].State)
+	require.JSONEq(t, `"released"`, string(w.ends[0].Result))
+	t.Logf("Wait returned %v after the handler was released", w.at.Sub(released).Round(time.Millisecond))
+	eventually("the waiters' subscription to leave the connection", func() bool {
+		return maps.Equal(listeners(), map[string]int{"skiplock-listener": 1})
+	})
+
+	// A job enqueued now is still picked up by NOTIFY on the same connection.
+	r2, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "hold"})
+	require.NoError(t, err)
+	ends, err := c.Wait(ctx, r2.ID)
+	require.NoError(t, err)
+	require.Equal(t, skiplock.JobStateCompleted, ends[0].State)
+
+	stopped = true
+	require.NoError(t, c.Stop(ctx))
+	eventually("the connection to close with the last subscription", func() bool { return len(listeners()) == 0 })
 }

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/skiplock/skiplock/internal/notify"
 )
 
@@ -33,14 +31,15 @@ const waitChunk = 1_000
 //
 // However many jobs and callers wait, a Client waits with one goroutine and
 // one look-up statement per wake-up for all of them, and, unless
-// Config.PollOnly, one LISTEN connection (Config.ListenURL's when set) on
-// which worker processes announce the jobs they finish, in the commit that
-// finishes them. NOTIFY is a hint: every Config.PollInterval the goroutine
-// looks up every job still awaited, so Wait is correct without it (behind a
-// transaction-mode pooler, or when the listener is away) and sees jobs
-// finished without an announcement (reaped, cancelled while ready,
-// completed by CompleteTx), one poll later. The goroutine and the
-// connection end when nothing is awaited.
+// Config.PollOnly, listens on the one LISTEN connection it shares with its
+// worker pools (Config.ListenURL's when set) for the jobs worker processes
+// announce they finished, in the commit that finishes them. NOTIFY is a
+// hint: every Config.PollInterval the goroutine looks up every job still
+// awaited, so Wait is correct without it (behind a transaction-mode
+// pooler, or when the listener is away) and sees jobs finished without an
+// announcement (reaped, cancelled while ready, completed by CompleteTx),
+// one poll later. The goroutine ends when nothing is awaited, and so does
+// the LISTEN connection unless the client's worker pools run.
 func (c *Client) Wait(ctx context.Context, ids ...int64) ([]JobEnd, error) {
 	for _, id := range ids {
 		if err := validateJobID(id); err != nil {
@@ -325,9 +324,7 @@ func (w *waiters) loop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if !c.cfg.PollOnly {
-		l := w.listener()
-		_ = l.Start(ctx)
-		defer func() { _ = l.Stop(context.Background()) }()
+		defer c.listener.Subscribe(w.subscription())()
 	}
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
@@ -367,38 +364,23 @@ func (w *waiters) look(ctx context.Context, ids []int64) {
 	w.ended(ends)
 }
 
-// listener is the waiters' LISTEN connection on the finished jobs'
-// channel (Config.ListenURL's when set), through internal/notify: a
-// reconnect looks every awaited job up; a pooler ends it (polling goes on).
-func (w *waiters) listener() *notify.Listener {
-	c := w.c
-	connCfg := c.pool.Config().ConnConfig
-	if c.cfg.ListenURL != "" {
-		if lc, err := pgx.ParseConfig(c.cfg.ListenURL); err == nil {
-			connCfg = lc
-		}
-	}
-	channel := c.store.DoneChannel()
-	return notify.New(notify.Config{
-		Connect: func(ctx context.Context) (*pgx.Conn, error) {
-			cc := connCfg.Copy()
-			cc.RuntimeParams["application_name"] = "skiplock-wait"
-			return pgx.ConnectConfig(ctx, cc)
-		},
-		Listen: c.store.ListenDone,
-		Direct: c.store.DirectSession,
-		OnNotify: func(ch, payload string) {
-			if ch == channel {
-				w.heardDone(payload)
-			}
-		},
+// subscription is the waiters' part of the client's LISTEN connection
+// (internal/notify, shared with the worker runtime): the finished jobs'
+// channel, on which the connection names itself skiplock-wait so that
+// worker processes announce the ends they write. Each (re)LISTEN looks
+// every awaited job up; a pooler leaves the waiters to polling.
+func (w *waiters) subscription() notify.Subscription {
+	st := w.c.store
+	return notify.Subscription{
+		Channels: []string{st.DoneChannel()},
+		Listen:   st.ListenDone,
+		Unlisten: st.UnlistenDone,
+		OnNotify: func(_, payload string) { w.heardDone(payload) },
 		OnConnect: func(bool) {
 			w.lookAllNow() // anything announced while we were not listening
 			// Workers notice a new waiter within a second (they announce
 			// ends only while one listens): look again once they have.
 			time.AfterFunc(announcedWithin, func() { w.lookAllNow() })
 		},
-		OnPooled: func() {},
-		Logger:   c.cfg.Logger,
-	})
+	}
 }

@@ -91,9 +91,16 @@ func (s *Store) CancelChannel() string { return s.Schema + ".cancel" }
 // which waiters listen on (ListenDone).
 func (s *Store) DoneChannel() string { return s.Schema + ".done" }
 
-// ListenDone subscribes conn to the finished jobs' channel.
+// ListenDone subscribes conn to the finished jobs' channel and names the
+// session skiplock-wait (WaitersListening).
 func (s *Store) ListenDone(ctx context.Context, conn *pgx.Conn) error {
 	_, err := conn.Exec(ctx, s.SQL("listen_done"))
+	return err
+}
+
+// UnlistenDone undoes ListenDone on a connection that stays up.
+func (s *Store) UnlistenDone(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, s.SQL("unlisten_done"))
 	return err
 }
 
@@ -165,6 +172,12 @@ func (s *Store) CopyClock(ctx context.Context, db DBTX) (time.Time, int16, error
 // (Channel) and cancellations (CancelChannel).
 func (s *Store) Listen(ctx context.Context, conn *pgx.Conn) error {
 	_, err := conn.Exec(ctx, s.SQL("listen"))
+	return err
+}
+
+// Unlisten undoes Listen on a connection that stays up.
+func (s *Store) Unlisten(ctx context.Context, conn *pgx.Conn) error {
+	_, err := conn.Exec(ctx, s.SQL("unlisten"))
 	return err
 }
 

@@ -19,7 +19,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/notify"
@@ -169,9 +168,11 @@ type Config struct {
 	ReaperInterval    time.Duration // 0 disables the reaper
 	Archive           bool
 	PollOnly          bool
-	// Connect opens the dedicated LISTEN connection.
-	Connect func(ctx context.Context) (*pgx.Conn, error)
-	// ListenURLSet reports that Connect uses a URL of its own for LISTEN
+	// Listener is the process's LISTEN connection, shared with the
+	// client's waiters (nil: none, poll only); the runner subscribes to
+	// ready jobs and cancellations while it runs.
+	Listener *notify.Listener
+	// ListenURLSet reports that Listener connects to a URL of its own
 	// (Config.ListenURL), which only changes what the warnings advise.
 	ListenURLSet bool
 	// PooledHint, when set, is logged at warn level if the listener finds a
@@ -230,7 +231,7 @@ type Runner struct {
 
 	pools     []*pool
 	completer *completer
-	listener  *notify.Listener
+	unlisten  func() // ends the runner's subscription to the listener; nil when it has none
 
 	hardCtx    context.Context // cancelled at hard stop; parent of every handler context
 	hardCancel context.CancelCauseFunc
@@ -273,10 +274,11 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.hardCtx, r.hardCancel = context.WithCancelCause(base)
 		r.bgCtx, r.bgCancel = context.WithCancel(base)
 		r.started.Store(true)
-		if !r.cfg.PollOnly && r.cfg.Connect != nil {
-			r.listener = notify.New(notify.Config{
-				Connect:  r.cfg.Connect,
+		if !r.cfg.PollOnly && r.cfg.Listener != nil {
+			r.unlisten = r.cfg.Listener.Subscribe(notify.Subscription{
+				Channels: []string{r.cfg.Store.Channel(), r.cfg.Store.CancelChannel()},
 				Listen:   r.cfg.Store.Listen,
+				Unlisten: r.cfg.Store.Unlisten,
 				SelfTest: r.cfg.Store.NotifySelfTest,
 				OnNotify: r.onNotify,
 				OnConnect: func(delivered bool) {
@@ -287,7 +289,6 @@ func (r *Runner) Start(ctx context.Context) error {
 					r.wakeAll() // catch anything sent while we were not listening
 				},
 				OnDisconnect: func(error) { r.listenerUp.Store(false) },
-				Direct:       r.cfg.Store.DirectSession,
 				OnPooled: func() {
 					r.listenerUp.Store(false)
 					r.pollOnly.Store(true)
@@ -300,9 +301,7 @@ func (r *Runner) Start(ctx context.Context) error {
 						r.log.Warn("skiplock: " + r.cfg.PooledHint)
 					}
 				},
-				Logger: r.log,
 			})
-			_ = r.listener.Start(r.bgCtx)
 		}
 		r.completer.start(r.bgCtx, &r.bgWG)
 		r.bgWG.Add(1)
@@ -375,8 +374,8 @@ func (r *Runner) stop(ctx context.Context) {
 	r.completer.close() // flushes everything queued
 	r.completer.wait()
 	r.bgCancel()
-	if r.listener != nil {
-		_ = r.listener.Stop(context.Background())
+	if r.unlisten != nil {
+		r.unlisten()
 	}
 	r.bgWG.Wait()
 	r.beat(context.Background(), true)

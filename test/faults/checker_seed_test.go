@@ -259,6 +259,15 @@ var seedCases = []seedCase{
 		h.runs = h.runs[:1]
 		return h
 	}},
+	{vAwaitNotReturned, "the caller's context ended before job 1's end", awaitOpts(&awaitCall{caller: "c", ids: []int64{1},
+		err: "context deadline exceeded"}), seedAwaited},
+	{vAwaitMissing, "Wait returned without job 1's end", awaitOpts(&awaitCall{caller: "c", ids: []int64{1}, returned: true}), seedAwaited},
+	{vAwaitTwice, "job 1's end reported twice", awaitOpts(&awaitCall{caller: "c", ids: []int64{1}, returned: true,
+		reports: []jobEnd{seedEnd1, seedEnd1}}), seedAwaited},
+	{vAwaitUnasked, "job 2's end reported to a caller of job 1", awaitOpts(&awaitCall{caller: "c", ids: []int64{1}, returned: true,
+		reports: []jobEnd{seedEnd1, {id: 2, state: "completed"}}}), seedAwaited},
+	{vAwaitWrongEnd, "job 1 reported with another result", awaitOpts(&awaitCall{caller: "c", ids: []int64{1}, returned: true,
+		reports: []jobEnd{{id: 1, state: "completed", result: `{"attempt": 2}`}}}), seedAwaited},
 	{vEntityOverlap, "jobs 1 and 2 of entity e running at once", checkOpts{committed: []int64{1, 2}}, func() history {
 		h := seedOK()
 		h.events[1].entity = sp("e")
@@ -268,6 +277,44 @@ var seedCases = []seedCase{
 		h.runs = append(h.runs, seedRun(2, 2, 201, 25, 55, "ok"))
 		return h
 	}},
+}
+
+// seedEnd1 is how seedAwaited's job 1 ended: completed with a result.
+var seedEnd1 = jobEnd{id: 1, state: "completed", result: `{"attempt":1}`}
+
+// seedAwaited is seedOK with the end jobs_done records for job 1.
+func seedAwaited() history {
+	h := seedOK()
+	h.ends = map[int64][]jobEnd{1: {{id: 1, state: "completed", result: `{"attempt": 1}`}}}
+	return h
+}
+
+func awaitOpts(calls ...*awaitCall) checkOpts {
+	return checkOpts{committed: []int64{1}, awaits: calls}
+}
+
+// Reported ends that match what the database records pass: a result
+// equal as JSON (jsonb re-spaces it), a dead job's reason and error; one
+// caller's end is not another's duplicate.
+func TestAwaitHistory(t *testing.T) {
+	t.Parallel()
+	ok := awaitOpts(&awaitCall{caller: "a", ids: []int64{1}, returned: true, reports: []jobEnd{seedEnd1}},
+		&awaitCall{caller: "b", ids: []int64{1}, returned: true, reports: []jobEnd{seedEnd1}})
+	r := checkHistory(sortHistory(seedAwaited()), ok, sameApp)
+	require.Empty(t, r.violations)
+	require.Equal(t, 2, r.AwaitCalls)
+	require.Equal(t, 2, r.AwaitReports)
+
+	h := seedAwaited()
+	h.runs[0].outcome = sp("fail")
+	h.events = append(h.events, seedTo("jobs_dead", 1, 40))
+	h.ends = map[int64][]jobEnd{1: {{id: 1, state: "dead", reason: "error", err: "failing on purpose"}}}
+	dead := jobEnd{id: 1, state: "dead", reason: "error", err: "failing on purpose"}
+	r = checkHistory(sortHistory(h), awaitOpts(&awaitCall{caller: "a", ids: []int64{1}, returned: true, reports: []jobEnd{dead}}), sameApp)
+	require.Empty(t, r.violations)
+	dead.err = "an earlier attempt's error"
+	r = checkHistory(sortHistory(h), awaitOpts(&awaitCall{caller: "a", ids: []int64{1}, returned: true, reports: []jobEnd{dead}}), sameApp)
+	require.Equal(t, map[string]int{vAwaitWrongEnd: 1}, r.kinds())
 }
 
 // seedSupersede: job 1 (key k) claimed by fw-a.1, superseded at 20 by the

@@ -2,8 +2,10 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -46,6 +48,11 @@ import (
 //     superseded job never completes (its holder's late completion must be
 //     refused by the fence). With one row per key, the live-key check above
 //     is what says that a key never has two leases at once.
+//   - awaits (checkOpts.awaits): every Wait call returned (its context did
+//     not end first), and reported each job it awaited exactly once, none
+//     it did not await, each with the end the database finally records
+//     (completed with the result in jobs_done, or dead with the reason and
+//     last error in jobs_dead).
 //
 // A lease is valid from its claim until its holder gives it up (completes,
 // retries, releases, dead-letters) or, otherwise, until its last expiry
@@ -82,6 +89,11 @@ const (
 	vUniqueKeyTwice     = "unique-key-twice-live"
 	vEntityOverlap      = "entity-running-twice"
 	vSupersededDone     = "superseded-completed" // a job whose lease a supersede ended was completed anyway
+	vAwaitNotReturned   = "await-not-returned"   // a Wait call's context ended before every job it awaited ended
+	vAwaitMissing       = "await-missing"        // a Wait call returned without reporting a job it awaited
+	vAwaitTwice         = "await-reported-twice" // a Wait call reported one job more than once
+	vAwaitUnasked       = "await-unasked"        // a Wait call reported a job it did not await
+	vAwaitWrongEnd      = "await-wrong-end"      // a reported end is not the one the database records
 )
 
 // allKinds lists every kind the checker reports; TestEveryCheckCanFire
@@ -90,7 +102,8 @@ var allKinds = []string{vLeftBehind, vNeverInserted, vUncommittedInAudit, vRolle
 	vRunWithoutClaim, vTokenRanTwice, vRunBeforeClaim, vRunOverlap, vClaimWhileHeld, vClaimOverlapsLease,
 	vClaimWithoutLease, vClaimBeyondMax, vClaimBeforeRunAt, vUnknownLease, vLeaseChangedHands, vStaleHeartbeat,
 	vStaleWrite, vStaleToken, vTokenOnIdleRow, vReapedValidLease, vDeadTwice, vArchivedTwice, vCompletedAndDead,
-	vLost, vCompletedNoOKRun, vUniqueKeyTwice, vEntityOverlap, vSupersededDone}
+	vLost, vCompletedNoOKRun, vUniqueKeyTwice, vEntityOverlap, vSupersededDone,
+	vAwaitNotReturned, vAwaitMissing, vAwaitTwice, vAwaitUnasked, vAwaitWrongEnd}
 
 type auditEvent struct {
 	tbl, op                string
@@ -139,12 +152,35 @@ type leftRow struct {
 	attempts int
 }
 
+// jobEnd is how a job ended, as the database finally records it (a row
+// of jobs_done or jobs_dead) or as a Wait call reported it.
+type jobEnd struct {
+	id     int64
+	state  string // completed, dead (or gone, in a report)
+	result string // a completed job's result, JSON text; "" for none
+	reason string // a dead job's reason
+	err    string // a dead job's last error
+}
+
+// awaitCall is one Wait call as the test saw it: the jobs it awaited,
+// every end it reported (in the order reported), and whether it returned
+// without error (every job ended) before the test's deadline.
+type awaitCall struct {
+	caller   string
+	ids      []int64
+	reports  []jobEnd
+	returned bool
+	err      string // Wait's error when it did not return cleanly
+}
+
 // history is everything the checker reads: the audit trail (ordered by
-// job, then time), the runs and the rows left in the hot table.
+// job, then time), the runs, the rows left in the hot table and, when the
+// test awaited jobs, the ends the tables record.
 type history struct {
 	events []auditEvent
 	runs   []runRow
 	left   []leftRow
+	ends   map[int64][]jobEnd
 }
 
 type violation struct {
@@ -158,8 +194,11 @@ func (v violation) String() string { return v.kind + ": " + v.msg }
 type report struct {
 	Jobs, Completed, Dead, Claims, Runs, Reaped, Reruns int
 	// Superseded counts the running leases a producer's supersede ended.
-	Superseded  int
-	DeadReasons map[string]int
+	Superseded int
+	// AwaitCalls and AwaitReports count the Wait calls checked and the
+	// ends they reported.
+	AwaitCalls, AwaitReports int
+	DeadReasons              map[string]int
 	// Attempts is, per job, the claims that spent an attempt, counted from
 	// the audit's ready→running transitions (not the library's column).
 	Attempts   map[int64]int
@@ -171,8 +210,9 @@ type report struct {
 }
 
 func (r *report) String() string {
-	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d, superseded %d; holder writes with a recorded token %d; violations %d %v",
-		r.Jobs, r.Completed, r.Dead, r.DeadReasons, r.Claims, r.Runs, r.Reruns, r.Reaped, r.Superseded, r.TokenWrites, len(r.violations), r.kinds())
+	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d, superseded %d; holder writes with a recorded token %d; awaited: %d ends reported to %d Wait calls; violations %d %v",
+		r.Jobs, r.Completed, r.Dead, r.DeadReasons, r.Claims, r.Runs, r.Reruns, r.Reaped, r.Superseded, r.TokenWrites,
+		r.AwaitReports, r.AwaitCalls, len(r.violations), r.kinds())
 }
 
 func (r *report) violate(kind, format string, args ...any) {
@@ -197,6 +237,9 @@ type checkOpts struct {
 	// row by a process that holds no lease and presents no token is a
 	// supersede, not a stale write.
 	supersede bool
+	// awaits: the Wait calls the test made, each checked against the ends
+	// the database records.
+	awaits []*awaitCall
 }
 
 // checkInvariants checks every invariant above and fails the test on any
@@ -231,6 +274,9 @@ func analyze(t *testing.T, e *env, o checkOpts) *report {
 	require.NoError(t, rows.Err())
 	h.events = loadAudit(t, ctx, e)
 	h.runs = loadRuns(t, ctx, e)
+	if o.awaits != nil {
+		h.ends = loadEnds(t, ctx, e)
+	}
 	return checkHistory(h, o, e.owns)
 }
 
@@ -371,7 +417,77 @@ func checkHistory(h history, o checkOpts, owns func(app, lockedBy string) bool) 
 				id, spent, len(leases[id]), maxAttempts)
 		}
 	}
+	for _, call := range o.awaits {
+		checkAwait(r, call, h.ends)
+	}
 	return r
+}
+
+// checkAwait holds one Wait call to its promise: it returns once every job
+// it awaited ended, with each job's end exactly once, and that end is the
+// one the database records.
+func checkAwait(r *report, call *awaitCall, ends map[int64][]jobEnd) {
+	r.AwaitCalls++
+	r.AwaitReports += len(call.reports)
+	awaited := map[int64]bool{}
+	for _, id := range call.ids {
+		awaited[id] = true
+	}
+	reported := map[int64]int{}
+	for _, got := range call.reports {
+		reported[got.id]++
+		if !awaited[got.id] {
+			r.violate(vAwaitUnasked, "%s: reported job %d, which it did not await", call.caller, got.id)
+			continue
+		}
+		if reported[got.id] == 2 {
+			r.violate(vAwaitTwice, "%s: reported job %d more than once", call.caller, got.id)
+		}
+		recorded := ends[got.id]
+		switch {
+		case len(recorded) != 1:
+			r.violate(vAwaitWrongEnd, "%s: reported job %d %s, the database records %d ends of it", call.caller, got.id, got, len(recorded))
+		case !sameEnd(got, recorded[0]):
+			r.violate(vAwaitWrongEnd, "%s: reported job %d %s, the database records %s", call.caller, got.id, got, recorded[0])
+		}
+	}
+	if !call.returned {
+		unreported := 0
+		for id := range awaited {
+			if reported[id] == 0 {
+				unreported++
+			}
+		}
+		r.violate(vAwaitNotReturned, "%s: Wait did not return (%s) with %d of its %d jobs unreported", call.caller, call.err, unreported, len(awaited))
+		return
+	}
+	for _, id := range call.ids {
+		if reported[id] == 0 {
+			r.violate(vAwaitMissing, "%s: returned without reporting job %d", call.caller, id)
+		}
+	}
+}
+
+func (e jobEnd) String() string {
+	if e.state == "dead" {
+		return fmt.Sprintf("dead (%s: %q)", e.reason, e.err)
+	}
+	return fmt.Sprintf("%s (result %s)", e.state, e.result)
+}
+
+// sameEnd compares a reported end with a recorded one: the state, a
+// completed job's result (as JSON values: jsonb re-spaces the text), a dead
+// job's reason and error.
+func sameEnd(got, want jobEnd) bool {
+	if got.state != want.state || got.reason != want.reason || got.err != want.err {
+		return false
+	}
+	if got.result == want.result {
+		return true
+	}
+	var a, b any
+	return got.result != "" && want.result != "" && json.Unmarshal([]byte(got.result), &a) == nil &&
+		json.Unmarshal([]byte(want.result), &b) == nil && reflect.DeepEqual(a, b)
 }
 
 // jobHistory replays one job's audit events and returns its leases.
@@ -630,6 +746,25 @@ func loadAudit(t *testing.T, ctx context.Context, e *env) []auditEvent {
 			&ev.oldBy, &ev.newBy, &ev.oldExpires, &ev.newExpires, &ev.oldRunAt, &ev.attempts, &ev.maxAttempts,
 			&ev.reason, &ev.queue, &ev.uniqueKey, &ev.entity, &ev.presented, &ev.app, &ev.reaper, &ev.txNow, &ev.at))
 		out = append(out, ev)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// loadEnds reads how the database records each finished job's end: its
+// rows in jobs_done (completed, with the result) and jobs_dead (dead, with
+// the reason and last error).
+func loadEnds(t *testing.T, ctx context.Context, e *env) map[int64][]jobEnd {
+	t.Helper()
+	rows, err := e.pool.Query(ctx, `SELECT id, 'completed', coalesce(result::text, ''), '', '' FROM skiplock.jobs_done
+		UNION ALL SELECT id, 'dead', '', coalesce(reason, ''), coalesce(last_error, '') FROM skiplock.jobs_dead`)
+	require.NoError(t, err)
+	defer rows.Close()
+	out := map[int64][]jobEnd{}
+	for rows.Next() {
+		var end jobEnd
+		require.NoError(t, rows.Scan(&end.id, &end.state, &end.result, &end.reason, &end.err))
+		out[end.id] = append(out[end.id], end)
 	}
 	require.NoError(t, rows.Err())
 	return out

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -210,10 +212,13 @@ func (e *env) appURL(app string) string {
 }
 
 // job is the payload the workers understand: per attempt, how long the job
-// sleeps and what it then does (ok, fail, panic, exit).
+// sleeps and what it then does (ok, fail, panic, exit); with Result, a run
+// sets a result naming the job, its attempt and its worker (a failing one
+// says them in its error).
 type job struct {
-	Sleep []int    `json:"sleep,omitempty"`
-	Mode  []string `json:"mode,omitempty"`
+	Sleep  []int    `json:"sleep,omitempty"`
+	Mode   []string `json:"mode,omitempty"`
+	Result bool     `json:"result,omitempty"`
 }
 
 // enqueue commits n jobs to the default queue and returns their ids.
@@ -231,6 +236,97 @@ func (e *env) enqueueTo(queue string, n int, j job, maxAttempts int) []int64 {
 		ids = append(ids, r.ID)
 	}
 	return ids
+}
+
+// awaiter waits for jobs from the test's process, as a web handler's or a
+// script's process would: a client of its own over a pool of its own
+// (connections named "awaiter", which faults may kill), whose LISTEN
+// connection is named skiplock-wait while anything is awaited (none with
+// PollOnly). Each caller's Wait calls are recorded for the checker
+// (checkOpts.awaits).
+type awaiter struct {
+	client *skiplock.Client
+	wg     sync.WaitGroup
+	calls  []*awaitCall // each written by its caller's goroutine until wg.Wait returns
+}
+
+func (e *env) awaiter(pollOnly bool) *awaiter {
+	e.t.Helper()
+	cfg, err := pgxpool.ParseConfig(e.url)
+	require.NoError(e.t, err)
+	cfg.ConnConfig.RuntimeParams["application_name"] = "awaiter"
+	cfg.ConnConfig.ConnectTimeout = 3 * time.Second
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(e.t, err)
+	e.t.Cleanup(pool.Close)
+	c, err := skiplock.NewClient(pool, skiplock.Config{PollOnly: pollOnly, PollInterval: poll,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(e.t, err)
+	return &awaiter{client: c}
+}
+
+// wait starts a caller that awaits ids with one Wait call.
+func (a *awaiter) wait(ctx context.Context, caller string, ids []int64) {
+	call := &awaitCall{caller: caller, ids: ids}
+	a.calls = append(a.calls, call)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		ends, err := a.client.Wait(ctx, ids...)
+		call.record(ends, err)
+	}()
+}
+
+// waitInTurns starts a caller that awaits ids with Wait calls of at most
+// turn each: each call ends with its context, and the next awaits the jobs
+// the last did not report ended, until none is left or ctx ends. Every
+// end is reported to it once, whichever call reported it.
+func (a *awaiter) waitInTurns(ctx context.Context, caller string, ids []int64, turn time.Duration) {
+	call := &awaitCall{caller: caller, ids: ids}
+	a.calls = append(a.calls, call)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		left := ids
+		for {
+			tctx, cancel := context.WithTimeout(ctx, turn)
+			ends, err := a.client.Wait(tctx, left...)
+			cancel()
+			call.record(ends, err)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			left = left[:0:0]
+			for _, end := range ends {
+				if end.State == "" {
+					left = append(left, end.ID)
+				}
+			}
+		}
+	}()
+}
+
+// done waits for every caller to return and gives their calls.
+func (a *awaiter) done() []*awaitCall {
+	a.wg.Wait()
+	return a.calls
+}
+
+// record takes what one Wait call returned: the ends it reported (a job
+// with no State did not end before the call's context did) and whether it
+// returned cleanly.
+func (c *awaitCall) record(ends []skiplock.JobEnd, err error) {
+	for _, end := range ends {
+		if end.State == "" {
+			continue
+		}
+		c.reports = append(c.reports, jobEnd{id: end.ID, state: string(end.State), result: string(end.Result),
+			reason: end.Reason, err: end.Error})
+	}
+	c.returned, c.err = err == nil, ""
+	if err != nil {
+		c.err = err.Error()
+	}
 }
 
 // proc is one worker process.

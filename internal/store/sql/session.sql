@@ -14,14 +14,32 @@ SELECT pg_backend_pid();
 LISTEN "{{schema_name}}.jobs";
 LISTEN "{{schema_name}}.cancel";
 
+-- name: unlisten
+-- Undoes listen on the process's LISTEN connection, which stays up for
+-- Client.Wait's subscription (a stopped client whose callers still wait).
+UNLISTEN "{{schema_name}}.jobs";
+UNLISTEN "{{schema_name}}.cancel";
+
 -- name: listen_done
--- A waiter's subscription (Client.Wait): finished jobs ("<schema>.done",
--- store.DoneChannel), whose payloads are job ids (notify_done).
+-- The waiters' subscription (Client.Wait) on the process's LISTEN
+-- connection: finished jobs ("<schema>.done", store.DoneChannel), whose
+-- payloads are job ids (notify_done). The connection names itself
+-- skiplock-wait while it carries it: that is how worker processes know a
+-- waiter listens (waiters_listening).
 LISTEN "{{schema_name}}.done";
+SELECT set_config('application_name', 'skiplock-wait', false);
+
+-- name: unlisten_done
+-- Undoes listen_done when nothing is awaited any more but the connection
+-- stays up for the worker runtime: back to the name it connected with
+-- (skiplock-listener).
+UNLISTEN "{{schema_name}}.done";
+RESET application_name;
 
 -- name: waiters_listening
--- Whether a process waits for jobs of this database (Client.Wait's LISTEN
--- connection, application_name skiplock-wait): the completer announces
+-- Whether a process waits for jobs of this database (a LISTEN connection
+-- carrying Client.Wait's subscription names itself skiplock-wait,
+-- listen_done): the completer announces
 -- the ends it writes (notify_done) only then. A NOTIFY takes a lock every
 -- notifying commit of the cluster queues for; a drain nobody waits for
 -- must not pay for it. Read once a second by each worker process.

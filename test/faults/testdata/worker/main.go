@@ -9,9 +9,12 @@
 // after it, so the tests can count executions per job and see which ones
 // were interrupted. What a job does is in its payload:
 //
-//	{"sleep": [ms per attempt...], "mode": ["ok"|"fail"|"panic"|"exit"...]}
+//	{"sleep": [ms per attempt...], "mode": ["ok"|"fail"|"panic"|"exit"...], "result": bool}
 //
-// The last element of each list applies to every later attempt.
+// The last element of each list applies to every later attempt. With
+// "result", a successful run sets a result naming the job, the attempt and
+// the worker (SetResult), and a failing one says them in its error: the
+// awaits' check tells one run's end from another's.
 package main
 
 import (
@@ -57,8 +60,16 @@ func main() {
 
 // spec is a job's payload: what each attempt does.
 type spec struct {
-	Sleep []int    `json:"sleep"`
-	Mode  []string `json:"mode"`
+	Sleep  []int    `json:"sleep"`
+	Mode   []string `json:"mode"`
+	Result bool     `json:"result"`
+}
+
+// runResult is what a run with "result" sets.
+type runResult struct {
+	Job     int64  `json:"job"`
+	Attempt int    `json:"attempt"`
+	Worker  string `json:"worker"`
 }
 
 func (s spec) at(attempt int) (time.Duration, string) {
@@ -191,10 +202,16 @@ func work(args []string) error {
 			panic(fmt.Sprintf("poison job %d", j.ID))
 		case "fail":
 			_ = endRun(ctx, pool, run, "fail")
+			if j.Args.Result {
+				return fmt.Errorf("failing on purpose: job %d, attempt %d, %s", j.ID, j.Attempt, j.WorkerID)
+			}
 			return errors.New("failing on purpose")
 		}
 		if err := endRun(ctx, pool, run, "ok"); err != nil {
 			return fmt.Errorf("record run end: %w", err)
+		}
+		if j.Args.Result {
+			return skiplock.SetResult(ctx, runResult{Job: j.ID, Attempt: j.Attempt, Worker: j.WorkerID})
 		}
 		return nil
 	})
