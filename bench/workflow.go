@@ -217,7 +217,7 @@ func RunWorkflow(ctx context.Context, pool *pgxpool.Pool, o WorkflowOptions) (Wo
 	if err := c.Start(ctx); err != nil {
 		return res, err
 	}
-	_, err = waitDone(ctx, c, tasks, start, progress)
+	_, err = waitDone(ctx, c, nil, tasks, start, progress)
 	res.Seconds = time.Since(start).Seconds()
 	if err != nil {
 		_ = c.StopAndCancel(context.WithoutCancel(ctx))
