@@ -259,6 +259,16 @@ var seedCases = []seedCase{
 		h.runs = h.runs[:1]
 		return h
 	}},
+	{vPlainAtRest, "job 1 enqueued sealed, its claim stored it in plaintext", sealedOne, func() history {
+		h := seedSealed()
+		h.events[1].sealed, h.events[1].marker = bp(false), bp(true)
+		return h
+	}},
+	{vPayloadMismatch, "job 1's handler got another payload", sealedOne, func() history {
+		h := seedSealed()
+		h.runs[0].payload = []byte(`{"marker": "fault-plaintext-marker-2"}`)
+		return h
+	}},
 	{vEntityOverlap, "jobs 1 and 2 of entity e running at once", checkOpts{committed: []int64{1, 2}}, func() history {
 		h := seedOK()
 		h.events[1].entity = sp("e")
@@ -268,6 +278,24 @@ var seedCases = []seedCase{
 		h.runs = append(h.runs, seedRun(2, 2, 201, 25, 55, "ok"))
 		return h
 	}},
+}
+
+func bp(b bool) *bool { return &b }
+
+// sealedOne: job 1 enqueued sealed, with a marked payload.
+var sealedOne = checkOpts{committed: []int64{1}, payloads: map[int64]enqueuedPayload{
+	1: {json: []byte(`{"sleep":[300],"marker":"fault-plaintext-marker-1"}`), sealed: true}}}
+
+// seedSealed is seedOK with payloads sealed: its insert and claim stored
+// an envelope, and the run got the plaintext enqueued (members reordered, as
+// jsonb prints them).
+func seedSealed() history {
+	h := seedOK()
+	for _, i := range []int{0, 1} {
+		h.events[i].sealed, h.events[i].marker = bp(true), bp(false)
+	}
+	h.runs[0].payload = []byte(`{"sleep": [300], "marker": "fault-plaintext-marker-1"}`)
+	return h
 }
 
 // seedSupersede: job 1 (key k) claimed by fw-a.1, superseded at 20 by the
@@ -331,6 +359,9 @@ func TestEveryCheckCanFire(t *testing.T) {
 		require.Empty(t, r.violations, "%s must pass clean", name)
 		require.Equal(t, 1, r.Completed, name)
 	}
+	r := checkHistory(sortHistory(seedSealed()), sealedOne, sameApp)
+	require.Empty(t, r.violations, "seedSealed must pass clean")
+	require.Equal(t, []int{2, 0, 1}, []int{r.SealedWrites, r.PlainWrites, r.PayloadRuns})
 	covered := map[string]bool{}
 	for _, c := range seedCases {
 		t.Run(c.kind, func(t *testing.T) {
