@@ -125,7 +125,10 @@ type Config struct {
 	// handler see them; a payload sealed under a key the keyring does not
 	// hold is dead-lettered (reason "discarded", the error naming the key).
 	// Plain payloads are enqueued and run as before without it, and
-	// coexist with sealed ones. See LoadKeyring and docs/security.md.
+	// coexist with sealed ones. Its handlers' task outputs and step results
+	// are sealed the same way, and the signals it sends under the current
+	// key; its handlers get them opened. See LoadKeyring and
+	// docs/security.md.
 	Encryption *Keyring
 }
 

@@ -59,8 +59,9 @@
 // functions and writes no table, a reader sees no payload. With
 // Config.Encryption (a Keyring, skiplock keys new) a client seals every
 // payload it enqueues with AES-256-GCM under its tenant's key or the
-// current one, and opens it before the handler runs; KeysRotate re-seals
-// jobs under the current keys. See docs/security.md.
+// current one, and opens it before the handler runs (its handlers' task
+// outputs, step results and the signals it sends are sealed too);
+// KeysRotate re-seals jobs under the current keys. See docs/security.md.
 //
 // # Leases
 //

@@ -70,7 +70,8 @@ func validateUserStep(name string) error {
 // none after one that was refused; a refused checkpoint (the lease was
 // lost, another run recorded the step, the database's error) fails the
 // run's next Step (or the call that waits), and the run itself if the
-// handler returns nil.
+// handler returns nil. With Config.Encryption the recorded result is
+// sealed, like a payload, under the key of the job's tenant.
 func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
 	var v T
 	run, err := flow.RunFrom(ctx)
@@ -85,10 +86,10 @@ func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) 
 		if v, err = fn(ctx); err != nil {
 			return nil, err
 		}
-		return marshalOutput("step", v)
+		return sealedOutput(ctx, "step", v)
 	})
 	if recorded {
-		return v, decodeStep(name, out, &v)
+		return v, decodeStep(ctx, name, out, &v)
 	}
 	return v, err
 }
@@ -122,16 +123,21 @@ func StepTx[T any](ctx context.Context, name string, fn func(ctx context.Context
 		if v, err = fn(ctx, tx); err != nil {
 			return nil, err
 		}
-		return marshalOutput("step", v)
+		return sealedOutput(ctx, "step", v)
 	})
 	if recorded {
-		return v, decodeStep(name, out, &v)
+		return v, decodeStep(ctx, name, out, &v)
 	}
 	return v, err
 }
 
-// decodeStep decodes the recorded result of step name into v.
-func decodeStep[T any](name string, out []byte, v *T) error {
+// decodeStep decodes the recorded result of step name into v, opened
+// first if it was sealed.
+func decodeStep[T any](ctx context.Context, name string, out []byte, v *T) error {
+	out, err := openRunData(ctx, fmt.Sprintf("step %q", name), out)
+	if err != nil {
+		return err
+	}
 	if err := json.Unmarshal(out, v); err != nil {
 		return fmt.Errorf("skiplock: step %q: the recorded result does not decode into %T: %s", name, *v, jsonerr.Text(err))
 	}
@@ -191,7 +197,9 @@ func timer(ctx context.Context, name string, d time.Duration, at *time.Time) err
 // Each signal is received once: it is taken, and the wait's checkpoint
 // recorded, in one transaction, so a retried job receives the same payload
 // again from the checkpoint and never takes a second signal. Several waits
-// in one handler need different names (or signals sent again).
+// in one handler need different names (or signals sent again). A payload
+// sealed by its sender (Config.Encryption) is opened with this client's
+// keyring.
 //
 //	payment, err := skiplock.WaitSignal(ctx, "payment_received", 24*time.Hour)
 //	if err != nil {
@@ -208,7 +216,11 @@ func WaitSignal(ctx context.Context, name string, timeout time.Duration) (json.R
 	if timeout <= 0 || timeout > MaxScheduleAhead {
 		return nil, invalidJob("timeout", "must be between 0 and 5 years, got %s", timeout)
 	}
-	return run.WaitSignal(ctx, name, timeout)
+	payload, err := run.WaitSignal(ctx, name, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return openRunData(ctx, fmt.Sprintf("WaitSignal %q", name), payload)
 }
 
 // ErrCancelled is the context.Cause of a handler whose job was cancelled,
@@ -229,7 +241,11 @@ const MaxSignalPayloadBytes = 64 << 10
 // SignalSend sends the signal name with payload (a value marshalled to a JSON
 // object, or raw JSON; nil means {}) to target and returns its id. It is
 // kept until a wait receives it, so it may be sent before the wait begins.
-// SQL callers use skiplock.signal(name => ..., workflow_id => ..., payload => ...).
+// With Config.Encryption the payload is sealed under the keyring's current
+// key (the sender does not know its receiver's tenant); the limit applies to
+// the plaintext and to the envelope, about 4/3 of it. SQL callers use
+// skiplock.signal(name => ..., workflow_id => ..., payload => ...), which
+// stores what it is given.
 func (c *Client) SignalSend(ctx context.Context, name string, target SignalTarget, payload any) (int64, error) {
 	return c.SignalSendTx(ctx, c.pool, name, target, payload)
 }
@@ -253,6 +269,15 @@ func (c *Client) SignalSendTx(ctx context.Context, tx Tx, name string, target Si
 	}
 	if err := ValidatePayload(raw, MaxSignalPayloadBytes); err != nil {
 		return 0, err
+	}
+	if k := c.cfg.Encryption; k != nil {
+		if raw, err = k.seal(raw, ""); err != nil {
+			return 0, invalidJob("payload", "%v", err)
+		}
+		if len(raw) > MaxSignalPayloadBytes {
+			return 0, invalidJob("payload", "sealed, %d bytes exceeds the limit of %d bytes (an envelope is about 4/3 of its plaintext)",
+				len(raw), MaxSignalPayloadBytes)
+		}
 	}
 	id, err := flow.Signal(ctx, c.store, tx, name, target.WorkflowID, target.JobID, raw)
 	return id, flowError(err)

@@ -179,11 +179,20 @@ func TestEncryptedPayloadNotInHeapOrWAL(t *testing.T) {
 		t.Logf("no %s: the WAL checked by its bytes only", waldump)
 	}
 
-	// The heap: every table, partition and TOAST table of the schema, once
-	// a checkpoint has written the pages.
-	_, err = db.Pool.Exec(ctx, `CHECKPOINT`)
+	heap := schemaHeap(t, db.Pool)
+	require.True(t, bytes.Contains(heap, []byte(control)), "the scan finds a plain payload in the heap")
+	require.False(t, bytes.Contains(heap, []byte(marker)), "a sealed payload's plaintext is in the heap")
+}
+
+// schemaHeap returns the bytes of every table, partition and TOAST table
+// of the schema, once a checkpoint has written the pages: live rows and
+// whatever dead ones vacuum has not cleared yet.
+func schemaHeap(t *testing.T, pool *pgxpool.Pool) []byte {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `CHECKPOINT`)
 	require.NoError(t, err)
-	rows, err := db.Pool.Query(ctx, `SELECT pg_read_binary_file(pg_relation_filepath(c.oid))
+	rows, err := pool.Query(ctx, `SELECT pg_read_binary_file(pg_relation_filepath(c.oid))
 		FROM pg_class AS c
 		WHERE (c.relnamespace = 'skiplock'::regnamespace AND c.relkind IN ('r', 'm'))
 		   OR c.oid IN (SELECT t.reltoastrelid FROM pg_class AS t WHERE t.relnamespace = 'skiplock'::regnamespace)`)
@@ -195,8 +204,200 @@ func TestEncryptedPayloadNotInHeapOrWAL(t *testing.T) {
 		heap = append(heap, b...)
 	}
 	require.NoError(t, rows.Err())
-	require.True(t, bytes.Contains(heap, []byte(control)), "the scan finds a plain payload in the heap")
-	require.False(t, bytes.Contains(heap, []byte(marker)), "a sealed payload's plaintext is in the heap")
+	return heap
+}
+
+type flowArgs struct {
+	M string `json:"m"`
+}
+
+// flowSeen is what the workflow handlers of TestSealedOutputsAndSignals
+// got: each run's step results, parent outputs and signal payloads.
+type flowSeen struct {
+	mu    sync.Mutex // guards got
+	got   []string
+	waits int
+}
+
+func (s *flowSeen) add(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, v)
+}
+
+// handleFlow registers the two task kinds: "produce" records a step and
+// sets its output; "consume" reads its parent's output, records a step, and
+// waits for the signal "go". Each records what it got (the marker in its
+// args with a suffix), on every run.
+func handleFlow(t *testing.T, c *skiplock.Client, seen *flowSeen) {
+	t.Helper()
+	require.NoError(t, skiplock.Handle(c, "produce", func(ctx context.Context, j *skiplock.Job[flowArgs]) error {
+		s, err := skiplock.Step(ctx, "s", func(context.Context) (string, error) { return j.Args.M + "-step", nil })
+		if err != nil {
+			return err
+		}
+		seen.add(s)
+		return skiplock.SetOutput(ctx, map[string]string{"v": j.Args.M + "-out"})
+	}))
+	require.NoError(t, skiplock.Handle(c, "consume", func(ctx context.Context, j *skiplock.Job[flowArgs]) error {
+		out, err := skiplock.TaskOutput[map[string]string](ctx, "a")
+		if err != nil {
+			return err
+		}
+		seen.add(out["v"])
+		s, err := skiplock.Step(ctx, "s2", func(context.Context) (string, error) { return j.Args.M + "-step2", nil })
+		if err != nil {
+			return err
+		}
+		seen.add(s)
+		p, err := skiplock.WaitSignal(ctx, "go", time.Minute)
+		if err != nil {
+			seen.mu.Lock()
+			seen.waits++
+			seen.mu.Unlock()
+			return err
+		}
+		var sig map[string]string
+		if err := json.Unmarshal(p, &sig); err != nil {
+			return err
+		}
+		seen.add(sig["v"])
+		return nil
+	}))
+}
+
+// Issue 38 §3: what a workflow's handlers store beside their jobs is sealed
+// too: a task's output and a step's result under the key of the job's
+// tenant, a signal's payload under the sender's current key. At rest (a
+// consumer asleep in its signal wait, the signal in the sending
+// transaction) no row holds the plaintext; the handlers get the plaintext
+// on every run, the recorded step result opened on the run after the wait;
+// WorkflowTaskOutput and WorkflowGet open with a keyring and show the
+// envelope without. A plain worker's workflow beside it (the control)
+// stores its output readable, and the heap scan finds that and never the
+// sealed one.
+func TestSealedOutputsAndSignals(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	path, currentKey := newKeyringFile(t)
+	acmeKey, err := skiplock.KeyringAddKey(path, "acme")
+	require.NoError(t, err)
+	ring := loadKeyring(t, path)
+	marker, control := randomMarker("sealed-out-"), randomMarker("plain-out-")
+
+	enc := newClient(t, db.Pool, skiplock.Config{Encryption: ring, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+	plain := newClient(t, db.Pool, skiplock.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger(),
+		Pools: []skiplock.WorkerPool{{Queues: []string{"plainq"}}}})
+	var sealedSeen, plainSeen flowSeen
+	handleFlow(t, enc, &sealedSeen)
+	handleFlow(t, plain, &plainSeen)
+	graph := func(queue, m string) skiplock.Workflow {
+		return skiplock.Workflow{Name: "secrets", Tasks: []skiplock.Task{
+			{Name: "a", Queue: queue, Kind: "produce", Tenant: "acme", Args: flowArgs{M: m}},
+			{Name: "b", Queue: queue, Kind: "consume", Tenant: "acme", Args: flowArgs{M: m}, DependsOn: []string{"a"}}}}
+	}
+	wfSealed, err := enc.EnqueueWorkflow(ctx, graph("default", marker))
+	require.NoError(t, err)
+	wfPlain, err := plain.EnqueueWorkflow(ctx, graph("plainq", control))
+	require.NoError(t, err)
+	require.NoError(t, enc.Start(ctx))
+	t.Cleanup(func() { _ = enc.Stop(context.Background()) })
+	require.NoError(t, plain.Start(ctx))
+	t.Cleanup(func() { _ = plain.Stop(context.Background()) })
+
+	// Both consumers asleep in their signal waits: the output of a and the
+	// step of b are at rest.
+	asleep := func(wf int64) bool {
+		waits, err := enc.WorkflowWaitList(ctx, wf)
+		require.NoError(t, err)
+		for _, w := range waits {
+			if w.What == "signal wait" {
+				return true
+			}
+		}
+		return false
+	}
+	require.Eventually(t, func() bool { return asleep(wfSealed) && asleep(wfPlain) }, 10*time.Second, 10*time.Millisecond)
+	stored := func(q string, args ...any) []string {
+		rows, err := db.Pool.Query(ctx, q, args...)
+		require.NoError(t, err)
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return out
+	}
+	outputs := stored(`SELECT output::text FROM skiplock.workflow_tasks WHERE workflow_id = $1 AND output IS NOT NULL`, wfSealed)
+	require.Len(t, outputs, 1)
+	require.Contains(t, outputs[0], `"skiplock_encrypted": "v1.`+acmeKey+`.`, "a's output sealed under its tenant's key")
+	require.NotContains(t, outputs[0], marker)
+	steps := stored(`SELECT s.output::text FROM skiplock.job_steps AS s JOIN skiplock.workflow_tasks AS t ON t.job_id = s.job_id
+		WHERE t.workflow_id = $1 AND s.name = 's2'`, wfSealed)
+	require.Len(t, steps, 1)
+	require.Contains(t, steps[0], `"skiplock_encrypted": "v1.`+acmeKey+`.`, "b's step sealed under its tenant's key")
+	require.NotContains(t, steps[0], marker)
+	require.Contains(t, stored(`SELECT output::text FROM skiplock.workflow_tasks WHERE workflow_id = $1 AND name = 'a'`, wfPlain)[0],
+		control+"-out", "the control: a plain worker's output is readable")
+
+	// The signals, each in its sending transaction: sealed under the
+	// current key by a client with a keyring, as sent by one without.
+	send := func(c *skiplock.Client, wf int64, m string) string {
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
+		id, err := c.SignalSendTx(ctx, tx, "go", skiplock.SignalTarget{WorkflowID: wf}, map[string]string{"v": m + "-signal"})
+		require.NoError(t, err)
+		var p string
+		require.NoError(t, tx.QueryRow(ctx, `SELECT payload::text FROM skiplock.signals WHERE id = $1`, id).Scan(&p))
+		require.NoError(t, tx.Commit(ctx))
+		return p
+	}
+	p := send(enc, wfSealed, marker)
+	require.Contains(t, p, `"skiplock_encrypted": "v1.`+currentKey+`.`)
+	require.NotContains(t, p, marker)
+	require.Contains(t, send(plain, wfPlain, control), control+"-signal")
+
+	for _, wf := range []int64{wfSealed, wfPlain} {
+		require.Eventually(t, func() bool {
+			st, err := enc.WorkflowGet(ctx, wf, false)
+			require.NoError(t, err)
+			return st.State == "completed"
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	// Each run got the plaintext: a's step; b's parent output and step on
+	// both its runs (the step from its checkpoint on the second), then the
+	// signal.
+	for _, c := range []struct {
+		seen *flowSeen
+		m    string
+	}{{&sealedSeen, marker}, {&plainSeen, control}} {
+		c.seen.mu.Lock()
+		require.Equal(t, 1, c.seen.waits, "b slept once in its wait")
+		require.ElementsMatch(t, []string{c.m + "-step", c.m + "-out", c.m + "-step2", c.m + "-out", c.m + "-step2", c.m + "-signal"},
+			c.seen.got)
+		c.seen.mu.Unlock()
+	}
+
+	// Reading an output: opened with the keyring, the envelope without.
+	st, err := enc.WorkflowGet(ctx, wfSealed, true)
+	require.NoError(t, err)
+	var a skiplock.TaskStatus
+	for _, ts := range st.TaskList {
+		if ts.Name == "a" {
+			a = ts
+		}
+	}
+	require.JSONEq(t, `{"v": "`+marker+`-out"}`, string(a.Output))
+	raw, err := enc.WorkflowTaskOutput(ctx, wfSealed, a.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"v": "`+marker+`-out"}`, string(raw))
+	raw, err = newClient(t, db.Pool, skiplock.Config{}).WorkflowTaskOutput(ctx, wfSealed, a.ID)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), `"skiplock_encrypted": "v1.`+acmeKey+`.`)
+	require.NotContains(t, string(raw), marker)
+
+	heap := schemaHeap(t, db.Pool)
+	require.True(t, bytes.Contains(heap, []byte(control+"-out")), "the scan finds a plain output in the heap")
+	require.False(t, bytes.Contains(heap, []byte(marker)), "a sealed output, step or signal's plaintext is in the heap")
 }
 
 // Rotation with jobs in flight: jobs sealed under the old key and the new

@@ -77,6 +77,7 @@ type jobRun struct {
 	id     int64
 	token  int64 // copies of the lease, safe from changes to the Job's fields
 	worker string
+	tenant string // the job's: the key that seals what the run stores (sealRunData)
 
 	completedTx atomic.Bool // a CompleteTx succeeded (its transaction may still roll back)
 	leaseLost   atomic.Bool // a CompleteTx found the lease gone
@@ -278,7 +279,7 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		}
 		j.Payload = plain
 	}
-	run := &jobRun{client: c, id: j.ID, token: j.LeaseToken, worker: c.cfg.WorkerID}
+	run := &jobRun{client: c, id: j.ID, token: j.LeaseToken, worker: c.cfg.WorkerID, tenant: j.Tenant}
 	// The run hook (the workflow engine: durable steps, workflow tasks)
 	// finds its run through ctx, and so do the workflow functions.
 	ctx, run.hooked = c.runHook.BeginRun(ctx, j)
@@ -336,14 +337,11 @@ var errTimeout = errors.New("skiplock: handler timeout")
 
 // openPayload opens a sealed payload with the client's keyring.
 func (c *Client) openPayload(j *worker.Job) ([]byte, error) {
-	if c.cfg.Encryption == nil {
-		id, err := envelopeKeyID(j.Payload)
-		if err != nil {
-			return nil, err
-		}
-		return nil, fmt.Errorf("payload: sealed with key %q, and this client has no keyring (Config.Encryption)", id)
+	plain, err := c.openSealed(j.Payload)
+	if err != nil && c.cfg.Encryption == nil {
+		return nil, fmt.Errorf("payload: %w", err)
 	}
-	return c.cfg.Encryption.open(j.Payload)
+	return plain, err
 }
 
 // unopenable is the outcome of a job whose sealed payload does not open.

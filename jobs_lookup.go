@@ -211,12 +211,7 @@ func (c *Client) JobPayload(ctx context.Context, id int64) (json.RawMessage, err
 	if !found {
 		return nil, jobNotFound("payload", id)
 	}
-	if k := c.cfg.Encryption; k != nil && isEnvelope([]byte(p)) {
-		if plain, err := k.open([]byte(p)); err == nil {
-			return json.RawMessage(plain), nil
-		}
-	}
-	return json.RawMessage(p), nil
+	return json.RawMessage(c.openIfSealed([]byte(p))), nil
 }
 
 // JobListParams filters JobList. Every field is optional.

@@ -35,13 +35,23 @@ import (
 // handler see the job. The key id is authenticated (additional data), so an
 // envelope cannot be passed off as sealed under another key. Plain payloads
 // and envelopes coexist: a payload is opened only if it is an envelope.
+//
+// What a handler writes beside its job is sealed the same way (sealRunData,
+// openRunData): a workflow task's output and a step's result under the key
+// of the job's tenant; a signal's payload under the sender's current key
+// (SignalSendTx: the sender does not know its receiver's tenant).
 
 // encryptedField is the envelope's one member.
 const encryptedField = "skiplock_encrypted"
 
 // envelopePrefix is how jsonb prints an envelope (the only member, one
-// space after the colon): the cheap test before parsing.
-var envelopePrefix = []byte(`{"` + encryptedField + `": "`)
+// space after the colon): the cheap test before parsing. compactPrefix is
+// how encoding/json writes it, within an object it marshals (a signal
+// wait's checkpoint, held by its run before the database printed it).
+var (
+	envelopePrefix = []byte(`{"` + encryptedField + `": "`)
+	compactPrefix  = []byte(`{"` + encryptedField + `":"`)
+)
 
 // keyIDRe bounds key ids to what a file, a log line and the envelope's
 // dot-separated form carry safely.
@@ -308,7 +318,70 @@ func (k *Keyring) seal(plain []byte, tenant string) ([]byte, error) {
 func additionalData(id string) []byte { return []byte("skiplock payload v1 " + id) }
 
 // isEnvelope reports whether a stored payload is sealed.
-func isEnvelope(raw []byte) bool { return bytes.HasPrefix(raw, envelopePrefix) }
+func isEnvelope(raw []byte) bool {
+	return bytes.HasPrefix(raw, envelopePrefix) || bytes.HasPrefix(raw, compactPrefix)
+}
+
+// openSealed opens an envelope with the client's keyring. A client without
+// one cannot: the error names the key, so a worker not yet given the
+// keyring fails the attempt instead of handing the envelope on as data.
+func (c *Client) openSealed(raw []byte) ([]byte, error) {
+	if c.cfg.Encryption == nil {
+		id, err := envelopeKeyID(raw)
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("sealed with key %q, and this client has no keyring (Config.Encryption)", id)
+	}
+	return c.cfg.Encryption.open(raw)
+}
+
+// openIfSealed is what a person asking to see stored data gets (JobPayload,
+// a task's output): the plaintext when the client's keyring opens it, the
+// data as stored (an envelope shows only its key id) otherwise.
+func (c *Client) openIfSealed(raw []byte) []byte {
+	if k := c.cfg.Encryption; k != nil && isEnvelope(raw) {
+		if plain, err := k.open(raw); err == nil {
+			return plain
+		}
+	}
+	return raw
+}
+
+// sealRunData seals data the handler of ctx stores beside its job (a
+// workflow task's output, a step's result; field names it in errors) under
+// the key of the job's tenant, when its client has a keyring; otherwise it
+// returns raw as it is.
+func sealRunData(ctx context.Context, field string, raw []byte) ([]byte, error) {
+	run, _ := ctx.Value(runKey{}).(*jobRun)
+	if run == nil || run.client.cfg.Encryption == nil {
+		return raw, nil
+	}
+	sealed, err := run.client.cfg.Encryption.seal(raw, run.tenant)
+	if err != nil {
+		return nil, invalidJob(field, "%v", err)
+	}
+	return sealed, nil
+}
+
+// openRunData opens sealed data the handler of ctx reads (a task's output,
+// a step's recorded result, a signal's payload; what names it in errors)
+// with its client's keyring; data not sealed is returned as it is (sealed
+// and plain data coexist during a rollout).
+func openRunData(ctx context.Context, what string, raw []byte) ([]byte, error) {
+	if !isEnvelope(raw) {
+		return raw, nil
+	}
+	run, _ := ctx.Value(runKey{}).(*jobRun)
+	if run == nil {
+		return nil, ErrNotInHandler
+	}
+	plain, err := run.client.openSealed(raw)
+	if err != nil {
+		return nil, fmt.Errorf("skiplock: %s: %w", what, err)
+	}
+	return plain, nil
+}
 
 // envelopeKeyID returns the id of the key an envelope was sealed with.
 func envelopeKeyID(raw []byte) (string, error) {

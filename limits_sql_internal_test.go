@@ -100,6 +100,49 @@ func TestSQLLimitsEqualGo(t *testing.T) {
 		require.Equal(t, c.field, fe.Field)
 	}
 
+	// Control characters (issue 38 §5): refused in every identifier by both
+	// sides, naming the field, and, in unique key, tenant and entity, with
+	// the same words (the character and its byte offset). Queue and kind
+	// are refused by the name pattern. The characters just outside the
+	// rule (space, U+00A0, é) are accepted by both.
+	type ident struct {
+		field string
+		set   func(*job, string)
+	}
+	idents := []ident{
+		{"queue", func(j *job, v string) { j.queue = v }},
+		{"kind", func(j *job, v string) { j.kind = v }},
+		{"unique_key", func(j *job, v string) { j.uniqueKey = &v }},
+		{"tenant", func(j *job, v string) { j.tenant = &v }},
+		{"entity", func(j *job, v string) { j.entity = &v }},
+	}
+	for _, id := range idents {
+		for _, ch := range []string{"\x01", "\t", "\n", "\x1b", "\x1f", "\x7f", "\u0080", "\u0085", "\u009b", "\u009f"} {
+			j := ok()
+			id.set(&j, "ab"+ch+"c"+ch)
+			sqlErr := validate(j)
+			refused(t, id.field, sqlErr)
+			var fe *FieldError
+			require.ErrorAs(t, goPrepare(j), &fe, "Go accepted %q in %s", ch, id.field)
+			require.Equal(t, id.field, fe.Field)
+			if id.field != "queue" && id.field != "kind" {
+				var pe *pgconn.PgError
+				require.ErrorAs(t, sqlErr, &pe)
+				require.Equal(t, "skiplock: "+fe.Error(), pe.Message, "%s with %q: SQL and Go say it differently", id.field, ch)
+				require.Contains(t, pe.Message, "at byte offset 2")
+			}
+		}
+		if id.field == "queue" || id.field == "kind" {
+			continue // the name pattern allows neither space nor non-ASCII
+		}
+		for _, v := range []string{"a b", "a\u00a0b", "é", "\u200bzero-width"} {
+			j := ok()
+			id.set(&j, v)
+			require.NoError(t, validate(j), "SQL: %s %q", id.field, v)
+			require.NoError(t, goPrepare(j), "Go: %s %q", id.field, v)
+		}
+	}
+
 	// The name pattern is the same regular expression.
 	var def string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT pg_get_functiondef('skiplock.validate_job'::regproc)`).Scan(&def))

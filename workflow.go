@@ -280,6 +280,9 @@ func TaskOutput[T any](ctx context.Context, name string) (T, error) {
 	if err != nil || len(out) == 0 {
 		return v, err
 	}
+	if out, err = openRunData(ctx, fmt.Sprintf("TaskOutput %q", name), out); err != nil {
+		return v, err
+	}
 	if err := json.Unmarshal(out, &v); err != nil {
 		return v, fmt.Errorf("skiplock: TaskOutput %q: the output does not decode into %T: %s", name, v, jsonerr.Text(err))
 	}
@@ -315,17 +318,29 @@ func isObjectError(err error) bool {
 // output of the task the handler of ctx runs, for its dependents to read
 // with TaskOutput. It is written at once, fenced by the job's lease; a later
 // call replaces it, and a retried task writes it again. For an output that
-// commits exactly when the task's own writes do, use SetOutputTx.
+// commits exactly when the task's own writes do, use SetOutputTx. With
+// Config.Encryption the output is sealed, like a payload, under the key of
+// the job's tenant; TaskOutput opens it.
 func SetOutput(ctx context.Context, v any) error {
 	run, err := flow.RunFrom(ctx)
 	if err != nil {
 		return err
 	}
-	raw, err := marshalOutput("output", v)
+	raw, err := sealedOutput(ctx, "output", v)
 	if err != nil {
 		return err
 	}
 	return run.SetOutput(ctx, raw)
+}
+
+// sealedOutput is v marshalled and checked as an output (marshalOutput),
+// then sealed for the handler of ctx (sealRunData).
+func sealedOutput(ctx context.Context, field string, v any) ([]byte, error) {
+	raw, err := marshalOutput(field, v)
+	if err != nil {
+		return nil, err
+	}
+	return sealRunData(ctx, field, raw)
 }
 
 // SetOutputTx is SetOutput inside tx, the caller's transaction (a pgx transaction,
@@ -338,7 +353,7 @@ func SetOutputTx(ctx context.Context, tx Tx, v any) error {
 	if err != nil {
 		return err
 	}
-	raw, err := marshalOutput("output", v)
+	raw, err := sealedOutput(ctx, "output", v)
 	if err != nil {
 		return err
 	}
@@ -449,7 +464,8 @@ func workflowStatus(w store.WorkflowRow) WorkflowStatus {
 }
 
 // WorkflowGet returns a workflow with its tasks; their outputs only when
-// withOutputs is set. ErrWorkflowNotFound when there is none.
+// withOutputs is set (a sealed output opened when the client's keyring can
+// open it, as stored otherwise). ErrWorkflowNotFound when there is none.
 func (c *Client) WorkflowGet(ctx context.Context, id int64, withOutputs bool) (WorkflowStatus, error) {
 	w, ts, err := flow.Get(ctx, c.store, c.pool, id, withOutputs)
 	if err != nil {
@@ -460,8 +476,10 @@ func (c *Client) WorkflowGet(ctx context.Context, id int64, withOutputs bool) (W
 	for _, t := range ts {
 		st.States[t.State]++
 		s := TaskStatus{ID: t.ID, Name: t.Name, State: t.State, Queue: t.Queue, Kind: t.Kind, JobID: t.JobID,
-			DependsOn: t.DependsOn, CreatedAt: t.CreatedAt, EnqueuedAt: t.EnqueuedAt, FinishedAt: t.FinishedAt,
-			Output: t.Output}
+			DependsOn: t.DependsOn, CreatedAt: t.CreatedAt, EnqueuedAt: t.EnqueuedAt, FinishedAt: t.FinishedAt}
+		if t.Output != nil {
+			s.Output = c.openIfSealed(t.Output)
+		}
 		if t.Error != nil {
 			s.Error = *t.Error
 		}
@@ -550,8 +568,9 @@ func (c *Client) WorkflowWaitList(ctx context.Context, id int64) ([]WorkflowWait
 // WorkflowTaskOutput returns the output of one task of a workflow, by ids
 // (nil when the task set none), or ErrTaskNotFound when the workflow has no
 // such task. Like a payload, an output may hold personal data: read it only
-// when a person asked to see it, and never log it. A handler reads its
-// parents' outputs with TaskOutput.
+// when a person asked to see it, and never log it. A sealed output is opened
+// when the client's keyring can open it, and returned as stored, the
+// envelope, otherwise. A handler reads its parents' outputs with TaskOutput.
 func (c *Client) WorkflowTaskOutput(ctx context.Context, workflowID, taskID int64) (json.RawMessage, error) {
 	raw, found, err := c.store.TaskOutputByID(ctx, c.pool, workflowID, taskID)
 	switch {
@@ -560,5 +579,5 @@ func (c *Client) WorkflowTaskOutput(ctx context.Context, workflowID, taskID int6
 	case !found:
 		return nil, ErrTaskNotFound
 	}
-	return json.RawMessage(raw), nil
+	return json.RawMessage(c.openIfSealed(raw)), nil
 }

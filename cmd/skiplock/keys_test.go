@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,42 @@ func TestRolesGrant(t *testing.T) {
 	code, _, stderr = runCLI(t, "roles", "grant", "owner", role, "--database-url", db.URL)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "must be producer, worker, reader or admin")
+}
+
+// signal send --encryption-keys seals the signal's payload; workflow get
+// --outputs shows a sealed task output as stored (its key id only), and
+// opened with --encryption-keys.
+func TestKeysSignalAndOutputs(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	keys := filepath.Join(t.TempDir(), "keys.json")
+	code, key, stderr := runCLI(t, "keys", "new", "--file", keys)
+	require.Equal(t, 0, code, stderr)
+	key = strings.TrimSpace(key)
+	var wf int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.create_workflow('w', 'cancel',
+		'[{"name": "a", "queue": "default", "kind": "k"}]'::jsonb)`).Scan(&wf))
+	wfArg := strconv.FormatInt(wf, 10)
+
+	code, out, stderr := runCLI(t, "signal", "send", "go", "--database-url", db.URL, "--workflow", wfArg,
+		"--payload", `{"secret": "PII-signal"}`, "--encryption-keys", keys)
+	require.Equal(t, 0, code, stderr)
+	var stored string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT payload::text FROM skiplock.signals WHERE id = $1`,
+		strings.TrimSpace(out)).Scan(&stored))
+	require.NotContains(t, stored, "PII-signal")
+	require.Contains(t, stored, "v1."+key+".")
+
+	// A sealed output, as a worker with the keyring stores it: the
+	// signal's envelope will do (the same key, the same sealing).
+	_, err := db.Pool.Exec(ctx, `UPDATE skiplock.workflow_tasks SET output = $2::jsonb WHERE workflow_id = $1`, wf, stored)
+	require.NoError(t, err)
+	code, out, stderr = runCLI(t, "workflow", "get", wfArg, "--database-url", db.URL, "--outputs")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, out, "PII-signal")
+	require.Contains(t, out, "skiplock_encrypted")
+	code, out, stderr = runCLI(t, "workflow", "get", wfArg, "--database-url", db.URL, "--outputs", "--encryption-keys", keys)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "PII-signal", "revealed on request, with the keyring")
 }

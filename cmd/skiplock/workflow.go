@@ -72,8 +72,9 @@ error. Outputs only with --outputs. Exit 1 when no such workflow exists.`,
 			return printWorkflow(cmd.OutOrStdout(), st)
 		},
 	}
-	cmd.Flags().BoolVar(&outputs, "outputs", false, "also show the tasks' outputs (may hold personal data)")
+	cmd.Flags().BoolVar(&outputs, "outputs", false, "also show the tasks' outputs (may hold personal data; sealed ones opened with --encryption-keys)")
 	g.addJSON(cmd)
+	g.addEncryptionKeys(cmd)
 	return cmd
 }
 
@@ -296,8 +297,9 @@ The same as SQL: SELECT skiplock.signal(name => 'NAME', workflow_id => ID, paylo
 	fl := send.Flags()
 	fl.Int64Var(&wf, "workflow", 0, "the workflow to signal")
 	fl.Int64Var(&job, "job", 0, "the job to signal")
-	fl.StringVar(&payload, "payload", "", "the signal's payload, a JSON object (default {})")
+	fl.StringVar(&payload, "payload", "", "the signal's payload, a JSON object (default {}; sealed with --encryption-keys)")
 	g.addJSON(send)
+	g.addEncryptionKeys(send)
 	cmd.AddCommand(send)
 	return cmd
 }

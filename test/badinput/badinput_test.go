@@ -121,6 +121,12 @@ var cases = []badCase{
 	{"entity NUL", "entity", func(in *input) { in.Entity = s("\x00") }},
 	{"entity invalid UTF-8", "entity", func(in *input) { in.Entity = s("\xfe\xff") }},
 	{"entity overlong", "entity", func(in *input) { in.Entity = s(strings.Repeat("e", 257)) }},
+	// Control characters in identifiers (issue 38 §5): one rule in Go and
+	// in validate_job; an ANSI escape, a newline, a C1 control.
+	{"unique_key ANSI escape", "unique_key", func(in *input) { in.UniqueKey = s("u\x1b[2J") }},
+	{"tenant newline", "tenant", func(in *input) { in.Tenant = s("t\nforged log line") }},
+	{"entity C1 control", "entity", func(in *input) { in.Entity = s("e\u009b31m") }},
+	{"kind ANSI escape", "kind", func(in *input) { in.Kind = s("k\x1b[31m") }},
 
 	{"run_at year 0001", "run_at", func(in *input) { in.RunAt = s("0001-01-01T00:00:00Z") }},
 	{"run_at year 0001 noon", "run_at", func(in *input) { in.RunAt = s("0001-01-01T12:00:00Z") }},

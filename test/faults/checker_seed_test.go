@@ -268,6 +268,16 @@ var seedCases = []seedCase{
 		reports: []jobEnd{seedEnd1, {id: 2, state: "completed"}}}), seedAwaited},
 	{vAwaitWrongEnd, "job 1 reported with another result", awaitOpts(&awaitCall{caller: "c", ids: []int64{1}, returned: true,
 		reports: []jobEnd{{id: 1, state: "completed", result: `{"attempt": 2}`}}}), seedAwaited},
+	{vPlainAtRest, "job 1 enqueued sealed, its claim stored it in plaintext", sealedOne, func() history {
+		h := seedSealed()
+		h.events[1].sealed, h.events[1].marker = bp(false), bp(true)
+		return h
+	}},
+	{vPayloadMismatch, "job 1's handler got another payload", sealedOne, func() history {
+		h := seedSealed()
+		h.runs[0].payload = []byte(`{"marker": "fault-plaintext-marker-2"}`)
+		return h
+	}},
 	{vEntityOverlap, "jobs 1 and 2 of entity e running at once", checkOpts{committed: []int64{1, 2}}, func() history {
 		h := seedOK()
 		h.events[1].entity = sp("e")
@@ -315,6 +325,24 @@ func TestAwaitHistory(t *testing.T) {
 	dead.err = "an earlier attempt's error"
 	r = checkHistory(sortHistory(h), awaitOpts(&awaitCall{caller: "a", ids: []int64{1}, returned: true, reports: []jobEnd{dead}}), sameApp)
 	require.Equal(t, map[string]int{vAwaitWrongEnd: 1}, r.kinds())
+}
+
+func bp(b bool) *bool { return &b }
+
+// sealedOne: job 1 enqueued sealed, with a marked payload.
+var sealedOne = checkOpts{committed: []int64{1}, payloads: map[int64]enqueuedPayload{
+	1: {json: []byte(`{"sleep":[300],"marker":"fault-plaintext-marker-1"}`), sealed: true}}}
+
+// seedSealed is seedOK with payloads sealed: its insert and claim stored
+// an envelope, and the run got the plaintext enqueued (members reordered, as
+// jsonb prints them).
+func seedSealed() history {
+	h := seedOK()
+	for _, i := range []int{0, 1} {
+		h.events[i].sealed, h.events[i].marker = bp(true), bp(false)
+	}
+	h.runs[0].payload = []byte(`{"sleep": [300], "marker": "fault-plaintext-marker-1"}`)
+	return h
 }
 
 // seedSupersede: job 1 (key k) claimed by fw-a.1, superseded at 20 by the
@@ -378,6 +406,9 @@ func TestEveryCheckCanFire(t *testing.T) {
 		require.Empty(t, r.violations, "%s must pass clean", name)
 		require.Equal(t, 1, r.Completed, name)
 	}
+	r := checkHistory(sortHistory(seedSealed()), sealedOne, sameApp)
+	require.Empty(t, r.violations, "seedSealed must pass clean")
+	require.Equal(t, []int{2, 0, 1}, []int{r.SealedWrites, r.PlainWrites, r.PayloadRuns})
 	covered := map[string]bool{}
 	for _, c := range seedCases {
 		t.Run(c.kind, func(t *testing.T) {

@@ -47,7 +47,12 @@ import (
 //     supersede of enqueue_unique); that lease then ends at the move, and a
 //     superseded job never completes (its holder's late completion must be
 //     refused by the fence). With one row per key, the live-key check above
-//     is what says that a key never has two leases at once.
+//     is what says that a key never has two leases at once;
+//   - payloads: every run of a job the test enqueued (env.enqueueTo) saw
+//     exactly the payload enqueued (the handler records what it got: opened,
+//     when sealed), and every version of a sealed job's rows written to
+//     jobs, jobs_done and jobs_dead held an envelope and no plaintext
+//     marker (docs/security.md "Payload encryption");
 //   - awaits (checkOpts.awaits): every Wait call returned (its context did
 //     not end first), and reported each job it awaited exactly once, none
 //     it did not await, each with the end the database finally records
@@ -94,6 +99,8 @@ const (
 	vAwaitTwice         = "await-reported-twice" // a Wait call reported one job more than once
 	vAwaitUnasked       = "await-unasked"        // a Wait call reported a job it did not await
 	vAwaitWrongEnd      = "await-wrong-end"      // a reported end is not the one the database records
+	vPlainAtRest        = "plaintext-at-rest"    // a sealed job's row version stored without an envelope, or with plaintext
+	vPayloadMismatch    = "payload-mismatch"     // a handler saw a payload other than the one enqueued
 )
 
 // allKinds lists every kind the checker reports; TestEveryCheckCanFire
@@ -103,7 +110,7 @@ var allKinds = []string{vLeftBehind, vNeverInserted, vUncommittedInAudit, vRolle
 	vClaimWithoutLease, vClaimBeyondMax, vClaimBeforeRunAt, vUnknownLease, vLeaseChangedHands, vStaleHeartbeat,
 	vStaleWrite, vStaleToken, vTokenOnIdleRow, vReapedValidLease, vDeadTwice, vArchivedTwice, vCompletedAndDead,
 	vLost, vCompletedNoOKRun, vUniqueKeyTwice, vEntityOverlap, vSupersededDone,
-	vAwaitNotReturned, vAwaitMissing, vAwaitTwice, vAwaitUnasked, vAwaitWrongEnd}
+	vAwaitNotReturned, vAwaitMissing, vAwaitTwice, vAwaitUnasked, vAwaitWrongEnd, vPlainAtRest, vPayloadMismatch}
 
 type auditEvent struct {
 	tbl, op                string
@@ -111,6 +118,7 @@ type auditEvent struct {
 	oldState, newState     *string
 	oldToken, newToken     *int64
 	presented              *int64 // the lease token the write carried, when the writer's tracer recorded it
+	sealed, marker         *bool  // a row version written: its payload an envelope; its text with a plaintext marker
 	oldBy, newBy           *string
 	oldExpires, newExpires *time.Time
 	oldRunAt               *time.Time
@@ -143,6 +151,7 @@ type runRow struct {
 	start          time.Time
 	end            *time.Time
 	outcome        *string
+	payload        []byte // what the handler got
 }
 
 // leftRow is a row still in skiplock.jobs when the checker runs.
@@ -206,13 +215,17 @@ type report struct {
 	// TokenWrites counts the holder writes whose presented token the audit
 	// recorded: the per-token fencing check saw that many writes.
 	TokenWrites int
-	violations  []violation
+	// SealedWrites and PlainWrites count the row versions of enqueued jobs
+	// written with an envelope and with a plaintext marker; PayloadRuns the
+	// runs whose payload was compared with what was enqueued.
+	SealedWrites, PlainWrites, PayloadRuns int
+	violations                             []violation
 }
 
 func (r *report) String() string {
-	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d, superseded %d; holder writes with a recorded token %d; awaited: %d ends reported to %d Wait calls; violations %d %v",
+	return fmt.Sprintf("jobs %d: completed %d, dead %d %v; claims %d, runs %d (jobs run more than once: %d), reaped leases %d, superseded %d; holder writes with a recorded token %d; row versions sealed %d, with plaintext %d; runs that saw the payload enqueued %d; awaited: %d ends reported to %d Wait calls; violations %d %v",
 		r.Jobs, r.Completed, r.Dead, r.DeadReasons, r.Claims, r.Runs, r.Reruns, r.Reaped, r.Superseded, r.TokenWrites,
-		r.AwaitReports, r.AwaitCalls, len(r.violations), r.kinds())
+		r.SealedWrites, r.PlainWrites, r.PayloadRuns, r.AwaitReports, r.AwaitCalls, len(r.violations), r.kinds())
 }
 
 func (r *report) violate(kind, format string, args ...any) {
@@ -240,6 +253,10 @@ type checkOpts struct {
 	// awaits: the Wait calls the test made, each checked against the ends
 	// the database records.
 	awaits []*awaitCall
+	// payloads: what the test enqueued, by job id (analyze takes it from
+	// the env): each run of such a job must have seen it, and a sealed
+	// one's rows must never hold it in plaintext.
+	payloads map[int64]enqueuedPayload
 }
 
 // checkInvariants checks every invariant above and fails the test on any
@@ -276,6 +293,9 @@ func analyze(t *testing.T, e *env, o checkOpts) *report {
 	h.runs = loadRuns(t, ctx, e)
 	if o.awaits != nil {
 		h.ends = loadEnds(t, ctx, e)
+	}
+	if o.payloads == nil {
+		o.payloads = e.enqueuedPayloads()
 	}
 	return checkHistory(h, o, e.owns)
 }
@@ -392,6 +412,7 @@ func checkHistory(h history, o checkOpts, owns func(app, lockedBy string) bool) 
 			}
 		}
 		checkRunOverlap(r, id, rs, spans)
+		checkRunPayloads(r, id, rs, o.payloads)
 	}
 
 	// Attempts, from the audit's claims: every claim spends one, except a
@@ -510,6 +531,7 @@ func (c *checker) jobHistory(id int64, evs []auditEvent) []*leaseSpan {
 		}
 	}
 	for _, ev := range evs {
+		c.checkStoredPayload(id, ev)
 		if ev.tbl == "jobs" {
 			switch {
 			case ev.op == "insert" && ev.uniqueKey != nil:
@@ -662,6 +684,48 @@ func (c *checker) jobHistory(id int64, evs []auditEvent) []*leaseSpan {
 	return spans
 }
 
+// checkStoredPayload: a row version of a job the test enqueued sealed held
+// an envelope and no plaintext marker.
+func (c *checker) checkStoredPayload(id int64, ev auditEvent) {
+	p, ok := c.o.payloads[id]
+	if !ok || ev.sealed == nil || ev.marker == nil {
+		return // not a job of enqueueTo's, or not a row version written (a delete)
+	}
+	if *ev.sealed {
+		c.r.SealedWrites++
+	}
+	if *ev.marker {
+		c.r.PlainWrites++
+	}
+	if p.sealed && (!*ev.sealed || *ev.marker) {
+		c.r.violate(vPlainAtRest, "job %d: a row version (%s on %s by %q) was stored unsealed (envelope %v, plaintext marker in the row %v)",
+			id, ev.op, ev.tbl, ev.app, *ev.sealed, *ev.marker)
+	}
+}
+
+// checkRunPayloads: every run of a job the test enqueued got the payload
+// enqueued (as JSON: the database may reorder an object's members). The
+// message never shows a payload, only its size.
+func checkRunPayloads(r *report, id int64, rs []runRow, payloads map[int64]enqueuedPayload) {
+	p, ok := payloads[id]
+	if !ok {
+		return
+	}
+	var want any
+	if err := json.Unmarshal(p.json, &want); err != nil {
+		r.violate(vPayloadMismatch, "job %d: the payload enqueued does not decode: %v", id, err)
+		return
+	}
+	for _, run := range rs {
+		r.PayloadRuns++
+		var got any
+		if run.payload == nil || json.Unmarshal(run.payload, &got) != nil || !reflect.DeepEqual(got, want) {
+			r.violate(vPayloadMismatch, "job %d: run %d got a payload of %d bytes that is not the one enqueued (%d bytes, sealed %v)",
+				id, run.id, len(run.payload), len(p.json), p.sealed)
+		}
+	}
+}
+
 // checkExclusive reports, per key, two jobs whose intervals overlap.
 func checkExclusive(r *report, kind, what string, byKey map[string][]interval) {
 	keys := make([]string, 0, len(byKey))
@@ -735,7 +799,7 @@ func loadAudit(t *testing.T, ctx context.Context, e *env) []auditEvent {
 	t.Helper()
 	rows, err := e.pool.Query(ctx, `SELECT tbl, op, job_id, old_state, new_state, old_token, new_token,
 		old_locked_by, new_locked_by, old_expires, new_expires, old_run_at, attempts, max_attempts,
-		reason, queue, unique_key, entity, presented_token, app, reaper, tx_now, at
+		reason, queue, unique_key, entity, presented_token, sealed, marker, app, reaper, tx_now, at
 		FROM public.audit ORDER BY job_id, at, seq`)
 	require.NoError(t, err)
 	defer rows.Close()
@@ -744,7 +808,7 @@ func loadAudit(t *testing.T, ctx context.Context, e *env) []auditEvent {
 		var ev auditEvent
 		require.NoError(t, rows.Scan(&ev.tbl, &ev.op, &ev.job, &ev.oldState, &ev.newState, &ev.oldToken, &ev.newToken,
 			&ev.oldBy, &ev.newBy, &ev.oldExpires, &ev.newExpires, &ev.oldRunAt, &ev.attempts, &ev.maxAttempts,
-			&ev.reason, &ev.queue, &ev.uniqueKey, &ev.entity, &ev.presented, &ev.app, &ev.reaper, &ev.txNow, &ev.at))
+			&ev.reason, &ev.queue, &ev.uniqueKey, &ev.entity, &ev.presented, &ev.sealed, &ev.marker, &ev.app, &ev.reaper, &ev.txNow, &ev.at))
 		out = append(out, ev)
 	}
 	require.NoError(t, rows.Err())
@@ -772,14 +836,18 @@ func loadEnds(t *testing.T, ctx context.Context, e *env) map[int64][]jobEnd {
 
 func loadRuns(t *testing.T, ctx context.Context, e *env) []runRow {
 	t.Helper()
-	rows, err := e.pool.Query(ctx, `SELECT id, job_id, lease_token, attempt, worker, started_at, finished_at, outcome
+	rows, err := e.pool.Query(ctx, `SELECT id, job_id, lease_token, attempt, worker, started_at, finished_at, outcome, payload::text
 		FROM public.runs ORDER BY job_id, started_at`)
 	require.NoError(t, err)
 	defer rows.Close()
 	var out []runRow
 	for rows.Next() {
 		var run runRow
-		require.NoError(t, rows.Scan(&run.id, &run.job, &run.token, &run.attempt, &run.worker, &run.start, &run.end, &run.outcome))
+		var payload *string
+		require.NoError(t, rows.Scan(&run.id, &run.job, &run.token, &run.attempt, &run.worker, &run.start, &run.end, &run.outcome, &payload))
+		if payload != nil {
+			run.payload = []byte(*payload)
+		}
 		out = append(out, run)
 	}
 	require.NoError(t, rows.Err())

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
@@ -47,7 +48,11 @@ const (
 // tracer (testdata/worker) sets skiplock_test.presented to
 // {md5(statement): {job id: token}} on its connection before each lease
 // write, and the trigger trusts it only for the statement whose text it
-// names (see presentedTokens in the worker).
+// names (see presentedTokens in the worker). For every row version written
+// (an insert or an update) it also keeps whether the stored payload was
+// sealed (an encryption envelope) and whether the row's text holds a
+// plaintext marker (plainMarker, in every payload the tests enqueue); runs
+// keep the payload each handler saw.
 const setupSQL = `
 CREATE TABLE public.runs (
     id          bigserial   PRIMARY KEY,
@@ -57,6 +62,7 @@ CREATE TABLE public.runs (
     lease_token bigint      NOT NULL,
     pid         int         NOT NULL,
     nonce       bigint      UNIQUE, -- per execution: makes the insert safe to retry
+    payload     jsonb,                -- the payload the handler saw (opened, when sealed)
     started_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
     finished    boolean     NOT NULL DEFAULT false,
     outcome     text,
@@ -83,6 +89,8 @@ CREATE TABLE public.audit (
     unique_key    text,
     entity        text,
     presented_token bigint,
+    sealed        boolean,
+    marker        boolean,
     app           text        NOT NULL,
     reaper        boolean     NOT NULL,
     tx_now        timestamptz NOT NULL,
@@ -107,13 +115,14 @@ BEGIN
     END IF;
     INSERT INTO public.audit (tbl, op, job_id, old_state, new_state, old_token, new_token,
         old_locked_by, new_locked_by, old_expires, new_expires, old_run_at, attempts, max_attempts,
-        reason, queue, unique_key, entity, presented_token, app, reaper, tx_now)
+        reason, queue, unique_key, entity, presented_token, sealed, marker, app, reaper, tx_now)
     VALUES (t, lower(TG_OP), (r->>'id')::bigint, o->>'state', n->>'state',
         (o->>'lease_token')::bigint, (n->>'lease_token')::bigint, o->>'locked_by', n->>'locked_by',
         (o->>'lease_expires_at')::timestamptz, (n->>'lease_expires_at')::timestamptz,
         (o->>'run_at')::timestamptz, (r->>'attempts')::int, (r->>'max_attempts')::int, r->>'reason',
         coalesce(r->>'queue', ''), r->>'unique_key', r->>'entity',
         (p -> md5(coalesce(current_query(), '')) ->> (r->>'id'))::bigint,
+        (n -> 'payload') ? 'skiplock_encrypted', position('` + plainMarker + `' in n::text) > 0,
         coalesce(current_setting('application_name', true), ''),
         position('stopped heartbeating' in coalesce(current_query(), '')) > 0, now());
     RETURN NULL;
@@ -127,6 +136,10 @@ CREATE TRIGGER audit AFTER INSERT ON skiplock.jobs_done
     FOR EACH ROW EXECUTE FUNCTION public.audit_jobs();
 `
 
+// plainMarker starts the marker every payload the tests enqueue carries
+// (job.Marker): the audit looks for it in each row version written.
+const plainMarker = "fault-plaintext-marker-"
+
 // env is one test's world: a database with skiplock's schema and the test
 // tables, a producer client, and the worker processes the test started.
 type env struct {
@@ -134,16 +147,28 @@ type env struct {
 	url    string
 	pool   *pgxpool.Pool
 	client *skiplock.Client
+	// keys is the keyring file of a test that seals payloads (encrypt):
+	// client seals with it, and every worker started after is given it.
+	keys string
 
 	logDir string
 	// workerProgram is the program worker starts: "faultworker" unless a
 	// test sets another (the seeded-bug build).
 	workerProgram string
 
-	mu     sync.Mutex // guards owners, procs and gen
-	owners map[string]func(lockedBy string) bool
-	procs  []*proc
-	gen    map[string]int
+	mu       sync.Mutex // guards owners, procs, gen, enqueued and markers
+	owners   map[string]func(lockedBy string) bool
+	procs    []*proc
+	gen      map[string]int
+	enqueued map[int64]enqueuedPayload // by job id: what enqueueTo committed
+	markers  int                       // the payload markers handed out
+}
+
+// enqueuedPayload is what the test enqueued as a job's payload, and whether
+// its client sealed it.
+type enqueuedPayload struct {
+	json   []byte
+	sealed bool
 }
 
 // newEnv gives the test a fresh database on the shared server.
@@ -195,7 +220,8 @@ func setupEnv(t *testing.T, dbURL string, pool *pgxpool.Pool) *env {
 	c, err := skiplock.NewClient(pool, skiplock.Config{})
 	require.NoError(t, err)
 	e := &env{t: t, url: dbURL, pool: pool, client: c, owners: map[string]func(string) bool{}, gen: map[string]int{},
-		logDir: t.TempDir()} // before the cleanup below, so the logs outlive it
+		enqueued: map[int64]enqueuedPayload{},
+		logDir:   t.TempDir()} // before the cleanup below, so the logs outlive it
 	t.Cleanup(e.killAll)
 	return e
 }
@@ -211,14 +237,45 @@ func (e *env) appURL(app string) string {
 	return u.String()
 }
 
+// encrypt turns payload encryption on (docs/security.md "Payload
+// encryption") the way a user does: a keyring file made as `skiplock keys
+// new --file F` makes it, a producer client with Config.Encryption loaded
+// from it, and, for every worker started from now on, its path in
+// SKIPLOCK_ENCRYPTION_KEYS (faultworker loads it into Config.Encryption;
+// `skiplock work` reads it as --encryption-keys' default). Every job
+// enqueued from then on is sealed; the checker requires every version of
+// its rows to hold an envelope and no plaintext, and each handler to see
+// the plaintext enqueued.
+func (e *env) encrypt() {
+	e.t.Helper()
+	path := filepath.Join(e.t.TempDir(), "keyring.json")
+	_, err := skiplock.KeyringAddKey(path, "")
+	require.NoError(e.t, err)
+	ring, err := skiplock.LoadKeyring(path)
+	require.NoError(e.t, err)
+	c, err := skiplock.NewClient(e.pool, skiplock.Config{Encryption: ring})
+	require.NoError(e.t, err)
+	e.client, e.keys = c, path
+}
+
+// keysEnv is the environment that hands a worker process the keyring.
+func (e *env) keysEnv() []string {
+	if e.keys == "" {
+		return nil
+	}
+	return []string{"SKIPLOCK_ENCRYPTION_KEYS=" + e.keys}
+}
+
 // job is the payload the workers understand: per attempt, how long the job
 // sleeps and what it then does (ok, fail, panic, exit); with Result, a run
 // sets a result naming the job, its attempt and its worker (a failing one
-// says them in its error).
+// says them in its error). Marker, set by enqueueTo, makes each payload
+// unique and findable: plainMarker and a number.
 type job struct {
 	Sleep  []int    `json:"sleep,omitempty"`
 	Mode   []string `json:"mode,omitempty"`
 	Result bool     `json:"result,omitempty"`
+	Marker string   `json:"marker,omitempty"`
 }
 
 // enqueue commits n jobs to the default queue and returns their ids.
@@ -231,9 +288,18 @@ func (e *env) enqueueTo(queue string, n int, j job, maxAttempts int) []int64 {
 	e.t.Helper()
 	ids := make([]int64, 0, n)
 	for range n {
-		r, err := e.client.Enqueue(context.Background(), skiplock.EnqueueParams{Queue: queue, Kind: "job", Payload: j, MaxAttempts: maxAttempts})
+		e.mu.Lock()
+		e.markers++
+		j.Marker = plainMarker + strconv.Itoa(e.markers)
+		e.mu.Unlock()
+		raw, err := json.Marshal(j)
+		require.NoError(e.t, err)
+		r, err := e.client.Enqueue(context.Background(), skiplock.EnqueueParams{Queue: queue, Kind: "job", Payload: raw, MaxAttempts: maxAttempts})
 		require.NoError(e.t, err)
 		ids = append(ids, r.ID)
+		e.mu.Lock()
+		e.enqueued[r.ID] = enqueuedPayload{json: raw, sealed: e.keys != ""}
+		e.mu.Unlock()
 	}
 	return ids
 }
@@ -329,6 +395,14 @@ func (c *awaitCall) record(ends []skiplock.JobEnd, err error) {
 	}
 }
 
+// enqueuedPayloads returns a copy of what enqueueTo committed, for the
+// checker.
+func (e *env) enqueuedPayloads() map[int64]enqueuedPayload {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.enqueued)
+}
+
 // proc is one worker process.
 type proc struct {
 	name, app string
@@ -377,7 +451,7 @@ func (e *env) worker(name string, extra ...string) *proc {
 	}
 	args := []string{program(e.t, prog), "work", "-db", e.url, "-id", id,
 		"-lease", lease.String(), "-heartbeat", heartbeat.String(), "-reaper", reaper.String(), "-poll", poll.String()}
-	return e.start(name, id, id, append(args, extra...))
+	return e.start(name, id, id, append(args, extra...), e.keysEnv()...)
 }
 
 // execWorker starts `skiplock work --exec command`. Its connections carry
@@ -393,7 +467,7 @@ func (e *env) execWorker(name, command string, extra ...string) *proc {
 	if !slices.Contains(extra, "--database-url") { // a test's own URL (a proxy's) replaces the harness's
 		args = append(args, "--database-url", e.appURL(app))
 	}
-	p := e.start(name, app, app, append(args, extra...))
+	p := e.start(name, app, app, append(args, extra...), e.keysEnv()...)
 	pid := ":" + strconv.Itoa(p.cmd.Process.Pid) + ":"
 	e.mu.Lock()
 	e.owners[app] = func(lockedBy string) bool { return strings.Contains(lockedBy, pid) }
@@ -555,3 +629,52 @@ func (e *env) inFlight(worker string) int {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// payloadMode is how a scenario that runs in both modes (eachPayloadMode)
+// enqueues: plain payloads, or sealed ones (env.encrypt), and how many jobs.
+type payloadMode struct {
+	sealed bool
+	jobs   int
+}
+
+// eachPayloadMode runs scenario twice, as parallel subtests: "plain" with
+// plainJobs jobs, and "sealed", payload encryption on for the producer and
+// every worker, with sealedJobs (fewer: the same faults on a shorter queue,
+// to keep the tier's wall time). The scenario makes its env and calls
+// m.apply on it before it enqueues or starts a worker.
+func eachPayloadMode(t *testing.T, plainJobs, sealedJobs int, scenario func(t *testing.T, m payloadMode)) {
+	for _, m := range []payloadMode{{sealed: false, jobs: plainJobs}, {sealed: true, jobs: sealedJobs}} {
+		name := "plain"
+		if m.sealed {
+			name = "sealed"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			scenario(t, m)
+		})
+	}
+}
+
+// apply turns encryption on in e for the sealed mode.
+func (m payloadMode) apply(e *env) {
+	if m.sealed {
+		e.encrypt()
+	}
+}
+
+// requireChecked asserts that the checker's payload checks had something to
+// check: every run's payload was compared with what was enqueued, and the
+// rows written were all sealed (sealed mode) or held the plaintext marker
+// the audit looks for (plain mode: the control that shows the audit would
+// see plaintext).
+func (m payloadMode) requireChecked(t *testing.T, r *report) {
+	t.Helper()
+	require.Equal(t, r.Runs, r.PayloadRuns, "runs whose payload was compared")
+	if m.sealed {
+		require.Positive(t, r.SealedWrites, "row versions written sealed")
+		require.Zero(t, r.PlainWrites, "row versions written with plaintext")
+	} else {
+		require.Positive(t, r.PlainWrites, "row versions written with the plaintext marker")
+		require.Zero(t, r.SealedWrites)
+	}
+}

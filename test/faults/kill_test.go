@@ -14,11 +14,17 @@ import (
 // the survivors' reapers hand the dead workers' jobs back once their leases
 // expire. Nothing may be lost, the cut executions must run again (under a
 // new lease, only after the old one expired), and every claim counts as an
-// attempt.
+// attempt. It runs with plain payloads and with payloads sealed
+// (eachPayloadMode).
 func TestKill9WorkersMidBatch(t *testing.T) {
 	t.Parallel()
+	eachPayloadMode(t, 160, 96, kill9WorkersMidBatch)
+}
+
+func kill9WorkersMidBatch(t *testing.T, m payloadMode) {
 	e := newEnv(t)
-	ids := e.enqueue(160, job{Sleep: []int{300}}, 10)
+	m.apply(e)
+	ids := e.enqueue(m.jobs, job{Sleep: []int{300}}, 10)
 	names := []string{"a", "b", "c"}
 	ws := map[string]*proc{}
 	for _, n := range names {
@@ -53,6 +59,7 @@ func TestKill9WorkersMidBatch(t *testing.T) {
 
 	r := checkInvariants(t, e, checkOpts{committed: ids, archive: true})
 	require.Equal(t, len(ids), r.Completed)
+	m.requireChecked(t, r)
 
 	// Every execution a kill cut short ran again, to success, at a later
 	// attempt (the checker already verified: only after its lease expired).

@@ -17,16 +17,22 @@ import (
 // queue, on a private cluster so no other test is disturbed. The workers
 // must ride it out without a restart of their own: pools reconnect, the
 // listener comes back, jobs whose leases expired during the outage are
-// reaped and rerun, and the queue drains with every invariant intact.
+// reaped and rerun, and the queue drains with every invariant intact. It
+// runs with plain payloads and with payloads sealed (eachPayloadMode).
 func TestPostgresCrashRestart(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	if _, err := devdb.BinDir(); errors.Is(err, devdb.ErrNoServer) {
 		t.Skip("no PostgreSQL server binaries for a private cluster:", err)
 	}
-	e, c := privateEnv(t, 0)
+	eachPayloadMode(t, 120, 60, postgresCrashRestart)
+}
 
-	ids := e.enqueue(120, job{Sleep: []int{150}}, 20)
+func postgresCrashRestart(t *testing.T, m payloadMode) {
+	ctx := context.Background()
+	e, c := privateEnv(t, 0)
+	m.apply(e)
+
+	ids := e.enqueue(m.jobs, job{Sleep: []int{150}}, 20)
 	ws := []*proc{e.worker("a"), e.worker("b")}
 	listeners := func() (int, error) {
 		return e.tryCount("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'skiplock-listener'")
@@ -40,7 +46,7 @@ func TestPostgresCrashRestart(t *testing.T) {
 	// the database first.
 	var longs [][]int64
 	for crash, down := range []time.Duration{time.Second, lease + time.Second} {
-		after := 20 + 50*crash
+		after := m.jobs/6 + m.jobs*5/12*crash // 20 and 70 of 120
 		waitFor(t, 30*time.Second, "progress before the crash", func() bool {
 			n, err := e.tryCount("SELECT count(*) FROM public.runs WHERE outcome = 'ok'")
 			return err == nil && n >= after
@@ -76,6 +82,7 @@ func TestPostgresCrashRestart(t *testing.T) {
 	committed := append(append(append(ids, late...), longs[0]...), longs[1]...)
 	r := checkInvariants(t, e, checkOpts{committed: committed})
 	require.Equal(t, len(committed), r.Completed)
+	m.requireChecked(t, r)
 	// The second outage cost the long jobs' leases: the first write to
 	// each after the restart (the reaper's, a heartbeat or the completion,
 	// whichever came first) found its lease already expired. Which one comes

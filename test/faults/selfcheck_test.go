@@ -38,9 +38,10 @@ func TestCheckerCatchesViolations(t *testing.T) {
 	defer stale.Close(ctx)
 	_, err = stale.Exec(ctx, "DELETE FROM skiplock.jobs WHERE id = $1", jobs[0].ID)
 	require.NoError(t, err)
-	// A run that no claim granted, and a run of a job that was never committed.
-	_, err = e.pool.Exec(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, outcome)
-		VALUES ($1, 1, 'x', 42, 1, 'ok'), (999999, 1, 'x', 43, 1, 'ok')`, ids[1])
+	// A run that no claim granted (of the payload enqueued, as a handler
+	// records it), and a run of a job that was never committed.
+	_, err = e.pool.Exec(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, outcome, payload)
+		VALUES ($1, 1, 'x', 42, 1, 'ok', (SELECT payload FROM skiplock.jobs WHERE id = $1)), (999999, 1, 'x', 43, 1, 'ok', NULL)`, ids[1])
 	require.NoError(t, err)
 	// ids[1] and ids[2] are never claimed: left behind.
 
@@ -81,8 +82,8 @@ func TestCheckerFencesPerLeaseToken(t *testing.T) {
 	require.Len(t, second, 1)
 	require.NotEqual(t, first[0].LeaseToken, second[0].LeaseToken)
 	// The second lease's run succeeds, so only the token betrays the write.
-	_, err = e.pool.Exec(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, outcome, finished_at)
-		VALUES ($1, 2, $2, $3, 1, 'ok', clock_timestamp())`, id, holder, second[0].LeaseToken)
+	_, err = e.pool.Exec(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, outcome, finished_at, payload)
+		VALUES ($1, 2, $2, $3, 1, 'ok', clock_timestamp(), (SELECT payload FROM skiplock.jobs WHERE id = $1))`, id, holder, second[0].LeaseToken)
 	require.NoError(t, err)
 
 	// The stale completion: it presents the first token, as the
@@ -99,6 +100,30 @@ func TestCheckerFencesPerLeaseToken(t *testing.T) {
 	requireKinds(t, r, vStaleToken)
 	require.Equal(t, 1, r.TokenWrites)
 	require.Equal(t, 1, r.Completed)
+}
+
+// TestCheckerSeesPlaintextAtRest seeds, through the real triggers, what a
+// broken sealing would leave behind: a job enqueued sealed whose row is
+// rewritten with its plaintext, and a run that got another job's payload.
+// The audit's look at each row version written must see the first, the
+// run check the second.
+func TestCheckerSeesPlaintextAtRest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.encrypt()
+	ctx := context.Background()
+	ids := e.enqueue(2, job{}, 3)
+	sent := e.enqueuedPayloads()
+	_, err := e.pool.Exec(ctx, "UPDATE skiplock.jobs SET payload = $2::jsonb WHERE id = $1", ids[0], string(sent[ids[0]].json))
+	require.NoError(t, err)
+	_, err = e.pool.Exec(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, outcome, payload)
+		VALUES ($1, 1, 'x', 42, 1, 'fail', $2::jsonb)`, ids[1], string(sent[ids[0]].json))
+	require.NoError(t, err)
+
+	r := analyze(t, e, checkOpts{committed: ids})
+	requireKinds(t, r, vPlainAtRest, vPayloadMismatch, vRunWithoutClaim, vLeftBehind)
+	require.Equal(t, 2, r.SealedWrites, "the two inserts")
+	require.Equal(t, 1, r.PlainWrites, "the rewrite")
 }
 
 // requireKinds requires the report's violations to be exactly of the

@@ -25,13 +25,19 @@ func (e *env) terminate(pattern string) int {
 // with the listeners just killed, a new job must still be picked up within
 // the poll interval (the poll backstop), and once they are back, by NOTIFY:
 // a third worker, on its own queue, polls only every minute, so its pickup
-// within seconds can only come through its reconnected listener.
+// within seconds can only come through its reconnected listener. It runs
+// with plain payloads and with payloads sealed (eachPayloadMode).
 func TestTerminateBackendsDuringDrain(t *testing.T) {
 	t.Parallel()
+	eachPayloadMode(t, 150, 90, terminateBackendsDuringDrain)
+}
+
+func terminateBackendsDuringDrain(t *testing.T, m payloadMode) {
 	e := newEnv(t)
+	m.apply(e)
 	const pollEvery = time.Second
 	const notifyQueue, slowPoll = "notified", time.Minute
-	ids := e.enqueue(150, job{Sleep: []int{100}}, 20)
+	ids := e.enqueue(m.jobs, job{Sleep: []int{100}}, 20)
 	ws := []*proc{e.worker("a", "-poll", pollEvery.String()), e.worker("b", "-poll", pollEvery.String()),
 		e.worker("c", "-poll", slowPoll.String(), "-queue", notifyQueue)}
 	listeners := func() int {
@@ -89,5 +95,6 @@ func TestTerminateBackendsDuringDrain(t *testing.T) {
 	}
 	r := checkInvariants(t, e, checkOpts{committed: ids})
 	require.Equal(t, len(ids), r.Completed)
+	m.requireChecked(t, r)
 	t.Logf("terminated %d listener and %d pool backends: lost 0 of %d", killedListeners, killedPool, len(ids))
 }

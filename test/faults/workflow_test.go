@@ -412,8 +412,11 @@ func TestWorkflowChecksCanFire(t *testing.T) {
 	// a checkpoint outlived its job.
 	exec(`UPDATE skiplock.workflow_tasks SET state = 'completed', finished_at = now() WHERE workflow_id = $1 AND name = 'a'`, id)
 	exec(`UPDATE skiplock.workflow_tasks SET job_id = 424242 WHERE workflow_id = $1 AND name = 'b'`, id)
+	// One start time for the run and the wake-up below: two now() calls a
+	// loaded moment apart could put the wake-up past the nap.
+	started := time.Now().Add(-time.Minute)
 	exec(`INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, started_at)
-		VALUES (424242, 1, 'w', 1, 1, now() - interval '1 minute')`)
+		VALUES (424242, 1, 'w', 1, 1, $1)`, started)
 	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, replayed)
 		SELECT 424242, t.id, x.step, x.replayed FROM skiplock.workflow_tasks AS t,
 		(VALUES ('two', false), ('two', false), ('one', true)) AS x(step, replayed)
@@ -422,8 +425,8 @@ func TestWorkflowChecksCanFire(t *testing.T) {
 	// b woke 100 ms into a 300 ms nap; its workflow's two signals were both
 	// taken, and b received the second.
 	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, value, at)
-		SELECT 424242, t.id, 'woke', 300, now() - interval '1 minute' + interval '100 milliseconds'
-		FROM skiplock.workflow_tasks AS t WHERE t.workflow_id = $1 AND t.name = 'b'`, id)
+		SELECT 424242, t.id, 'woke', 300, $2::timestamptz + interval '100 milliseconds'
+		FROM skiplock.workflow_tasks AS t WHERE t.workflow_id = $1 AND t.name = 'b'`, id, started)
 	exec(`INSERT INTO skiplock.signals (name, workflow_id, payload, consumed_by, consumed_at)
 		VALUES ('go', $1, '{"n": 1}', 1, now()), ('go', $1, '{"n": 2}', 2, now())`, id)
 	exec(`INSERT INTO public.wf_effects (job_id, task_id, step, value)

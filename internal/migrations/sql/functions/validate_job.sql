@@ -18,6 +18,15 @@ DECLARE
     -- (add_tasks, the claim's settings) it is an index scan, not a
     -- seq scan costed at 10^10 that JIT-compiles on every call (9 ms each).
     max_payload bigint := (SELECT s.max_payload_bytes FROM {{schema}}.settings AS s WHERE s.only_row);
+    -- issue 38 §5: Go's controlChar (validate.go), unicode.IsControl: C0,
+    -- DEL and C1, what a terminal may act on. Unique key, tenant and entity
+    -- are identifiers the CLI and the dashboard print; queue and kind cannot
+    -- hold one (name_re). NUL cannot reach a text value at all.
+    control_re constant text := '[\x01-\x1f\x7f-\x9f]';
+    field text;
+    val text;
+    limit_bytes integer;
+    ch text;
 BEGIN
     IF p_queue IS NULL OR p_queue = '' THEN
         RAISE EXCEPTION 'skiplock: queue: must not be empty' USING ERRCODE = '22023';
@@ -58,14 +67,24 @@ BEGIN
     IF p_max_attempts IS NOT NULL AND (p_max_attempts < 1 OR p_max_attempts > 1000) THEN
         RAISE EXCEPTION 'skiplock: max_attempts: must be between 1 and 1000, got %', p_max_attempts USING ERRCODE = '22023';
     END IF;
-    IF p_unique_key IS NOT NULL AND (p_unique_key = '' OR octet_length(p_unique_key) > 512) THEN
-        RAISE EXCEPTION 'skiplock: unique_key: must be 1 to 512 bytes' USING ERRCODE = '22023';
-    END IF;
-    IF p_tenant IS NOT NULL AND (p_tenant = '' OR octet_length(p_tenant) > 256) THEN
-        RAISE EXCEPTION 'skiplock: tenant: must be 1 to 256 bytes' USING ERRCODE = '22023';
-    END IF;
-    IF p_entity IS NOT NULL AND (p_entity = '' OR octet_length(p_entity) > 256) THEN
-        RAISE EXCEPTION 'skiplock: entity: must be 1 to 256 bytes' USING ERRCODE = '22023';
-    END IF;
+    -- Unique key, tenant and entity, each in turn as Go checks them
+    -- (validateKey): its size, then the first control character, named as
+    -- Go names it (U+XXXX and the bytes before its first occurrence), so the
+    -- message is Go's word for word.
+    FOREACH field IN ARRAY ARRAY['unique_key', 'tenant', 'entity'] LOOP
+        val := CASE field WHEN 'unique_key' THEN p_unique_key WHEN 'tenant' THEN p_tenant ELSE p_entity END;
+        CONTINUE WHEN val IS NULL;
+        limit_bytes := CASE field WHEN 'unique_key' THEN 512 ELSE 256 END;
+        IF val = '' OR octet_length(val) > limit_bytes THEN
+            RAISE EXCEPTION 'skiplock: %: must be 1 to % bytes', field, limit_bytes USING ERRCODE = '22023';
+        END IF;
+        ch := substring(val FROM control_re);
+        IF ch IS NOT NULL THEN
+            RAISE EXCEPTION 'skiplock: %: contains the control character U+% at byte offset % '
+                '(an identifier is printed by the CLI and the dashboard: no control characters)',
+                field, lpad(upper(to_hex(ascii(ch))), 4, '0'), octet_length(split_part(val, ch, 1))
+                USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
 END
 $$;

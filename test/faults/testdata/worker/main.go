@@ -7,7 +7,10 @@
 // Both record every execution in the table runs of the same database: a row
 // is inserted (in its own transaction) before the work starts and updated
 // after it, so the tests can count executions per job and see which ones
-// were interrupted. What a job does is in its payload:
+// were interrupted; the row keeps the payload the handler saw. With
+// SKIPLOCK_ENCRYPTION_KEYS naming a keyring file (as for `skiplock work`),
+// the worker opens sealed payloads with it (Config.Encryption). What a job
+// does is in its payload:
 //
 //	{"sleep": [ms per attempt...], "mode": ["ok"|"fail"|"panic"|"exit"...], "result": bool}
 //
@@ -102,14 +105,16 @@ func persist(ctx context.Context, fn func(ctx context.Context) error) error {
 // startRun records that an execution starts. The nonce makes the retry of
 // an insert whose commit was cut off (a database crash right after COMMIT)
 // land on the same row instead of recording one execution twice.
-func startRun(ctx context.Context, pool *pgxpool.Pool, id int64, attempt int, worker string, token int64) (int64, error) {
+// payload is the job's payload as the handler got it, recorded for the
+// checker to compare with what was enqueued.
+func startRun(ctx context.Context, pool *pgxpool.Pool, id int64, attempt int, worker string, token int64, payload []byte) (int64, error) {
 	var run int64
 	nonce := rand.Int64()
 	err := persist(ctx, func(ctx context.Context) error {
-		return pool.QueryRow(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, nonce)
-			VALUES ($1, $2, $3, $4, $5, $6)
+		return pool.QueryRow(ctx, `INSERT INTO public.runs (job_id, attempt, worker, lease_token, pid, nonce, payload)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
 			ON CONFLICT (nonce) DO UPDATE SET nonce = EXCLUDED.nonce RETURNING id`,
-			id, attempt, worker, token, os.Getpid(), nonce).Scan(&run)
+			id, attempt, worker, token, os.Getpid(), nonce, string(payload)).Scan(&run)
 	})
 	return run, err
 }
@@ -138,8 +143,16 @@ func work(args []string) error {
 	archive := fs.Bool("archive", false, "archive completed jobs into jobs_done")
 	tenantCap := fs.Int("tenant-cap", 0, "the pool's tenant cap (0: plain claim order)")
 	wfQueue := fs.String("wf-queue", "", "a queue of workflow tasks served by a second pool of 3 (empty: none)")
+	keys := fs.String("encryption-keys", os.Getenv("SKIPLOCK_ENCRYPTION_KEYS"), "keyring file: open sealed payloads")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var ring *skiplock.Keyring
+	if *keys != "" {
+		var err error
+		if ring, err = skiplock.LoadKeyring(*keys); err != nil {
+			return err
+		}
 	}
 	if *db == "" || *id == "" {
 		return errors.New("-db and -id are required")
@@ -169,14 +182,15 @@ func work(args []string) error {
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Logger: log, WorkerID: *id, LeaseDuration: *lease, HeartbeatInterval: *heartbeat,
 		ReaperInterval: *reaper, PollInterval: *poll, ArchiveCompleted: *archive,
-		Backoff: func(int) time.Duration { return *backoff },
-		Pools:   pools,
+		Backoff:    func(int) time.Duration { return *backoff },
+		Pools:      pools,
+		Encryption: ring,
 	})
 	if err != nil {
 		return err
 	}
 	err = skiplock.Handle(c, "job", func(ctx context.Context, j *skiplock.Job[spec]) error {
-		run, err := startRun(ctx, pool, j.ID, j.Attempt, j.WorkerID, j.LeaseToken)
+		run, err := startRun(ctx, pool, j.ID, j.Attempt, j.WorkerID, j.LeaseToken, j.Payload)
 		if err != nil {
 			return fmt.Errorf("record run: %w", err)
 		}
@@ -275,7 +289,7 @@ func child() error {
 		return err
 	}
 	defer pool.Close()
-	run, err := startRun(ctx, pool, id, attempt, os.Getenv("SKIPLOCK_WORKER_ID"), token)
+	run, err := startRun(ctx, pool, id, attempt, os.Getenv("SKIPLOCK_WORKER_ID"), token, body)
 	if err != nil {
 		return err
 	}
@@ -325,7 +339,7 @@ func parked(ctx context.Context, pool *pgxpool.Pool, run int64, err error) {
 // completion (CompleteTx). Every effect goes to public.wf_effects, so the
 // test can count them per task.
 func wfStep(ctx context.Context, c *skiplock.Client, pool *pgxpool.Pool, j *skiplock.Job[wfSpec]) error {
-	run, err := startRun(ctx, pool, j.ID, j.Attempt, j.WorkerID, j.LeaseToken)
+	run, err := startRun(ctx, pool, j.ID, j.Attempt, j.WorkerID, j.LeaseToken, j.Payload)
 	if err != nil {
 		return fmt.Errorf("record run: %w", err)
 	}
