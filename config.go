@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skiplock/skiplock/internal/history"
 	"github.com/skiplock/skiplock/internal/migrations"
 )
 
@@ -65,15 +66,21 @@ type Config struct {
 	// this plus one day. Default 24 hours; at least 1 hour; negative keeps
 	// the history forever.
 	CompletedRetention time.Duration
-	// HistoryExportDir, when set, is a directory where each jobs_done day
-	// is exported (compressed NDJSON, one file a day, with a manifest of
-	// row counts, id ranges and checksums; see HistoryExport) before
-	// retention drops its partition. A day whose export fails is not
-	// dropped (the error is logged and the next pass retries), and a day is
-	// dropped only if its partition still holds exactly the rows exported.
-	// Every process that may run the retention pass must see the same
-	// directory (a shared volume), or set it on one process only. Default
-	// "": no export.
+	// HistoryExportDir, when set, is where each jobs_done day is exported
+	// (compressed NDJSON, one file a day, with a manifest of row counts, id
+	// ranges and checksums; see HistoryExport) before retention drops its
+	// partition, and each UTC day of dead letters before retention purges
+	// it (jobs_dead_YYYYMMDD.ndjson.gz, same manifest; with an export, dead
+	// letters leave a whole day at a time, once the day's end is
+	// DeadLetterRetention old). It is a directory or a gocloud.dev/blob
+	// bucket URL (file://, mem://, or s3://, gs://, azblob://… when the
+	// program links the driver in: HistoryExportParams.Dir says more); the
+	// name says Dir because a directory is what it first took. A day whose
+	// export fails is not dropped or purged (the error is logged and the
+	// next pass retries), and a day is dropped or purged only if the table
+	// still holds exactly the rows exported. Every process that may run the
+	// retention pass must see the same destination (a bucket, a shared
+	// volume), or set it on one process only. Default "": no export.
 	HistoryExportDir string
 	// DeadLetterRetention is how long dead letters are kept: a started
 	// client purges older ones in small batches. Default 30 days; at least
@@ -265,6 +272,11 @@ func (c Config) validate() error {
 	}
 	if c.WorkflowRetention > 0 && c.WorkflowRetention < time.Hour {
 		return invalidConfig("WorkflowRetention", "must be at least 1h (or negative to keep finished workflows forever), got %s", c.WorkflowRetention)
+	}
+	if c.HistoryExportDir != "" {
+		if err := history.CheckDestination(c.HistoryExportDir); err != nil {
+			return invalidConfig("HistoryExportDir", "%s", err.Error())
+		}
 	}
 	if c.DeleteCompleted && c.ArchiveCompleted {
 		return invalidConfig("DeleteCompleted", "cannot be combined with ArchiveCompleted (history is kept unless DeleteCompleted is set)")

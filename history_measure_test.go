@@ -3,7 +3,6 @@ package skiplock_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
-	"github.com/skiplock/skiplock/internal/history"
 	"github.com/skiplock/skiplock/internal/maintenance"
 )
 
@@ -92,7 +90,7 @@ func TestHistoryExportMillionRows(t *testing.T) {
 	}
 	auto := t.TempDir()
 	r := maintenance.NewRetention(maintenance.RetentionConfig{DB: db.Pool, Schema: "skiplock", Archive: true,
-		CompletedRetention: 48 * time.Hour, ExportDir: auto})
+		CompletedRetention: 48 * time.Hour, ExportTo: auto})
 	start = time.Now()
 	st, err := r.MaintainPartitions(ctx)
 	took = time.Since(start)
@@ -101,9 +99,8 @@ func TestHistoryExportMillionRows(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Exported)
 	require.Equal(t, 1, st.Dropped)
-	m, err := history.ReadManifest(auto)
-	require.NoError(t, err)
-	gotN, gotSum := fileDigest(t, filepath.Join(auto, m.Files[0].Name))
+	m := readManifest(t, auto)
+	gotN, gotSum := fileDigest(t, auto, m.Files[0].Name)
 	require.Equal(t, wantN, gotN, "every row of the dropped day is in its file")
 	require.Equal(t, wantSum, gotSum)
 	var live int64

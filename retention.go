@@ -27,7 +27,7 @@ func (c *Client) retention() *maintenance.Retention {
 		CompletedRetention:  c.cfg.CompletedRetention,
 		DeadLetterRetention: c.cfg.DeadLetterRetention,
 		WorkflowRetention:   c.cfg.WorkflowRetention,
-		ExportDir:           c.cfg.HistoryExportDir,
+		ExportTo:            c.cfg.HistoryExportDir,
 	})
 }
 

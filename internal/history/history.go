@@ -1,11 +1,14 @@
-// Package history exports finished jobs (jobs_done, one file per UTC day)
-// to compressed NDJSON or Parquet files in a directory, with a manifest that records
-// each file's day, row count, id range and checksum, and imports such a
-// file back. An export is resumable: a day whose file the manifest lists
-// (and whose bytes still match its checksum) is not written again. The
-// retention pass (internal/maintenance) exports each day this way before it
-// drops the day's partition, and drops it only if the partition still
-// holds exactly the rows written.
+// Package history exports finished jobs (jobs_done) and dead letters
+// (jobs_dead), one file per table and UTC day, as compressed NDJSON (or
+// Parquet, for finished jobs) to a destination: a directory or any
+// gocloud.dev/blob bucket URL (bucket.go). A manifest beside the files
+// records each file's table, day, row count, id range and checksum; it is
+// written after the file it lists. An export is resumable: a day whose file
+// the manifest lists (and whose bytes still match its checksum) is not
+// written again. The retention pass (internal/maintenance) exports each day
+// this way before it drops the day's jobs_done partition, or purges the
+// day's dead letters, and does so only if the table still holds exactly
+// the rows written. Import reads a file back.
 package history
 
 import (
@@ -15,11 +18,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -27,29 +28,40 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// ManifestName is the manifest's file name in an export directory.
+// ManifestName is the manifest's key at the destination's root.
 const ManifestName = "manifest.json"
 
-// Manifest lists the files of an export directory.
+// The tables an export reads.
+const (
+	// TableDone is the history of finished jobs; its files are named
+	// jobs_done_YYYYMMDD (the UTC day of finished_at).
+	TableDone = "jobs_done"
+	// TableDead is the dead letters; its files are named jobs_dead_YYYYMMDD
+	// (the UTC day of dead_at), NDJSON only.
+	TableDead = "jobs_dead"
+)
+
+// Manifest lists the files of an export destination.
 type Manifest struct {
 	// Version of the manifest's format (1).
 	Version int `json:"version"`
 	// Schema the rows were exported from.
 	Schema string `json:"schema"`
-	// Files, by day.
+	// Files, by day, then name.
 	Files []File `json:"files"`
 }
 
-// File is one exported day.
+// File is one exported day of one table.
 type File struct {
-	// Name is the file's name in the directory: jobs_done_YYYYMMDD.ndjson.gz
-	// or jobs_done_YYYYMMDD.parquet.
+	// Name is the file's key at the destination: TABLE_YYYYMMDD.ndjson.gz
+	// or TABLE_YYYYMMDD.parquet.
 	Name string `json:"name"`
 	// Format is FormatNDJSON or FormatParquet.
 	Format string `json:"format"`
-	// Table the rows came from (jobs_done).
+	// Table the rows came from: TableDone or TableDead.
 	Table string `json:"table"`
-	// From and To bound the rows' finished_at: [From, To), one UTC day.
+	// From and To bound the rows' finished_at (jobs_done) or dead_at
+	// (jobs_dead): [From, To), one UTC day.
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
 	// Rows is how many rows (lines) the file holds; MinID and MaxID their
@@ -64,93 +76,79 @@ type File struct {
 	ExportedAt time.Time `json:"exported_at"`
 }
 
-// Exporter writes days of jobs_done to Dir.
+// Exporter writes days of jobs_done or jobs_dead to Dest.
 type Exporter struct {
 	Store *store.Store
 	// Schema is recorded in the manifest.
 	Schema string
-	Dir    string
-	// Format is FormatNDJSON ("" too) or FormatParquet.
+	Dest   *Destination
+	// Format is FormatNDJSON ("" too) or FormatParquet; dead letters are
+	// written as NDJSON whatever it says.
 	Format string
 }
 
-func (e *Exporter) format() string {
-	if e.Format == "" {
+func (e *Exporter) format(table string) string {
+	if e.Format == "" || table == TableDead {
 		return FormatNDJSON
 	}
 	return e.Format
 }
 
-// ReadManifest reads dir's manifest; a directory without one has an empty
-// manifest.
-func ReadManifest(dir string) (Manifest, error) {
+// ReadManifest reads the destination's manifest; a destination without one
+// has an empty manifest.
+func ReadManifest(ctx context.Context, d *Destination) (Manifest, error) {
 	m := Manifest{Version: 1}
-	b, err := os.ReadFile(filepath.Join(dir, ManifestName))
-	if errors.Is(err, os.ErrNotExist) {
+	b, err := d.Bucket.ReadAll(ctx, ManifestName)
+	if notFound(err) {
 		return m, nil
 	}
 	if err != nil {
-		return m, err
+		return m, fmt.Errorf("history: %s: %s: %w", d.Name, ManifestName, err)
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return m, fmt.Errorf("history: %s: %w", ManifestName, err)
+		return m, fmt.Errorf("history: %s: %s: %w", d.Name, ManifestName, err)
 	}
 	return m, nil
 }
 
-// writeManifest replaces dir's manifest atomically (a temporary file,
-// synced, then renamed over it).
-func writeManifest(dir string, m Manifest) error {
-	sort.Slice(m.Files, func(i, j int) bool { return m.Files[i].From.Before(m.Files[j].From) })
+// writeManifest replaces the destination's manifest (a blob write is
+// atomic: a reader sees the old manifest or the whole new one).
+func writeManifest(ctx context.Context, d *Destination, m Manifest) error {
+	sort.Slice(m.Files, func(i, j int) bool {
+		if !m.Files[i].From.Equal(m.Files[j].From) {
+			return m.Files[i].From.Before(m.Files[j].From)
+		}
+		return m.Files[i].Name < m.Files[j].Name
+	})
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(dir, ManifestName), func(w io.Writer) error {
+	return writeBlob(ctx, d.Bucket, ManifestName, "application/json", func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
 		return err
 	})
 }
 
-// writeAtomic writes path through fn into a temporary file beside it, syncs
-// and renames it: a reader sees the old file or the whole new one.
-func writeAtomic(path string, fn func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // once renamed, a no-op
-	if err := fn(tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-// FileName is the name of day's file in format.
-func FileName(day time.Time, format string) string {
+// FileName is the name of table's file of day in format.
+func FileName(table string, day time.Time, format string) string {
 	ext := ".ndjson.gz"
 	if format == FormatParquet {
 		ext = ".parquet"
 	}
-	return "jobs_done_" + day.UTC().Format("20060102") + ext
+	return table + "_" + day.UTC().Format("20060102") + ext
 }
 
-// Listed returns the manifest's entry for day whose file is present with
-// the checksum recorded; ok is false when the day must be exported (again).
-func (e *Exporter) Listed(m Manifest, day time.Time) (File, bool) {
+// Listed returns the manifest's entry for table's day whose file is
+// present with the checksum recorded; ok is false when the day must be
+// exported (again).
+func (e *Exporter) Listed(ctx context.Context, m Manifest, table string, day time.Time) (File, bool) {
+	name := FileName(table, day, e.format(table))
 	for _, f := range m.Files {
-		if f.Name != FileName(day, e.format()) {
+		if f.Name != name {
 			continue
 		}
-		sum, n, err := checksum(filepath.Join(e.Dir, f.Name))
+		sum, n, err := checksum(ctx, e.Dest.Bucket, f.Name)
 		if err == nil && sum == f.SHA256 && n == f.Bytes {
 			return f, true
 		}
@@ -158,35 +156,45 @@ func (e *Exporter) Listed(m Manifest, day time.Time) (File, bool) {
 	return File{}, false
 }
 
-// ExportDay writes day's finished jobs to its file and records it in the
-// manifest, reading through db (a transaction, when the caller drops the
-// day after). A day already listed with a matching file is not written
-// again (resumed reports that). force writes it again all the same.
-func (e *Exporter) ExportDay(ctx context.Context, db store.DBTX, day time.Time, force bool) (f File, resumed bool, err error) {
-	if e.format() != FormatNDJSON && e.format() != FormatParquet {
+// ExportDay writes table's rows of day to its file and then records the
+// file in the manifest, reading through db (a transaction, when the caller
+// drops or purges the day after). A day already listed with a matching
+// file is not written again (resumed reports that); force writes it again
+// all the same.
+func (e *Exporter) ExportDay(ctx context.Context, db store.DBTX, table string, day time.Time, force bool) (f File, resumed bool, err error) {
+	if table != TableDone && table != TableDead {
+		return f, false, fmt.Errorf("history: table %q: want %s or %s", table, TableDone, TableDead)
+	}
+	format := e.format(table)
+	if format != FormatNDJSON && format != FormatParquet {
 		return f, false, fmt.Errorf("history: format %q: want %s or %s", e.Format, FormatNDJSON, FormatParquet)
 	}
-	if err := os.MkdirAll(e.Dir, 0o755); err != nil {
-		return f, false, err
-	}
-	m, err := ReadManifest(e.Dir)
+	m, err := ReadManifest(ctx, e.Dest)
 	if err != nil {
 		return f, false, err
 	}
 	if !force {
-		if f, ok := e.Listed(m, day); ok {
+		if f, ok := e.Listed(ctx, m, table, day); ok {
 			return f, true, nil
 		}
 	}
 	lo := time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)
-	f = File{Name: FileName(lo, e.format()), Format: e.format(), Table: "jobs_done", From: lo, To: lo.AddDate(0, 0, 1)}
+	f = File{Name: FileName(table, lo, format), Format: format, Table: table, From: lo, To: lo.AddDate(0, 0, 1)}
+	rows := e.Store.HistoryRows
+	if table == TableDead {
+		rows = e.Store.HistoryDeadRows
+	}
+	contentType := "application/gzip"
+	if format == FormatParquet {
+		contentType = "application/vnd.apache.parquet"
+	}
 	h := sha256.New()
-	err = writeAtomic(filepath.Join(e.Dir, f.Name), func(w io.Writer) error {
+	err = writeBlob(ctx, e.Dest.Bucket, f.Name, contentType, func(w io.Writer) error {
 		cw := &counter{w: io.MultiWriter(w, h)}
 		bw := bufio.NewWriterSize(cw, 1<<16)
 		var add func([]byte) error
 		var closeSink func() error
-		if e.format() == FormatParquet {
+		if format == FormatParquet {
 			ps := newParquetSink(bw)
 			add, closeSink = ps.add, ps.close
 		} else {
@@ -200,7 +208,7 @@ func (e *Exporter) ExportDay(ctx context.Context, db store.DBTX, day time.Time, 
 			}
 			closeSink = zw.Close
 		}
-		err := e.Store.HistoryRows(ctx, db, lo, func(row []byte, id int64) error {
+		err := rows(ctx, db, lo, func(row []byte, id int64) error {
 			if f.Rows == 0 || id < f.MinID {
 				f.MinID = id
 			}
@@ -221,7 +229,7 @@ func (e *Exporter) ExportDay(ctx context.Context, db store.DBTX, day time.Time, 
 		return nil
 	})
 	if err != nil {
-		return File{}, false, fmt.Errorf("history: export %s: %w", f.Name, err)
+		return File{}, false, fmt.Errorf("history: export %s to %s: %w", f.Name, e.Dest.Name, err)
 	}
 	f.SHA256 = hex.EncodeToString(h.Sum(nil))
 	f.ExportedAt = time.Now().UTC()
@@ -234,8 +242,8 @@ func (e *Exporter) ExportDay(ctx context.Context, db store.DBTX, day time.Time, 
 	m.Files = append(kept, f)
 	m.Version = 1
 	m.Schema = e.Schema
-	if err := writeManifest(e.Dir, m); err != nil {
-		return File{}, false, fmt.Errorf("history: manifest: %w", err)
+	if err := writeManifest(ctx, e.Dest, m); err != nil {
+		return File{}, false, fmt.Errorf("history: %s: manifest: %w", e.Dest.Name, err)
 	}
 	return f, false, nil
 }
@@ -251,39 +259,80 @@ func (c *counter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func checksum(path string) (string, int64, error) {
-	fh, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer fh.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, fh)
-	return hex.EncodeToString(h.Sum(nil)), n, err
-}
-
 // ImportBatch is how many rows one import statement inserts.
 const ImportBatch = 1000
 
-// Import reads an exported file and inserts its rows back into jobs_done
-// (rows already there are skipped). When the file's directory has a
-// manifest that lists it, its checksum is verified first. It returns the
-// rows read and inserted.
-func Import(ctx context.Context, st *store.Store, db store.DBTX, path string) (read, inserted int64, err error) {
-	m, err := ReadManifest(filepath.Dir(path))
+// Imported says what Import did.
+type Imported struct {
+	// Table the rows went back to: TableDone (the history, where JobGet
+	// finds a finished job) or TableDead (the dead letters).
+	Table string
+	// Read and Inserted count the file's rows and those inserted (a row
+	// already there is skipped).
+	Read, Inserted int64
+}
+
+// Import reads one exported file (a path, or a bucket URL ending with the
+// file's name) and inserts its rows back where they came from: a
+// jobs_done file into jobs_done, a jobs_dead file into jobs_dead (its
+// table is the manifest's, or its name's). When the destination's manifest
+// lists the file, its checksum is verified before any row is inserted. The
+// file is copied to a local temporary file first (a Parquet file is read
+// at random offsets, and the checksum needs every byte before the first
+// insert).
+func Import(ctx context.Context, st *store.Store, db store.DBTX, file string) (Imported, error) {
+	var out Imported
+	destName, name, err := SplitFile(file)
 	if err != nil {
-		return 0, 0, err
+		return out, fmt.Errorf("history: %w", err)
 	}
-	for _, f := range m.Files {
-		if f.Name == filepath.Base(path) {
-			sum, _, err := checksum(path)
-			if err != nil {
-				return 0, 0, err
-			}
-			if sum != f.SHA256 {
-				return 0, 0, fmt.Errorf("history: %s: checksum %s differs from the manifest's %s", f.Name, sum, f.SHA256)
+	d, err := Open(ctx, destName)
+	if err != nil {
+		return out, err
+	}
+	defer d.Close()
+	m, err := ReadManifest(ctx, d)
+	if err != nil {
+		return out, err
+	}
+	out.Table = TableDone
+	if strings.HasPrefix(name, TableDead+"_") {
+		out.Table = TableDead
+	}
+	var listed *File
+	for i := range m.Files {
+		if m.Files[i].Name == name {
+			listed = &m.Files[i]
+			if listed.Table != "" {
+				out.Table = listed.Table
 			}
 		}
+	}
+	if out.Table != TableDone && out.Table != TableDead {
+		return out, fmt.Errorf("history: %s: table %q in the manifest: want %s or %s", name, out.Table, TableDone, TableDead)
+	}
+	tmp, err := os.CreateTemp("", "skiplock-import-*")
+	if err != nil {
+		return out, err
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	r, err := d.Bucket.NewReader(ctx, name, nil)
+	if err != nil {
+		return out, fmt.Errorf("history: %s in %s: %w", name, d.Name, err)
+	}
+	h := sha256.New()
+	size, err := io.Copy(io.MultiWriter(tmp, h), r)
+	r.Close()
+	if err != nil {
+		return out, fmt.Errorf("history: %s in %s: %w", name, d.Name, err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); listed != nil && sum != listed.SHA256 {
+		return out, fmt.Errorf("history: %s: checksum %s differs from the manifest's %s", name, sum, listed.SHA256)
+	}
+	insert := st.HistoryImport
+	if out.Table == TableDead {
+		insert = st.HistoryImportDead
 	}
 	batch := []byte{'['}
 	n := 0
@@ -291,40 +340,41 @@ func Import(ctx context.Context, st *store.Store, db store.DBTX, path string) (r
 		if n == 0 {
 			return nil
 		}
-		k, err := st.HistoryImport(ctx, db, append(batch, ']'))
-		inserted += k
+		k, err := insert(ctx, db, append(batch, ']'))
+		out.Inserted += k
 		batch, n = batch[:1], 0
 		return err
 	}
 	line := func(l []byte) error {
 		if !json.Valid(l) {
-			return fmt.Errorf("history: %s: row %d is not JSON", path, read+1)
+			return fmt.Errorf("history: %s: row %d is not JSON", name, out.Read+1)
 		}
 		if n > 0 {
 			batch = append(batch, ',')
 		}
 		batch = append(batch, l...)
 		n++
-		read++
+		out.Read++
 		if n == ImportBatch {
 			return flush()
 		}
 		return nil
 	}
-	if strings.HasSuffix(path, ".parquet") {
-		if err := parquetLines(path, line); err != nil {
-			return read, inserted, fmt.Errorf("history: %s: %w", path, err)
+	if strings.HasSuffix(name, ".parquet") {
+		if out.Table == TableDead {
+			return out, fmt.Errorf("history: %s: dead letters are exported as NDJSON only", name)
 		}
-		return read, inserted, flush()
+		if err := parquetLines(tmp, size, line); err != nil {
+			return out, fmt.Errorf("history: %s: %w", name, err)
+		}
+		return out, flush()
 	}
-	fh, err := os.Open(path)
-	if err != nil {
-		return 0, 0, err
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return out, err
 	}
-	defer fh.Close()
-	zr, err := gzip.NewReader(fh)
+	zr, err := gzip.NewReader(tmp)
 	if err != nil {
-		return 0, 0, fmt.Errorf("history: %s: %w", path, err)
+		return out, fmt.Errorf("history: %s: %w", name, err)
 	}
 	sc := bufio.NewScanner(zr)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
@@ -333,11 +383,11 @@ func Import(ctx context.Context, st *store.Store, db store.DBTX, path string) (r
 			continue
 		}
 		if err := line(sc.Bytes()); err != nil {
-			return read, inserted, err
+			return out, err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return read, inserted, fmt.Errorf("history: %s: %w", path, err)
+		return out, fmt.Errorf("history: %s: %w", name, err)
 	}
-	return read, inserted, flush()
+	return out, flush()
 }

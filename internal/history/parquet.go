@@ -140,15 +140,15 @@ func (s *parquetSink) close() error {
 	return s.w.Close()
 }
 
-// parquetLines reads a Parquet export and hands each row to fn as the
-// JSON object the NDJSON format would hold (the columns it has).
-func parquetLines(path string, fn func([]byte) error) error {
-	fh, err := os.Open(path)
+// parquetLines reads a Parquet export (a local copy, read at random
+// offsets) and hands each row to fn as the JSON object the NDJSON format
+// would hold (the columns it has).
+func parquetLines(fh *os.File, size int64, fn func([]byte) error) error {
+	pf, err := parquet.OpenFile(fh, size) // an error, where NewGenericReader would panic
 	if err != nil {
 		return err
 	}
-	defer fh.Close()
-	r := parquet.NewGenericReader[parquetRow](fh)
+	r := parquet.NewGenericReader[parquetRow](pf)
 	defer r.Close()
 	buf := make([]parquetRow, 1024)
 	for {

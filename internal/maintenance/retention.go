@@ -81,14 +81,17 @@ type RetentionConfig struct {
 	// WorkflowBatch bounds one workflow purge transaction. Default
 	// DefaultWorkflowBatch; a pass runs at most DeadLetterBatches of them.
 	WorkflowBatch int
-	// ExportDir, when set, is where each jobs_done day past
-	// CompletedRetention is exported (internal/history) before its
-	// partition is dropped; a day whose export fails is not dropped, and a
-	// day is dropped only if its partition still holds exactly the rows
-	// exported.
-	ExportDir string
-	// ExportTimeout bounds the export and drop of one day. Default
-	// DefaultExportTimeout.
+	// ExportTo, when set, is the destination (a directory or a
+	// gocloud.dev/blob bucket URL; internal/history) where each jobs_done
+	// day past CompletedRetention is exported before its partition is
+	// dropped, and each UTC day of dead letters wholly past
+	// DeadLetterRetention before it is purged (then dead letters leave a
+	// whole day at a time, instead of in batches). A day whose export fails
+	// is kept, and a day is dropped or purged only if the table still holds
+	// exactly the rows exported.
+	ExportTo string
+	// ExportTimeout bounds the export and drop (or purge) of one day.
+	// Default DefaultExportTimeout.
 	ExportTimeout time.Duration
 }
 
@@ -184,7 +187,7 @@ type PartitionStats struct {
 	// Created and Dropped count daily jobs_done partitions.
 	Created, Dropped int
 	// Exported counts the days written by the export before their drop
-	// (ExportDir); a day exported by an earlier pass is not counted again.
+	// (ExportTo); a day exported by an earlier pass is not counted again.
 	Exported int
 	// Skipped reports that another process held the pass's lock.
 	Skipped bool
@@ -202,7 +205,7 @@ func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, err
 		return st, nil
 	}
 	keep := r.cfg.CompletedRetention
-	if r.cfg.ExportDir != "" {
+	if r.cfg.ExportTo != "" {
 		keep = 0 // the days past retention are dropped below, each after its export
 	}
 	mctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout)
@@ -213,7 +216,7 @@ func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, err
 	if err != nil {
 		return st, fmt.Errorf("retention: jobs_done partitions: %w", err)
 	}
-	if r.cfg.ExportDir != "" && r.cfg.CompletedRetention > 0 {
+	if r.cfg.ExportTo != "" && r.cfg.CompletedRetention > 0 {
 		exported, dropped, err := r.exportThenDrop(ctx)
 		st.Exported, st.Dropped = exported, st.Dropped+dropped
 		if err != nil {
@@ -234,6 +237,10 @@ type PurgeStats struct {
 	// transactions.
 	Purged  int64
 	Batches int
+	// Exported counts the days of dead letters written by the export before
+	// their purge (ExportTo); a day exported by an earlier pass is not
+	// counted again.
+	Exported int
 	// Skipped reports that another process held the pass's lock.
 	Skipped bool
 }
@@ -245,10 +252,15 @@ type DeadLetterStats = PurgeStats
 // DeadLetterBatch dead letters older than DeadLetterRetention, oldest
 // first, each in its own transaction, until none is left or
 // DeadLetterBatches ran. It stops as soon as another process holds the
-// pass's lock.
+// pass's lock. With ExportTo, the dead letters leave a UTC day at a time
+// instead, each day once it is wholly past DeadLetterRetention and after
+// its export (exportThenPurgeDead).
 func (r *Retention) PurgeDeadLetters(ctx context.Context) (DeadLetterStats, error) {
 	if r.cfg.DeadLetterRetention <= 0 {
 		return PurgeStats{}, nil
+	}
+	if r.cfg.ExportTo != "" {
+		return r.exportThenPurgeDead(ctx)
 	}
 	return r.purge(ctx, purgePass{lock: "dead_letters", what: "dead letters", size: r.cfg.DeadLetterBatch,
 		retention: r.cfg.DeadLetterRetention, retentionAttr: "dead_letter_retention"},
@@ -392,48 +404,31 @@ func (r *Retention) locked(ctx context.Context, pass string, fn func(pgx.Tx) err
 }
 
 // exportThenDrop exports each jobs_done day past CompletedRetention to
-// ExportDir and drops its partition, oldest first, each day in its own
-// transaction under the export pass's lock: the day's rows are read, the
-// file and the manifest written, and the partition dropped only if it
-// still holds exactly the rows written (drop_done_partition). A day whose
-// export fails is not dropped, and the pass stops there with the error
-// (the next pass retries it); a day the manifest already lists is not
+// ExportTo and drops its partition, oldest first, each day in its own
+// transaction under the export's lock (ExportLocked): the day's rows are
+// read, the file and then the manifest written, and the partition dropped
+// only if it still holds exactly the rows written (drop_done_partition). A
+// day whose export fails is not dropped, and the pass stops there with the
+// error (the next pass retries it); a day the manifest already lists is not
 // written again.
 func (r *Retention) exportThenDrop(ctx context.Context) (exported, dropped int, err error) {
 	days, err := r.st.HistoryDays(ctx, r.cfg.DB, r.cfg.CompletedRetention)
 	if err != nil {
 		return 0, 0, fmt.Errorf("retention: history days: %w", err)
 	}
-	ex := &history.Exporter{Store: r.st, Schema: r.cfg.Schema, Dir: r.cfg.ExportDir}
-	for _, d := range days {
-		if !d.Expired {
-			continue
-		}
+	failed, _, err := r.exportEach(ctx, days, len(days), func(tx pgx.Tx, ex *history.Exporter, day time.Time) error {
 		var f history.File
 		var resumed, gone bool
-		err := r.lockedFor(ctx, "history_export", r.cfg.ExportTimeout, func(tx pgx.Tx) error {
-			var err error
-			for attempt := 0; attempt < 2 && !gone; attempt++ {
-				// A partition that changed since an earlier export (a row
-				// moved in) is exported again before it is dropped.
-				if f, resumed, err = ex.ExportDay(ctx, tx, d.Day, attempt > 0); err != nil {
-					return err
-				}
-				if gone, err = r.st.HistoryDropDay(ctx, tx, d.Day, f.Rows, retentionLockTimeout); err != nil {
-					return err
-				}
+		var err error
+		for attempt := 0; attempt < 2 && !gone; attempt++ {
+			// A partition that changed since an earlier export (a row moved
+			// in) is exported again before it is dropped.
+			if f, resumed, err = ex.ExportDay(ctx, tx, history.TableDone, day, attempt > 0); err != nil {
+				return err
 			}
-			return nil
-		})
-		if errors.Is(err, errLockTaken) {
-			return exported, dropped, nil
-		}
-		if err != nil {
-			if r.cfg.Logger != nil {
-				r.cfg.Logger.LogAttrs(ctx, slog.LevelError, "skiplock: retention did not drop a jobs_done day: its export failed",
-					slog.String("day", d.Day.Format(time.DateOnly)), slog.String("dir", r.cfg.ExportDir), slog.Any("error", err))
+			if gone, err = r.st.HistoryDropDay(ctx, tx, day, f.Rows, retentionLockTimeout); err != nil {
+				return err
 			}
-			return exported, dropped, fmt.Errorf("retention: export of %s (not dropped): %w", d.Day.Format(time.DateOnly), err)
 		}
 		if !resumed {
 			exported++
@@ -442,25 +437,157 @@ func (r *Retention) exportThenDrop(ctx context.Context) (exported, dropped int, 
 			dropped++
 		} else if r.cfg.Logger != nil {
 			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: retention kept a jobs_done day: its rows changed during the export",
-				slog.String("day", d.Day.Format(time.DateOnly)))
+				slog.String("day", day.Format(time.DateOnly)))
 		}
+		return nil
+	})
+	if err != nil {
+		r.logExportFailed(ctx, "skiplock: retention did not drop a jobs_done day: its export failed", failed, err)
+		return exported, dropped, fmt.Errorf("retention: export of %s (not dropped): %w", failed.Format(time.DateOnly), err)
 	}
 	return exported, dropped, nil
 }
 
-// lockedFor is locked with its own statement timeout: an export reads a
-// whole day.
-func (r *Retention) lockedFor(ctx context.Context, pass string, timeout time.Duration, fn func(pgx.Tx) error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
-	defer cancel()
-	return pgx.BeginFunc(ctx, r.cfg.DB, func(tx pgx.Tx) error {
-		got, err := r.st.BeginRetentionPass(ctx, tx, RetentionLockKey(r.cfg.Schema, pass), timeout, retentionIdleTimeout)
-		if err != nil {
+// exportThenPurgeDead exports each UTC day of dead letters wholly past
+// DeadLetterRetention to ExportTo (jobs_dead_YYYYMMDD.ndjson.gz, in the
+// same manifest as the finished jobs' days) and purges it, oldest first,
+// each day in its own transaction under the export's lock: the day's dead
+// letters are locked (no replay takes one between the export and the
+// purge), read and written, and deleted only if they are still exactly the
+// rows written (count and id range, history_dead_purge_day). A day whose
+// export fails is kept, and the pass stops there with the error. Dead
+// letters of a day not yet wholly past the retention wait for the pass
+// after its end: with an export, they leave a day at a time. A pass handles
+// at most DeadLetterBatches days.
+func (r *Retention) exportThenPurgeDead(ctx context.Context) (PurgeStats, error) {
+	var st PurgeStats
+	days, err := r.st.HistoryDeadDays(ctx, r.cfg.DB, r.cfg.DeadLetterRetention)
+	if err != nil {
+		return st, fmt.Errorf("retention: dead letters: days: %w", err)
+	}
+	failed, skipped, err := r.exportEach(ctx, days, r.cfg.DeadLetterBatches, func(tx pgx.Tx, ex *history.Exporter, day time.Time) error {
+		if _, err := r.st.HistoryDeadLockDay(ctx, tx, day); err != nil {
 			return err
 		}
-		if !got {
-			return errLockTaken
+		var f history.File
+		var resumed, matched bool
+		var purged int64
+		var err error
+		for attempt := 0; attempt < 2 && !matched; attempt++ {
+			// A day that changed since an earlier export (a dead letter
+			// replayed) is exported again before it is purged.
+			if f, resumed, err = ex.ExportDay(ctx, tx, history.TableDead, day, attempt > 0); err != nil {
+				return err
+			}
+			if matched, purged, err = r.st.HistoryDeadPurgeDay(ctx, tx, day, f.Rows, f.MinID, f.MaxID); err != nil {
+				return err
+			}
 		}
-		return fn(tx)
+		st.Batches++
+		st.Purged += purged
+		if !resumed {
+			st.Exported++
+		}
+		if !matched && r.cfg.Logger != nil {
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: retention kept a day of dead letters: its rows changed during the export",
+				slog.String("day", day.Format(time.DateOnly)))
+		}
+		return nil
 	})
+	st.Skipped = skipped
+	if err != nil {
+		r.logExportFailed(ctx, "skiplock: retention did not purge a day of dead letters: its export failed", failed, err)
+		return st, fmt.Errorf("retention: export of the dead letters of %s (not purged): %w", failed.Format(time.DateOnly), err)
+	}
+	if r.cfg.Logger != nil && st.Purged > 0 {
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "skiplock: retention exported and purged dead letters",
+			slog.Int64("purged", st.Purged), slog.Int("days", st.Batches), slog.Int("exported", st.Exported),
+			slog.Duration("dead_letter_retention", r.cfg.DeadLetterRetention))
+	}
+	return st, nil
+}
+
+func (r *Retention) logExportFailed(ctx context.Context, msg string, day time.Time, err error) {
+	if r.cfg.Logger == nil {
+		return
+	}
+	r.cfg.Logger.LogAttrs(ctx, slog.LevelError, msg, slog.String("day", day.Format(time.DateOnly)),
+		slog.String("to", history.DisplayName(r.cfg.ExportTo)), slog.Any("error", err))
+}
+
+// exportEach runs fn for each expired day, oldest first and at most limit
+// of them, each in its own transaction under the export's lock
+// (ExportLocked, without waiting), with ExportTo opened at the first day:
+// a pass with nothing to export opens nothing. It stops at the first
+// error, returning the day that failed, or when another process holds the
+// lock (skipped).
+func (r *Retention) exportEach(ctx context.Context, days []store.HistoryDay, limit int,
+	fn func(tx pgx.Tx, ex *history.Exporter, day time.Time) error) (failed time.Time, skipped bool, err error) {
+	var ex *history.Exporter
+	for _, d := range days {
+		if !d.Expired {
+			continue
+		}
+		if limit <= 0 {
+			break // the rest waits for the next pass
+		}
+		limit--
+		if ex == nil {
+			dest, err := history.Open(ctx, r.cfg.ExportTo)
+			if err != nil {
+				return d.Day, false, err
+			}
+			defer dest.Close()
+			ex = &history.Exporter{Store: r.st, Schema: r.cfg.Schema, Dest: dest}
+		}
+		err := ExportLocked(ctx, r.cfg.DB, r.cfg.Schema, r.cfg.ExportTimeout, false, func(tx pgx.Tx) error {
+			return fn(tx, ex, d.Day)
+		})
+		if errors.Is(err, errLockTaken) {
+			return time.Time{}, true, nil
+		}
+		if err != nil {
+			return d.Day, false, err
+		}
+	}
+	return time.Time{}, false, nil
+}
+
+// ExportLocked runs fn in a transaction that holds the history export's
+// lock, the advisory lock every writer of the schema's export manifests
+// takes (the retention passes of every process, Client.HistoryExport), so
+// that no two of them read and rewrite a manifest at once. timeout is the
+// statement timeout and the idle-in-transaction timeout (a day's rows are
+// read in one statement; its file may take long to upload after it). With
+// wait, a taken lock is tried again every second until ctx ends; without,
+// ExportLocked returns an error saying another process holds it.
+func ExportLocked(ctx context.Context, db health.DBTX, schema string, timeout time.Duration, wait bool, fn func(pgx.Tx) error) error {
+	if timeout <= 0 {
+		timeout = DefaultExportTimeout
+	}
+	st := store.New(schema)
+	for {
+		err := func() error {
+			ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+			defer cancel()
+			return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				got, err := st.BeginRetentionPass(ctx, tx, RetentionLockKey(schema, "history_export"), timeout, timeout)
+				if err != nil {
+					return err
+				}
+				if !got {
+					return errLockTaken
+				}
+				return fn(tx)
+			})
+		}()
+		if !wait || !errors.Is(err, errLockTaken) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("history export: waiting for another process's export: %w", ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }

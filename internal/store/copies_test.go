@@ -227,3 +227,22 @@ func TestRingEvictCarriesANewColumn(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM skiplock.jobs_g1").Scan(&left))
 	require.Zero(t, left)
 }
+
+// history_import_dead lists jobs_dead's columns (error_signature is
+// generated and cannot be written): a column added to jobs_dead must be
+// added there too, or an imported dead letter comes back without it.
+func TestHistoryImportDeadCarriesEveryColumn(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	rows, err := db.Pool.Query(context.Background(), `SELECT a.attname FROM pg_attribute AS a
+		WHERE a.attrelid = 'skiplock.jobs_dead'::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+		ORDER BY a.attnum`)
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Contains(t, want, "payload")
+	stmts, err := sqlfile.Parse(os.DirFS("."), "sql")
+	require.NoError(t, err)
+	p := copyPath{where: "maintenance.sql history_import_dead", sql: stmts["history_import_dead"], table: "jobs_dead"}
+	require.ElementsMatch(t, want, p.columns(t))
+}

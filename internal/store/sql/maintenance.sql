@@ -151,3 +151,98 @@ ins AS (
     RETURNING 1
 )
 SELECT count(*) FROM ins;
+
+-- name: history_dead_days
+-- The UTC days of dead_at that jobs_dead holds rows of and that have ended,
+-- oldest first, with whether the day ended more than $1 ago (retention: due
+-- for the purge; $1 <= 0: none is). A skip scan of jobs_dead_dead_at: one
+-- index probe a day, whatever the number of dead letters.
+--   $1 keep (microseconds)
+WITH RECURSIVE day AS (
+    (SELECT (d.dead_at AT TIME ZONE 'UTC')::date AS day
+     FROM {{schema}}.jobs_dead AS d
+     ORDER BY d.dead_at
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT (d.dead_at AT TIME ZONE 'UTC')::date
+            FROM {{schema}}.jobs_dead AS d
+            WHERE d.dead_at >= (day.day + 1)::timestamp AT TIME ZONE 'UTC'
+            ORDER BY d.dead_at
+            LIMIT 1)
+    FROM day
+    WHERE day.day IS NOT NULL
+)
+SELECT day.day,
+       $1::bigint > 0 AND (day.day + 1)::timestamp AT TIME ZONE 'UTC'
+           <= now() - $1::bigint * interval '1 microsecond' AS expired
+FROM day
+WHERE day.day IS NOT NULL
+  AND (day.day + 1)::timestamp AT TIME ZONE 'UTC' <= now()
+ORDER BY 1;
+
+-- name: history_dead_rows
+-- Every dead letter of one UTC day of dead_at ($1, $2: its bounds), as one
+-- JSON object per row with every column of jobs_dead (a column added later
+-- is carried), in id order.
+--   $1 day start  $2 day end
+SELECT to_jsonb(d)::text, d.id
+FROM {{schema}}.jobs_dead AS d
+WHERE d.dead_at >= $1 AND d.dead_at < $2
+ORDER BY d.id;
+
+-- name: history_dead_lock_day
+-- Locks one day's dead letters for its export and purge, in the
+-- transaction that does both: no replay or purge removes one of them
+-- between the export and the purge (they wait for the transaction). Returns
+-- how many it locked.
+--   $1 day start  $2 day end
+SELECT count(*)
+FROM (SELECT 1
+      FROM {{schema}}.jobs_dead AS d
+      WHERE d.dead_at >= $1 AND d.dead_at < $2
+      FOR UPDATE) AS l;
+
+-- name: history_dead_purge_day
+-- Deletes one exported day of dead letters if the day still holds exactly
+-- the rows its export wrote (their count and id range; the rows were locked
+-- by history_dead_lock_day before the export read them), else nothing.
+-- Returns whether they matched and how many rows it deleted.
+--   $1 day start  $2 day end  $3 rows exported  $4 min id  $5 max id
+WITH day AS (
+    SELECT d.id
+    FROM {{schema}}.jobs_dead AS d
+    WHERE d.dead_at >= $1 AND d.dead_at < $2
+    FOR UPDATE
+),
+fits AS (
+    SELECT count(*) = $3::bigint AND coalesce(min(day.id), 0) = $4::bigint
+           AND coalesce(max(day.id), 0) = $5::bigint AS ok
+    FROM day
+),
+gone AS (
+    DELETE FROM {{schema}}.jobs_dead AS d
+    USING day, fits
+    WHERE d.id = day.id AND fits.ok
+    RETURNING 1
+)
+SELECT (SELECT ok FROM fits), (SELECT count(*) FROM gone);
+
+-- name: history_import_dead
+-- Brings exported dead letters back into jobs_dead (for investigation:
+-- `job get`, `dead list` and a replay find them until retention purges
+-- their day again): $1 is a JSON array of exported objects; a dead letter
+-- already there (same id) is not inserted twice. error_signature is
+-- generated from last_error, not read. Returns how many rows it inserted.
+--   $1 rows jsonb (array)
+WITH r AS (
+    SELECT * FROM jsonb_populate_recordset(NULL::{{schema}}.jobs_dead, $1::jsonb)
+),
+ins AS (
+    INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, dead_at, queue, kind, reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
+    SELECT r.id, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at, r.dead_at, r.queue, r.kind, r.reason,
+           r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload, r.metadata, r.limit_weight
+    FROM r
+    ON CONFLICT (id) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM ins;
