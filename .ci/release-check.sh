@@ -82,6 +82,11 @@ done
 out=$("$work/archive/skiplock" --version)
 echo "$out"
 case "$out" in "$want"*) ;; *) echo "release-check: want a line starting '$want'" >&2; exit 1 ;; esac
+# built with skiplock_cloud: history export reaches s3://, gs:// and azblob://
+for mod in gocloud.dev github.com/aws/aws-sdk-go-v2/service/s3 cloud.google.com/go/storage github.com/Azure/azure-sdk-for-go/sdk/storage/azblob; do
+  go version -m "$work/archive/skiplock" | grep -q "dep[[:space:]]*$mod[[:space:]]" ||
+    { echo "release-check: the archive's binary lacks $mod (the skiplock_cloud tag)" >&2; exit 1; }
+done
 
 step "image (OCI layout, FROM scratch)"
 (cd .ci/ocibuild && go vet . && go test -count=1 .)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"gocloud.dev/blob"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
@@ -95,14 +94,4 @@ func TestHistoryCLI(t *testing.T) {
 	code, _, stderr = cli("work", "--exec", "true", "--history-export-dir", "ftp://host/dir")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--history-export-dir")
-}
-
-// The binary links the cloud drivers in, so --to s3://, gs:// and
-// azblob:// reach a bucket instead of "no driver" (opening one needs the
-// cloud, which tests here do not reach).
-func TestHistoryBucketDriversLinked(t *testing.T) {
-	t.Parallel()
-	for _, scheme := range []string{"s3", "gs", "azblob"} {
-		require.True(t, blob.DefaultURLMux().ValidBucketScheme(scheme), scheme)
-	}
 }

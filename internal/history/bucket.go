@@ -105,7 +105,7 @@ func CheckDestination(dest string) error {
 		return nil
 	}
 	if !blob.DefaultURLMux().ValidBucketScheme(u.Scheme) {
-		return fmt.Errorf("scheme %q: no bucket driver for it in this program (it has %s; the skiplock CLI has s3, gs and azblob; a Go program imports the driver, e.g. gocloud.dev/blob/s3blob)",
+		return fmt.Errorf("scheme %q: no bucket driver for it in this program (it has %s; the released skiplock CLI has s3, gs and azblob (a CLI built with -tags skiplock_cloud); a Go program imports the driver, e.g. gocloud.dev/blob/s3blob)",
 			u.Scheme, strings.Join(append([]string{fileblob.Scheme, memblob.Scheme}, blob.DefaultURLMux().BucketSchemes()...), ", "))
 	}
 	return nil
