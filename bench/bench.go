@@ -94,6 +94,12 @@ type Result struct {
 	DeadTuplesBefore  int64 `json:"dead_tuples_before"`
 	DeadTuplesAfter   int64 `json:"dead_tuples_after"`
 	AutovacuumsDuring int64 `json:"autovacuums_during"`
+	// CheckpointsDuring counts the server's checkpoints that began during
+	// the drain (pg_stat_bgwriter; server-wide). After a checkpoint the first
+	// change to each page writes the whole page to the WAL, so a run with
+	// one writes more WAL per job and runs slower, as production does now
+	// and then.
+	CheckpointsDuring int64 `json:"checkpoints_during"`
 
 	// ReapedLeasesPct is the share of jobs that ran more than once (attempt
 	// > 1: a lease expired and the reaper handed the job back).
@@ -290,6 +296,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	res.SeedSeconds = time.Since(seedStart).Seconds()
 	res.SeedJobsPerS = float64(seeded) / res.SeedSeconds
+	cp0, err := checkpoints(ctx, pool)
+	if err != nil {
+		return res, err
+	}
 	lsn1, err := walLSN(ctx, pool)
 	if err != nil {
 		return res, err
@@ -328,6 +338,11 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	}
 	counts := tr.Stop()
 	stats := c.Stats()
+	cp1, err := checkpoints(ctx, pool)
+	if err != nil {
+		return res, err
+	}
+	res.CheckpointsDuring = cp1 - cp0
 	lsn2, err := walLSN(ctx, pool)
 	if err != nil {
 		return res, err
@@ -524,6 +539,22 @@ func lsnDiff(ctx context.Context, pool *pgxpool.Pool, a, b string) (int64, error
 
 // deadTuples reads the jobs table's dead tuples and autovacuum count from a
 // fresh statistics snapshot.
+// checkpoints returns how many checkpoints the server has begun (timed and
+// requested) since its statistics were reset.
+func checkpoints(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
+	var n int64
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").Scan(&n)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bench: read checkpoints: %w", err)
+	}
+	return n, nil
+}
+
 func deadTuples(ctx context.Context, pool *pgxpool.Pool, st *store.Store) (dead, autovacuums int64, err error) {
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {

@@ -320,10 +320,11 @@ func (g *globals) runRepeated(cmd *cobra.Command, o bench.Options, n int) error 
 	r0 := rep.Runs[0]
 	fmt.Fprintf(w, "skiplock bench --repeat %d: %d jobs, %d workers, batch %d, handler %s, a fresh schema each run\n",
 		n, r0.Jobs, r0.Workers, r0.Batch, r0.Handler)
-	fmt.Fprintf(w, "  %-4s %10s %11s %11s %9s %11s\n", "run", "jobs/s", "claim p50", "claim p99", "WAL/job", "autovacuums")
+	fmt.Fprintf(w, "  %-4s %10s %11s %11s %9s %11s %11s\n", "run", "jobs/s", "claim p50", "claim p99", "WAL/job", "autovacuums",
+		"checkpoints")
 	for i, r := range rep.Runs {
-		fmt.Fprintf(w, "  %-4d %10.0f %9.2fms %9.2fms %8.0fB %11d\n", i+1, r.JobsPerS, r.ClaimP50MS, r.ClaimP99MS,
-			r.WALBytesPerJob, r.AutovacuumsDuring)
+		fmt.Fprintf(w, "  %-4d %10.0f %9.2fms %9.2fms %8.0fB %11d %11d\n", i+1, r.JobsPerS, r.ClaimP50MS, r.ClaimP99MS,
+			r.WALBytesPerJob, r.AutovacuumsDuring, r.CheckpointsDuring)
 	}
 	line := func(name, unit string, s bench.Spread, format string) {
 		fmt.Fprintf(w, "  %-12s min "+format+"  median "+format+"  max "+format+"  (max/min %.2f)\n",
@@ -367,8 +368,8 @@ func printBench(w io.Writer, r bench.Result) {
 	if strings.HasPrefix(r.Handler, "steps:") {
 		fmt.Fprintf(w, "  checkpoints     %.2f written per job (those still queued when a job completes are withdrawn)\n", r.CheckpointsPerJob)
 	}
-	fmt.Fprintf(w, "  dead tuples     %d after (%d before; %d autovacuums during)\n",
-		r.DeadTuplesAfter, r.DeadTuplesBefore, r.AutovacuumsDuring)
+	fmt.Fprintf(w, "  dead tuples     %d after (%d before; %d autovacuums and %d checkpoints during)\n",
+		r.DeadTuplesAfter, r.DeadTuplesBefore, r.AutovacuumsDuring, r.CheckpointsDuring)
 	fmt.Fprintf(w, "  reaped leases   %.2f %%  (lease lost %d, failed %d)\n", r.ReapedLeasesPct, r.LeaseLost, r.Failed)
 	fmt.Fprintf(w, "  memory          peak RSS %.1f MB during the drain, %.1f MB high-water\n",
 		float64(r.DrainPeakRSSBytes)/(1<<20), float64(r.MaxRSSBytes)/(1<<20))
