@@ -56,11 +56,14 @@ func TestCLIEscapesControlCharacters(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "tenant", fe.Field)
 
-	// The SQL function does not refuse them yet (its copy of the rule lives
-	// in the migrations): a tenant written there is escaped on output.
+	// The SQL function refuses them too, naming the field.
+	_, err = db.Pool.Exec(ctx, `SELECT skiplock.enqueue('esc', 'esc', max_attempts => 1, tenant => E'ten\x1b[31mRED')`)
+	require.ErrorContains(t, err, "skiplock: tenant: contains the control character U+001B")
+	// A row the table holds from before the rule (or written by its owner
+	// past the functions) is escaped on output.
 	var id int64
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.enqueue('esc', 'esc', max_attempts => 1,
-		tenant => E'ten\x1b[31mRED')`).Scan(&id))
+	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO skiplock.jobs (queue, kind, max_attempts, tenant)
+		VALUES ('esc', 'esc', 1, E'ten\x1b[31mRED') RETURNING id`).Scan(&id))
 	require.NoError(t, skiplock.Handle(c, "esc", func(context.Context, *skiplock.Job[map[string]any]) error {
 		return errors.New("boom \x1b]0;PWNED-TITLE\x07 \x1b[2J")
 	}))
