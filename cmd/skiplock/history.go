@@ -16,7 +16,7 @@ func newHistoryCmd(g *globals) *cobra.Command {
 		Short: "Export finished jobs and dead letters to files before retention removes them, and bring a file back",
 		Long: `Finished jobs (jobs_done) are kept for --completed-retention and then dropped a day at a time;
 dead letters are kept for --dead-letter-retention. 'history export' writes each finished UTC day
-to a directory or a bucket (file://, s3://, gs://, azblob://) as gzip-compressed NDJSON (one job
+to a directory or a bucket (file://, s3://) as gzip-compressed NDJSON (one job
 per line, every column, payload included) with a manifest.json of row counts, id ranges and
 sha256 checksums; it resumes where a previous run stopped; --dead-letters exports the dead
 letters too. 'work --history-export-dir DIR|URL' does the same automatically before each drop
@@ -43,13 +43,14 @@ each ended day of dead letters as jobs_dead_YYYYMMDD.ndjson.gz (by the day they 
 only). Nothing is removed from the database.
 
 --to is a directory (created if missing) or a bucket URL: file:///path, s3://bucket/prefix
-(?region=…, ?endpoint=… for S3-compatible stores), gs://bucket/prefix, azblob://container/prefix.
+(?region=…, ?endpoint=… for S3-compatible stores; s3:// in the released CLI, or one built
+with -tags skiplock_cloud).
 A URL's path is a prefix inside the bucket. Credentials come from each cloud's usual environment
 (AWS_* or ~/.aws, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_ACCOUNT and its key or
 identity), never from the URL. Files hold payloads: store them as you store the database.`,
 		Example: `  skiplock history export --to /backup/skiplock-history
   skiplock history export --to s3://acme-archive/skiplock?region=eu-west-1 --dead-letters
-  skiplock history export --to gs://acme-archive/skiplock --json`,
+  skiplock history export --to s3://acme-archive/skiplock?region=eu-west-1 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to == "" {
@@ -88,7 +89,7 @@ identity), never from the URL. Files hold payloads: store them as you store the 
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&to, "to", "", "the destination: a directory (created if missing) or a bucket URL (file://, s3://, gs://, azblob://)")
+	cmd.Flags().StringVar(&to, "to", "", "the destination: a directory (created if missing) or a bucket URL (file://, s3://)")
 	cmd.Flags().BoolVar(&force, "force", false, "write every day again, even those already exported")
 	cmd.Flags().StringVar(&format, "format", "ndjson", "file format of finished jobs: ndjson (gzip) or parquet (dead letters: always ndjson)")
 	cmd.Flags().BoolVar(&dead, "dead-letters", false, "export the dead letters too: one jobs_dead_YYYYMMDD.ndjson.gz a day they died")

@@ -117,7 +117,7 @@ database reached directly).`,
 	fl.StringVar(&f.execCmd, "exec", "", "command run through sh -c for each job (required)")
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them for 'job get' (Config.DeleteCompleted)")
 	fl.DurationVar(&f.completedRetention, "completed-retention", 0, "how long finished jobs stay answerable by 'job get' (default 24h; at least 1h; negative: forever)")
-	fl.StringVar(&f.historyExportDir, "history-export-dir", "", "export each finished day, and each day of dead letters, to this directory or bucket URL (file://, s3://, gs://, azblob://; compressed NDJSON and a manifest) before retention drops or purges it; a day whose export fails is kept")
+	fl.StringVar(&f.historyExportDir, "history-export-dir", "", "export each finished day, and each day of dead letters, to this directory or bucket URL (file://, s3://; compressed NDJSON and a manifest) before retention drops or purges it; a day whose export fails is kept")
 	fl.DurationVar(&f.workflowRetention, "workflow-retention", 0, "how long finished workflows and batches stay answerable by 'workflow get' (default 168h; at least 1h; negative: forever)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (this process's counters: claims, runs and outcomes by queue and kind, durations) and /healthz on this address, e.g. 127.0.0.1:9464; "+
 		"beyond loopback it needs SKIPLOCK_DASHBOARD_USER and SKIPLOCK_DASHBOARD_PASSWORD (or SKIPLOCK_DASHBOARD_TOKEN), as serve does")

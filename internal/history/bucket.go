@@ -34,8 +34,8 @@ import (
 //   - mem://NAME: an in-memory bucket of this process, the same bucket for
 //     every use of NAME (tests).
 //   - s3://bucket/prefix, gs://bucket/prefix, azblob://container/prefix and
-//     any other scheme whose driver the program imports (the skiplock CLI
-//     imports s3blob, gcsblob and azureblob; a library user imports the
+//     any other scheme whose driver the program imports (the released skiplock
+//     CLI imports s3blob; a library user imports the
 //     drivers it needs): the URL's path is a key prefix (a "folder" in the
 //     bucket); the query holds the driver's own parameters (region,
 //     endpoint…). Credentials come from the driver's usual environment,
@@ -105,7 +105,7 @@ func CheckDestination(dest string) error {
 		return nil
 	}
 	if !blob.DefaultURLMux().ValidBucketScheme(u.Scheme) {
-		return fmt.Errorf("scheme %q: no bucket driver for it in this program (it has %s; the released skiplock CLI has s3, gs and azblob (a CLI built with -tags skiplock_cloud); a Go program imports the driver, e.g. gocloud.dev/blob/s3blob)",
+		return fmt.Errorf("scheme %q: no bucket driver for it in this program (it has %s; the released skiplock CLI has s3 (a CLI built with -tags skiplock_cloud); a Go program imports the driver, e.g. gocloud.dev/blob/s3blob)",
 			u.Scheme, strings.Join(append([]string{fileblob.Scheme, memblob.Scheme}, blob.DefaultURLMux().BucketSchemes()...), ", "))
 	}
 	return nil
