@@ -18,7 +18,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-GORELEASER_VERSION=v2.16.0 # v2.17+ needs a module the proxy refuses (go-msix); v2.18+ needs Go 1.27
+# .ci/run sets it (and has installed it meanwhile); the pin lives there too.
+GORELEASER_VERSION=${GORELEASER_VERSION:-v2.16.0} # v2.17+ needs a module the proxy refuses (go-msix); v2.18+ needs Go 1.27
 : "${TEST_DATABASE_URL:?release-check: set TEST_DATABASE_URL (a PostgreSQL the check may create a schema in)}"
 
 start=$SECONDS
