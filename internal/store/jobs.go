@@ -131,15 +131,16 @@ func (s *Store) WriteProgress(ctx context.Context, db DBTX, ps []Progress, worke
 // (CompleteQuery, RescheduleQuery, DeadLetterQuery) in one round trip, as
 // one pipeline and therefore one implicit transaction: all of them commit
 // or none does, and no transaction stays open waiting on this process.
-// write_settings goes first in the same pipeline (no sequential scan of
-// jobs, whatever plan the connection cached: see lease.sql).
+// write_batch_settings goes first in the same pipeline (no sequential scan
+// of jobs, whatever plan the connection cached, and the generic plan: see
+// lease.sql).
 //
 // after are statements whose rows are not read (notify_done), sent last in
 // the same pipeline, so that they take effect when the writes commit.
 func (s *Store) WriteBatch(ctx context.Context, db DBTX, qs []Query, after ...Query) (map[int64]bool, error) {
 	out := map[int64]bool{}
 	b := &pgx.Batch{}
-	b.Queue(s.SQL("write_settings"))
+	b.Queue(s.SQL("write_batch_settings"))
 	for _, q := range qs {
 		b.Queue(q.SQL, q.Args...).Query(func(rows pgx.Rows) error {
 			for rows.Next() {

@@ -46,13 +46,23 @@
 -- 4 ms for a 200-job completion on 40,000 running jobs, and as the writes
 -- slowed their batches grew, a no-op drain falling from ~30,000 to ~18,000
 -- jobs/s. Without it the planner joins by hash (1.4 ms) or by key.
--- And the generic plan, made once per connection, as claim_settings has
--- the claim's: an idle worker completing one job at a time planned its
--- completion for every call (pg_stat_statements: 2,023 plans in 2,020
--- calls, 0.5 ms of planning beside 0.13 ms of execution). Both plans are
--- held to the primary key by TestFencedWritePlansUsePrimaryKey.
-SELECT set_config('enable_seqscan', 'off', true), set_config('enable_material', 'off', true),
-       set_config('plan_cache_mode', 'force_generic_plan', true);
+SELECT {{write_planner}};
+
+-- fragment: write_planner
+-- write_settings' settings, shared with write_batch_settings.
+set_config('enable_seqscan', 'off', true), set_config('enable_material', 'off', true)
+
+-- name: write_batch_settings
+-- write_settings for the completer's batches (Store.WriteBatch), which run
+-- in an implicit transaction of their own, and the generic plan, made once
+-- per connection, as claim_settings has the claim's: an idle worker
+-- completing one job at a time planned its completion for every call
+-- (pg_stat_statements: 2,023 plans in 2,020 calls, 0.5 ms of planning
+-- beside 0.13 ms of execution). Both plans are held to the primary key by
+-- TestFencedWritePlansUsePrimaryKey. Not in write_settings: that one also
+-- runs in a caller's transaction (StepTx), whose own statements after it
+-- must plan as before.
+SELECT {{write_planner}}, set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: write_settings_save
 -- write_settings inside the caller's own transaction (CompleteTx): the
