@@ -195,10 +195,23 @@ func TestJobExplainPlacesATenantsJob(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(ctx, q, ids[2]).Scan(&n))
 		return n
 	}
-	wantAhead := ready(`SELECT count(*) FROM skiplock.jobs WHERE queue = 'capped' AND tenant = 'acme' AND state = 'ready' AND id < $1`)
-	wantTenants := ready(`SELECT count(DISTINCT tenant) FROM skiplock.jobs WHERE queue = 'capped' AND state = 'ready' AND $1::bigint IS NOT NULL`)
-	e, err := c.JobExplain(ctx, ids[2]) // again, beside the counts just taken
-	require.NoError(t, err)
+	counts := func() [2]int64 {
+		return [2]int64{
+			ready(`SELECT count(*) FROM skiplock.jobs WHERE queue = 'capped' AND tenant = 'acme' AND state = 'ready' AND id < $1`),
+			ready(`SELECT count(DISTINCT tenant) FROM skiplock.jobs WHERE queue = 'capped' AND state = 'ready' AND $1::bigint IS NOT NULL`),
+		}
+	}
+	// The pool goes on claiming ahead while its job runs, so the counts
+	// are compared with an explanation taken between two equal counts.
+	var want [2]int64
+	require.Eventually(t, func() bool {
+		before := counts()
+		var err error
+		e, err = c.JobExplain(ctx, ids[2])
+		want = counts()
+		return err == nil && before == want
+	}, 15*time.Second, 20*time.Millisecond, "the ready jobs kept changing")
+	wantAhead, wantTenants := want[0], want[1]
 	require.Empty(t, e.Holds)
 	require.Equal(t, "acme", e.Tenant)
 	require.Equal(t, wantAhead, e.TenantAhead, "acme's jobs before it that do not run")
