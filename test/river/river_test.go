@@ -275,8 +275,6 @@ func TestRiverImport(t *testing.T) {
 			&river.InsertOpts{Queue: "mail", Priority: p, MaxAttempts: 7, Tags: []string{"welcome", fmt.Sprint("prio", p)},
 				Metadata: []byte(`{"request_id": "r-1"}`)}))
 	}
-	scheduledAt := time.Now().Add(2 * time.Second).Truncate(time.Microsecond)
-	report := insert(reportArgs{Day: "2026-11-28"}, &river.InsertOpts{Queue: "reports", ScheduledAt: scheduledAt})
 	unique := insert(emailArgs{To: "once@example.com"}, &river.InsertOpts{Queue: "mail", UniqueOpts: river.UniqueOpts{ByArgs: true}})
 	orphan := insert(reportArgs{Day: "orphan"}, &river.InsertOpts{Queue: "reports"})
 	// Jobs River works into each other state.
@@ -294,6 +292,12 @@ func TestRiverImport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Scheduled 3 s ahead, inserted last: River's scheduler makes a due job
+	// available, and on a cold CI the jobs worked above took longer than
+	// the 2 s it once had between its insert and the dry run. skiplock
+	// runs it once due, below.
+	scheduledAt := time.Now().Add(3 * time.Second).Truncate(time.Microsecond)
+	report := insert(reportArgs{Day: "2026-11-28"}, &river.InsertOpts{Queue: "reports", ScheduledAt: scheduledAt})
 
 	client, err := skiplock.NewClient(db.Pool, skiplock.Config{Schema: db.Schema})
 	if err != nil {
