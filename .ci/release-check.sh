@@ -18,8 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# .ci/run sets it (and has installed it meanwhile); the pin lives there too.
-GORELEASER_VERSION=${GORELEASER_VERSION:-v2.16.0} # v2.17+ needs a module the proxy refuses (go-msix); v2.18+ needs Go 1.27
+# The pin, one file for this script and .ci/run (which installs it in the
+# background first): v2.17+ needs a module the proxy refuses (go-msix);
+# v2.18+ needs Go 1.27.
+GORELEASER_VERSION=$(cat .ci/goreleaser.version)
 : "${TEST_DATABASE_URL:?release-check: set TEST_DATABASE_URL (a PostgreSQL the check may create a schema in)}"
 
 start=$SECONDS
