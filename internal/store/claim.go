@@ -244,7 +244,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, r ClaimRequest) (ClaimResult
 		if r.Strategy == ClaimCappedAfter {
 			stmt, args = "claim_capped_after", append(args, TenantBoundArgs(r.TenantAfter)...)
 		}
-		batch.Queue(s.SQL("claim_generic_plan"))
+		batch.Queue(s.SQL("claim_capped_settings"))
 		batch.Queue(s.SQL(stmt), args...).Query(res.scanCapped(r.Batch))
 	}
 	if err := db.SendBatch(ctx, batch).Close(); err != nil {

@@ -165,7 +165,7 @@ func cappedClaimBuffers(t *testing.T, pool *pgxpool.Pool, st *store.Store, after
 	// generic plan (the plan every claim after the first runs).
 	_, err = tx.Exec(ctx, st.SQL("claim_settings"))
 	require.NoError(t, err)
-	_, err = tx.Exec(ctx, st.SQL("claim_generic_plan"))
+	_, err = tx.Exec(ctx, st.SQL("claim_capped_settings"))
 	require.NoError(t, err)
 	args := []any{[]string{"q"}, nil, 50, benchWorker, int64(time.Minute / time.Microsecond), 10, []*string{nil}}
 	stmt := "claim_capped"

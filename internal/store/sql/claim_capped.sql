@@ -2,7 +2,7 @@
 -- fair share over a pool's tenants, and the fragments it shares with
 -- claim_capped_after.sql.
 
--- name: claim_generic_plan
+-- name: claim_capped_settings
 -- Second in the tenant-capped claim's pipeline, after claim_settings, which
 -- forces every claim's generic plan, built once per connection, instead of
 -- a custom plan per claim (for the capped claim first: planning the capped
