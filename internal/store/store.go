@@ -10,6 +10,7 @@ import (
 	"embed"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,6 +45,13 @@ type DBTX interface {
 type Store struct {
 	Schema string
 	q      map[string]string
+
+	// noSummarize is set once this process's role turned out unable to
+	// run summarize_done (a reader, or a schema older than the function):
+	// JobsFinished then looks up without it.
+	noSummarize atomic.Bool
+	// summarizedAt is when JobsFinished last summarized (UnixNano).
+	summarizedAt atomic.Int64
 }
 
 // seedBug is set only in a build with the skiplock_seedbug tag (seedbug.go),
