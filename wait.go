@@ -281,17 +281,12 @@ func (w *waiters) toLook() (ids []int64, done bool) {
 		clear(w.heard)
 		return nil, true
 	}
-	if w.lookAll {
-		ids = make([]int64, 0, len(w.byID))
-		for id := range w.byID {
-			ids = append(ids, id)
-		}
-	} else {
-		for id := range w.heard {
-			if _, ok := w.byID[id]; ok {
-				ids = append(ids, id)
-			}
-		}
+	if !w.lookAll {
+		return w.heardLocked(), false
+	}
+	ids = make([]int64, 0, len(w.byID))
+	for id := range w.byID {
+		ids = append(ids, id)
 	}
 	w.lookAll = false
 	clear(w.heard)
@@ -333,9 +328,7 @@ func (w *waiters) loop() {
 		if done {
 			return
 		}
-		for chunk := range slices.Chunk(ids, waitChunk) {
-			w.look(ctx, chunk)
-		}
+		w.lookInChunks(ctx, ids)
 		select {
 		case <-w.kick:
 		case <-poll.C:
@@ -344,6 +337,47 @@ func (w *waiters) loop() {
 			w.mu.Unlock()
 		}
 	}
+}
+
+// lookInChunks looks ids up waitChunk at a time and, between two chunks,
+// first the ids announced meanwhile: a poll of every awaited job (10,000
+// of them: ten statements) does not hold back the ends the waiters were
+// just told of.
+func (w *waiters) lookInChunks(ctx context.Context, ids []int64) {
+	for len(ids) > 0 {
+		n := min(len(ids), waitChunk)
+		w.look(ctx, ids[:n])
+		ids = ids[n:]
+		if len(ids) == 0 {
+			return
+		}
+		if heard := w.takeHeard(); len(heard) > 0 {
+			for chunk := range slices.Chunk(heard, waitChunk) {
+				w.look(ctx, chunk)
+			}
+		}
+	}
+}
+
+// takeHeard returns the awaited ids announced since the last look and
+// forgets them (they are looked up now).
+func (w *waiters) takeHeard() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.heardLocked()
+}
+
+// heardLocked is takeHeard with w.mu held.
+func (w *waiters) heardLocked() []int64 {
+	var ids []int64
+	for id := range w.heard {
+		if _, ok := w.byID[id]; ok {
+			ids = append(ids, id)
+		}
+	}
+	clear(w.heard)
+	slices.Sort(ids)
+	return ids
 }
 
 // look reads which of ids ended. A failed look-up is retried by the next
