@@ -22,7 +22,8 @@ import (
 //
 // enqueue_1KiB: one Enqueue of a 1 KiB payload (one round trip each).
 // drain_noop_1KiB: b.N jobs of 1 KiB seeded with EnqueueMany (not timed),
-// then drained by a started client with a no-op handler (timed): jobs/s.
+// then drained by a started client with a no-op handler (timed): jobs/s,
+// and the server's WAL per job during the drain.
 // docs/security.md records the figures.
 func BenchmarkPayloadEncryption(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "keys.json")
@@ -67,6 +68,8 @@ func BenchmarkPayloadEncryption(b *testing.B) {
 				require.NoError(b, err)
 				ps = ps[n:]
 			}
+			var walBefore string
+			require.NoError(b, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&walBefore))
 			b.ResetTimer()
 			start := time.Now()
 			require.NoError(b, c.Start(ctx))
@@ -82,6 +85,10 @@ func BenchmarkPayloadEncryption(b *testing.B) {
 			b.StopTimer()
 			require.NoError(b, c.Stop(ctx))
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "jobs/s")
+			// The drain's WAL, the whole server's (run it on an idle one).
+			var wal float64
+			require.NoError(b, db.Pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn() - $1::pg_lsn`, walBefore).Scan(&wal))
+			b.ReportMetric(wal/float64(b.N), "WAL_B/job")
 		})
 	}
 }
