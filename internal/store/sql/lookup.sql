@@ -61,15 +61,19 @@ SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit
 -- or its history dropped). One snapshot, so a job moving between tables is
 -- seen in exactly one. Set-based: jobs_done is read through its BRIN index
 -- once per span of the ids (ids less than 4,096 apart share a span: the
--- jobs a waiter hears of finished together), the ids then matched by hash;
--- an `id = ANY` condition would scan the index once per id, every range of
--- it each time. The rest by primary key.
+-- jobs a waiter hears of finished together), the ids then matched by a
+-- hashed `= ANY` filter (OFFSET 0 keeps it out of the index condition, where
+-- it would scan the index once per id, every range of it each time). The
+-- rest by primary key. w is read once (spans and done read $1 themselves):
+-- a CTE read more than once is materialized, and the planner joins it to
+-- the jobs still open with a default estimate instead of the array's size.
 --   $1 ids
 WITH w AS (SELECT DISTINCT u.id FROM unnest($1::bigint[]) AS u(id)),
 spans AS (
     SELECT min(s.id) AS lo, max(s.id) AS hi
     FROM (SELECT g.id, count(*) FILTER (WHERE g.gap) OVER (ORDER BY g.id) AS span
-          FROM (SELECT w.id, w.id - lag(w.id) OVER (ORDER BY w.id) > 4096 AS gap FROM w) AS g) AS s
+          FROM (SELECT u.id, u.id - lag(u.id) OVER (ORDER BY u.id) > 4096 AS gap
+                FROM unnest($1::bigint[]) AS u(id)) AS g) AS s
     GROUP BY s.span
 ),
 open AS (SELECT j.id FROM {{schema}}.jobs AS j WHERE j.id = ANY ($1::bigint[])),
@@ -78,7 +82,7 @@ done AS (
     FROM spans
     CROSS JOIN LATERAL (SELECT f.id, f.result, f.finished_at FROM {{schema}}.jobs_done AS f
                         WHERE f.id BETWEEN spans.lo AND spans.hi OFFSET 0) AS f
-    WHERE f.id IN (SELECT w.id FROM w)
+    WHERE f.id = ANY ($1::bigint[])
     ORDER BY f.id, f.finished_at DESC
 ),
 dead AS (SELECT d.id, d.reason, d.last_error, d.dead_at FROM {{schema}}.jobs_dead AS d WHERE d.id = ANY ($1::bigint[]))
