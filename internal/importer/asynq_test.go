@@ -270,6 +270,12 @@ func TestAsynqImportCrash(t *testing.T) {
 	probe := redis.NewClient(&redis.Options{Addr: addr})
 	defer probe.Close()
 	kills, midway, held := 0, 0, int64(0)
+	// Each kill waits a random time after the start, from a base that grows
+	// by a quarter whenever a kill found nothing imported yet: a fixed schedule
+	// (20 ms plus up to 40 ms more per run, twelve runs) landed every kill
+	// before the CLI had connected on a loaded machine, and proved nothing.
+	// The kills go on until four landed midway, or thirty were made.
+	base := 20 * time.Millisecond
 	for run := 0; ; run++ {
 		cmd := exec.Command(bin, args...)
 		var stderr bytes.Buffer
@@ -279,14 +285,14 @@ func TestAsynqImportCrash(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		if run < 12 {
+		if run < 30 && midway < 4 {
 			select {
 			case err := <-done:
 				if err != nil {
 					t.Fatalf("run %d: %v\n%s", run, err, stderr.String())
 				}
 				goto finished
-			case <-time.After(time.Duration(20+rand.IntN(40+40*run)) * time.Millisecond):
+			case <-time.After(base + time.Duration(rand.IntN(40+40*min(run, 12)))*time.Millisecond):
 				_ = cmd.Process.Signal(syscall.SIGKILL)
 				<-done
 				kills++
@@ -298,6 +304,9 @@ func TestAsynqImportCrash(t *testing.T) {
 				}
 				if left > 0 && left < n {
 					midway++
+				}
+				if left == n {
+					base += base / 4
 				}
 				continue
 			}
