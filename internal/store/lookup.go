@@ -66,9 +66,8 @@ const summarizeEvery = 250 * time.Millisecond
 // job still in flight is not in the result. The same pipeline first
 // summarizes jobs_done's BRIN index over the ranges filled since
 // (summarize_done), at most every summarizeEvery, when this process's role
-// may: a role that may not (a
-// reader, a schema migrated by an older binary) is found once and looks up
-// without it from then on.
+// may: a role that may not (a reader, a schema migrated by an older
+// binary) is found once and looks up without it from then on.
 func (s *Store) JobsFinished(ctx context.Context, db DBTX, ids []int64) ([]Finished, error) {
 	summarize := false
 	if last, now := s.summarizedAt.Load(), time.Now().UnixNano(); !s.noSummarize.Load() && now-last >= int64(summarizeEvery) {
@@ -76,7 +75,7 @@ func (s *Store) JobsFinished(ctx context.Context, db DBTX, ids []int64) ([]Finis
 	}
 	out, err := s.jobsFinished(ctx, db, ids, summarize)
 	var pe *pgconn.PgError
-	if err != nil && errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "42883") && !s.noSummarize.Load() {
+	if summarize && errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "42883") {
 		s.noSummarize.Store(true)
 		return s.jobsFinished(ctx, db, ids, false)
 	}
