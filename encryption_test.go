@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -456,7 +457,7 @@ func TestKeysRotateWithJobsInFlight(t *testing.T) {
 	<-started
 	var oldReady int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs
-		WHERE state = 'ready' AND payload->>'skiplock_encrypted' LIKE 'v1.' || $1 || '.%'`, oldID).Scan(&oldReady))
+		WHERE state = 'ready' AND split_part(payload->>'skiplock_encrypted', '.', 2) = $1`, oldID).Scan(&oldReady))
 	t.Logf("%d ready jobs sealed under the old key when the rotation starts", oldReady)
 	rotator := newClient(t, db.Pool, skiplock.Config{Encryption: both})
 	n, err := rotator.KeysRotate(ctx)
@@ -481,7 +482,7 @@ func TestKeysRotateWithJobsInFlight(t *testing.T) {
 	// the old key runs it all.
 	var oldLeft int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM skiplock.jobs
-		WHERE payload->>'skiplock_encrypted' LIKE 'v1.' || $1 || '.%'`, oldID).Scan(&oldLeft))
+		WHERE split_part(payload->>'skiplock_encrypted', '.', 2) = $1`, oldID).Scan(&oldLeft))
 	require.Zero(t, oldLeft, "no ready job still sealed under the old key")
 	newOnly := withoutKey(t, path, oldID)
 	for id, email := range runAll(t, newClient(t, db.Pool, skiplock.Config{Encryption: newOnly,
@@ -578,4 +579,127 @@ func TestTenantKeyDeleted(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, 2, n, "acme's two jobs")
+}
+
+// Migration 24: a sealed payload is stored split, its key id in payload and
+// its nonce, ciphertext and tag as bytes in sealed, whichever way it came
+// in (Enqueue through enqueue_job, EnqueueMany's COPY, an envelope a SQL
+// producer passes), and each copy of the row (the history, a dead letter,
+// its retry) keeps the bytes. What shows a payload sees the whole envelope
+// (envelope()); the handler the plaintext. A malformed envelope is stored
+// as given and dead-lettered by the worker, which cannot open it.
+func TestSealedPayloadStoredAsBytes(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	path, keyID := newKeyringFile(t)
+	worker := func() *skiplock.Client {
+		return newClient(t, db.Pool, skiplock.Config{Encryption: loadKeyring(t, path), PollInterval: 20 * time.Millisecond,
+			Logger: quietLogger()})
+	}
+	c := worker()
+	plain := newClient(t, db.Pool, skiplock.Config{})
+	emails := map[string]string{"one": randomMarker("one-"), "many1": randomMarker("many1-"), "many2": randomMarker("many2-"),
+		"sql": randomMarker("sql-"), "fail": randomMarker("fail-")}
+
+	one, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "secret", Payload: secretArgs{Email: emails["one"]}})
+	require.NoError(t, err)
+	n, err := c.EnqueueMany(ctx, []skiplock.EnqueueParams{
+		{Kind: "secret", Payload: secretArgs{Email: emails["many1"]}},
+		{Kind: "secret", Payload: secretArgs{Email: emails["many2"]}},
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	// A SQL producer passes an envelope made with the same key: one job's,
+	// as someone with the keyring and the format would make it.
+	ref, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "ref", Payload: secretArgs{Email: emails["sql"]}})
+	require.NoError(t, err)
+	env, err := plain.JobPayload(ctx, ref.ID)
+	require.NoError(t, err)
+	require.Contains(t, string(env), `"skiplock_encrypted": "v1.`+keyID+`.`, "JobPayload rebuilds the whole envelope")
+	_, err = c.JobDelete(ctx, ref.ID)
+	require.NoError(t, err)
+	var viaSQL, malformed int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.enqueue(queue => 'default', kind => 'secret', payload => $1::jsonb)`,
+		string(env)).Scan(&viaSQL))
+	bad := `{"skiplock_encrypted": "v1.` + keyID + `.not*base64"}`
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.enqueue(queue => 'default', kind => 'secret', payload => $1::jsonb)`,
+		bad).Scan(&malformed))
+	failing, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "fail", MaxAttempts: 1, Payload: secretArgs{Email: emails["fail"]}})
+	require.NoError(t, err)
+
+	// At rest: split, the bytes exactly nonce (12) + plaintext + tag (16).
+	stored := func(table string, id int64) (payload string, sealed []byte) {
+		t.Helper()
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT payload::text, sealed FROM skiplock.`+table+` WHERE id = $1`, id).
+			Scan(&payload, &sealed))
+		return payload, sealed
+	}
+	stub := `{"skiplock_encrypted": "v1.` + keyID + `"}`
+	var ids []int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(id ORDER BY id) FROM skiplock.jobs WHERE kind = 'secret' AND id <> $1`,
+		malformed).Scan(&ids))
+	require.Len(t, ids, 4)
+	require.Equal(t, []int64{one.ID, viaSQL}, []int64{ids[0], ids[3]})
+	want := map[int64]string{ids[0]: emails["one"], ids[1]: emails["many1"], ids[2]: emails["many2"], ids[3]: emails["sql"],
+		failing.ID: emails["fail"]}
+	for id, email := range want {
+		p, s := stored("jobs", id)
+		require.Equal(t, stub, p, "job %d: payload holds the key id only", id)
+		require.Len(t, s, 12+len(`{"email":"`+email+`"}`)+16, "job %d: the ciphertext's bytes", id)
+	}
+	p, s := stored("jobs", malformed)
+	require.JSONEq(t, bad, p, "a malformed envelope is stored as given")
+	require.Nil(t, s)
+
+	// The handler sees the plaintext of every form; the malformed one and
+	// the failing one end as dead letters.
+	var mu sync.Mutex
+	seen := map[int64]string{}
+	record := func(ctx context.Context, j *skiplock.Job[secretArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[j.ID] = j.Args.Email
+		if j.ID == failing.ID {
+			return errors.New("fails on its first run")
+		}
+		return nil
+	}
+	require.NoError(t, skiplock.Handle(c, "fail", record))
+	for id, email := range runAll(t, c, db.Pool) {
+		seen[id] = email
+	}
+	require.Equal(t, want, seen, "each handler got its plaintext; the malformed envelope none")
+
+	// The history and the dead letters keep the bytes; what shows a
+	// payload rebuilds the envelope.
+	for _, id := range ids {
+		p, s := stored("jobs_done", id)
+		require.Equal(t, stub, p)
+		require.NotEmpty(t, s, "job %d: the history row keeps the ciphertext's bytes", id)
+	}
+	var viaSQLEnv string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.envelope(payload, sealed)::text FROM skiplock.jobs_done WHERE id = $1`,
+		viaSQL).Scan(&viaSQLEnv))
+	require.JSONEq(t, string(env), viaSQLEnv, "envelope() gives back what the SQL producer passed")
+	p, s = stored("jobs_dead", failing.ID)
+	require.Equal(t, stub, p)
+	require.NotEmpty(t, s, "the dead letter keeps the ciphertext's bytes")
+	got, err := c.JobPayload(ctx, failing.ID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"email": "`+emails["fail"]+`"}`, string(got), "JobPayload opens a dead letter's split envelope")
+	var reason string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT reason FROM skiplock.jobs_dead WHERE id = $1`, malformed).Scan(&reason))
+	require.Equal(t, "discarded", reason)
+
+	// A retry carries the bytes, and runs with the plaintext.
+	retried, err := c.JobRetry(ctx, failing.ID)
+	require.NoError(t, err)
+	p, s = stored("jobs", retried)
+	require.Equal(t, stub, p)
+	require.NotEmpty(t, s)
+	w := worker()
+	require.NoError(t, skiplock.Handle(w, "fail", record))
+	runAll(t, w, db.Pool)
+	require.Equal(t, emails["fail"], seen[retried], "the retry's handler got the plaintext")
 }

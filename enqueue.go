@@ -328,7 +328,7 @@ func enqueueError(err error) error {
 
 // copyColumns are the columns EnqueueMany's COPY fills.
 var copyColumns = []string{"queue", "kind", "payload", "priority", "run_at", "max_attempts", "tenant", "entity", "metadata",
-	"limit_weight", "gen"}
+	"limit_weight", "gen", "sealed"}
 
 // keyedGen is the generation of jobs_keyed (migration 016), where a job with
 // an entity must go: its unique running index lives there.
@@ -428,8 +428,14 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 		if a.Entity != nil {
 			gen = keyedGen
 		}
-		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata,
-			weight, gen})
+		// A sealed payload is stored split, as enqueue_job stores it.
+		var payload any = a.Payload
+		var sealed []byte
+		if p, s, ok := splitEnvelope([]byte(a.Payload)); ok {
+			payload, sealed = string(p), s
+		}
+		rows = append(rows, []any{a.Queue, a.Kind, payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata,
+			weight, gen, sealed})
 	}
 	var inserted int64
 	if len(rows) > 0 {

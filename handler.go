@@ -272,7 +272,7 @@ func (c *Client) runJob(ctx context.Context, j *worker.Job) worker.Result {
 		ctx, cancel = context.WithTimeoutCause(ctx, h.timeout, errTimeout)
 		defer cancel()
 	}
-	if isEnvelope(j.Payload) {
+	if j.Sealed != nil || isEnvelope(j.Payload) {
 		plain, err := c.openPayload(j)
 		if err != nil {
 			return c.unopenable(ctx, j, err)
@@ -337,7 +337,7 @@ var errTimeout = errors.New("skiplock: handler timeout")
 
 // openPayload opens a sealed payload with the client's keyring.
 func (c *Client) openPayload(j *worker.Job) ([]byte, error) {
-	plain, err := c.openSealed(j.Payload)
+	plain, err := c.openSealed(j.Payload, j.Sealed)
 	if err != nil && c.cfg.Encryption == nil {
 		return nil, fmt.Errorf("payload: %w", err)
 	}

@@ -41,7 +41,8 @@ func seedHistory(t *testing.T, db *dbtest.DB, n int, daysAgo ...int) {
 }
 
 // dayDigest is the count and md5 of a day's rows as the export writes them
-// (to_jsonb, in id order), read from the table.
+// (to_jsonb, a sealed payload as its envelope, in id order), read from the
+// table.
 func dayDigest(t *testing.T, db *dbtest.DB, daysAgo int) (int64, string) {
 	t.Helper()
 	return tableDigest(t, db, "jobs_done", "finished_at", daysAgo)
@@ -57,7 +58,8 @@ func tableDigest(t *testing.T, db *dbtest.DB, table, column string, daysAgo int)
 	t.Helper()
 	var n int64
 	var sum string
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*), coalesce(md5(string_agg(to_jsonb(d)::text, E'\n' ORDER BY d.id)), '')
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*), coalesce(md5(string_agg(
+		((to_jsonb(d) - 'sealed') || jsonb_build_object('payload', skiplock.envelope(d.payload, d.sealed)))::text, E'\n' ORDER BY d.id)), '')
 		FROM skiplock.`+table+` AS d
 		WHERE d.`+column+` >= date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - $1::int * interval '1 day'
 		  AND d.`+column+` < date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' - ($1::int - 1) * interval '1 day'`,

@@ -322,18 +322,53 @@ func isEnvelope(raw []byte) bool {
 	return bytes.HasPrefix(raw, envelopePrefix) || bytes.HasPrefix(raw, compactPrefix)
 }
 
-// openSealed opens an envelope with the client's keyring. A client without
-// one cannot: the error names the key, so a worker not yet given the
-// keyring fails the attempt instead of handing the envelope on as data.
-func (c *Client) openSealed(raw []byte) ([]byte, error) {
+// openSealed opens an envelope with the client's keyring: raw whole, or,
+// as a claim returns a job stored split (sealed not nil, migration 24),
+// raw holding the key id and sealed the ciphertext's bytes. A client
+// without a keyring cannot: the error names the key, so a worker not yet
+// given the keyring fails the attempt instead of handing the envelope on as
+// data.
+func (c *Client) openSealed(raw, sealed []byte) ([]byte, error) {
+	id, data, err := envelopeParts(raw, sealed)
+	if err != nil {
+		return nil, err
+	}
 	if c.cfg.Encryption == nil {
-		id, err := envelopeKeyID(raw)
-		if err != nil {
-			return nil, err
-		}
 		return nil, fmt.Errorf("sealed with key %q, and this client has no keyring (Config.Encryption)", id)
 	}
-	return c.cfg.Encryption.open(raw)
+	return c.cfg.Encryption.openData(id, data)
+}
+
+// envelopeParts is parseEnvelope of a whole envelope (sealed nil) or of a
+// split one: raw is then {"skiplock_encrypted": "v1.KEYID"}.
+func envelopeParts(raw, sealed []byte) (id string, data []byte, err error) {
+	if sealed == nil {
+		return parseEnvelope(raw)
+	}
+	var e map[string]string
+	if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
+		return "", nil, errors.New("payload: not a skiplock envelope")
+	}
+	id, ok := strings.CutPrefix(e[encryptedField], "v1.")
+	if !ok || !keyIDRe.MatchString(id) {
+		return "", nil, errors.New("payload: not a skiplock envelope (want v1.KEYID beside its sealed bytes)")
+	}
+	return id, sealed, nil
+}
+
+// splitEnvelope is a whole envelope as enqueue_job stores it (migration 24):
+// payload {"skiplock_encrypted": "v1.KEYID"} and the ciphertext's bytes,
+// for the bulk enqueue's COPY. ok is false for anything that is not an
+// envelope, stored as it is.
+func splitEnvelope(raw []byte) (payload, sealed []byte, ok bool) {
+	if !isEnvelope(raw) {
+		return nil, nil, false
+	}
+	id, data, err := parseEnvelope(raw)
+	if err != nil {
+		return nil, nil, false
+	}
+	return []byte(`{"` + encryptedField + `": "v1.` + id + `"}`), data, true
 }
 
 // openIfSealed is what a person asking to see stored data gets (JobPayload,
@@ -376,7 +411,7 @@ func openRunData(ctx context.Context, what string, raw []byte) ([]byte, error) {
 	if run == nil {
 		return nil, ErrNotInHandler
 	}
-	plain, err := run.client.openSealed(raw)
+	plain, err := run.client.openSealed(raw, nil)
 	if err != nil {
 		return nil, fmt.Errorf("skiplock: %s: %w", what, err)
 	}
@@ -420,6 +455,12 @@ func (k *Keyring) open(raw []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return k.openData(id, sealed)
+}
+
+// openData returns the plaintext of the nonce, ciphertext and tag sealed
+// with key id.
+func (k *Keyring) openData(id string, sealed []byte) ([]byte, error) {
 	aead, ok := k.aeads[id]
 	if !ok {
 		return nil, &keyMissingError{id: id}
@@ -490,11 +531,12 @@ func (c *Client) reseal(ctx context.Context, k *Keyring, dead bool) (int64, erro
 				if err != nil {
 					return fmt.Errorf("job %d: %w", r.ID, err)
 				}
-				sealed, err := k.seal(plain, r.Tenant)
+				env, err := k.seal(plain, r.Tenant)
 				if err != nil {
 					return fmt.Errorf("job %d: %w", r.ID, err)
 				}
-				if err := c.store.ResealPayload(ctx, tx, dead, r.ID, string(sealed)); err != nil {
+				payload, sealed, _ := splitEnvelope(env)
+				if err := c.store.ResealPayload(ctx, tx, dead, r.ID, string(payload), sealed); err != nil {
 					return err
 				}
 				m++

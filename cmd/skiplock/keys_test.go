@@ -40,7 +40,7 @@ func TestKeysEnqueueWorkRotate(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	id := strings.TrimSpace(out)
 	var stored string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT payload::text FROM skiplock.jobs WHERE id = $1`, id).Scan(&stored))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.envelope(payload, sealed)::text FROM skiplock.jobs WHERE id = $1`, id).Scan(&stored))
 	require.NotContains(t, stored, "PII-4242")
 	require.Contains(t, stored, "v1."+first+".")
 	code, out, stderr = runCLI(t, "job", "get", "--database-url", db.URL, id, "--payload")
@@ -62,7 +62,7 @@ func TestKeysEnqueueWorkRotate(t *testing.T) {
 	code, out, stderr = runCLI(t, "keys", "rotate", "--database-url", db.URL, "--encryption-keys", keys)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, out, "re-sealed 2 jobs (current key "+second+")")
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT payload::text FROM skiplock.jobs WHERE id = $1`, later).Scan(&stored))
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.envelope(payload, sealed)::text FROM skiplock.jobs WHERE id = $1`, later).Scan(&stored))
 	require.Contains(t, stored, "v1."+second+".")
 
 	// work: the handler reads the plaintext on stdin.

@@ -20,7 +20,9 @@ type ClaimedRow struct {
 	// Attempt is 1 on the first run; counted at claim time.
 	Attempt     int
 	MaxAttempts int
-	// Payload is the job's payload as stored (a JSON object).
+	// Payload is the job's payload as stored (a JSON object). For a job
+	// whose sealed payload is stored split (ClaimedJob.Sealed not nil) it
+	// holds only the envelope's key id: {"skiplock_encrypted": "v1.KEYID"}.
 	Payload     json.RawMessage
 	RunAt       time.Time
 	CreatedAt   time.Time
@@ -43,6 +45,9 @@ type ClaimedRow struct {
 type ClaimedJob struct {
 	ClaimedRow
 	Metadata []byte // the job's metadata object as stored; nil when it has none
+	// Sealed is the nonce, ciphertext and tag of a sealed payload stored
+	// as bytes (the jobs.sealed column, migration 24); nil otherwise.
+	Sealed []byte
 	// Durable is false when the job can have no durable state: it is no
 	// workflow task and no run of it ever recorded a checkpoint (task_id is
 	// NULL; step_put marks a job when it records one), so a run need not
@@ -322,7 +327,7 @@ func scanClaimed(rows pgx.Rows, batch int, extra []any, each func(queue string))
 		}
 		var tenant, entity, unique *string
 		dest := []any{&j.ID, &j.Queue, &j.Kind, (*[]byte)(&j.Payload), &j.Priority, &j.Attempt, &j.MaxAttempts,
-			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata, &j.Durable}
+			&j.RunAt, &j.CreatedAt, &j.AttemptedAt, &j.LeaseToken, &tenant, &entity, &unique, &j.Metadata, &j.Durable, &j.Sealed}
 		dest = append(dest, extra...)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, err

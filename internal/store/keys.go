@@ -33,12 +33,13 @@ func (s *Store) SealedReadyBatch(ctx context.Context, db DBTX, dead bool, after 
 }
 
 // ResealPayload writes a ready job's (a dead letter's with dead) re-sealed
-// payload (reseal_payload, reseal_dead_payload).
-func (s *Store) ResealPayload(ctx context.Context, db DBTX, dead bool, id int64, payload string) error {
+// payload, split: payload the envelope's key id, sealed its ciphertext's
+// bytes (reseal_payload, reseal_dead_payload).
+func (s *Store) ResealPayload(ctx context.Context, db DBTX, dead bool, id int64, payload string, sealed []byte) error {
 	q := "reseal_payload"
 	if dead {
 		q = "reseal_dead_payload"
 	}
-	_, err := db.Exec(ctx, s.SQL(q), id, payload)
+	_, err := db.Exec(ctx, s.SQL(q), id, payload, sealed)
 	return err
 }

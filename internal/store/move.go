@@ -17,6 +17,7 @@ type MoveJob struct {
 	Entity, LastError      *string
 	Payload, Metadata      []byte
 	LimitWeight            *int32 // nil: weight 1
+	Sealed                 []byte // a sealed payload's bytes (payload its key id); nil: payload is whole
 }
 
 // MoveIdentity names the database of db for a tenant move.
@@ -35,7 +36,7 @@ func (s *Store) MoveLockBatch(ctx context.Context, tx DBTX, tenant string, n int
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (MoveJob, error) {
 		var j MoveJob
 		err := r.Scan(&j.ID, &j.Priority, &j.Attempts, &j.MaxAttempts, &j.RunAt, &j.CreatedAt, &j.Queue, &j.Kind,
-			&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.Payload, &j.Metadata, &j.LimitWeight)
+			&j.UniqueKey, &j.Tenant, &j.Entity, &j.LastError, &j.Payload, &j.Sealed, &j.Metadata, &j.LimitWeight)
 		return j, err
 	})
 }
@@ -66,7 +67,7 @@ func (s *Store) MoveInsert(ctx context.Context, tx DBTX, source string, jobs []M
 	b := &pgx.Batch{}
 	for _, j := range jobs {
 		b.Queue(s.SQL("move_insert"), source, j.ID, j.Priority, j.Attempts, j.MaxAttempts, j.RunAt, j.CreatedAt,
-			j.Queue, j.Kind, j.UniqueKey, j.Tenant, j.Entity, j.LastError, j.Payload, j.Metadata, j.LimitWeight)
+			j.Queue, j.Kind, j.UniqueKey, j.Tenant, j.Entity, j.LastError, j.Payload, j.Metadata, j.LimitWeight, j.Sealed)
 	}
 	br := tx.SendBatch(ctx, b)
 	out := make([]string, len(jobs))

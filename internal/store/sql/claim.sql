@@ -69,7 +69,7 @@ SET state            = 'running',
 WHERE j.id = ANY (ARRAY(SELECT o.id FROM one_per_entity AS o))
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata,
-          j.task_id IS NOT NULL AS durable
+          j.task_id IS NOT NULL AS durable, j.sealed
 
 -- fragment: claim_gate
 -- False only in a transaction where limit_room found no room for the batch

@@ -114,7 +114,7 @@ claimed AS (
 )
 SELECT c.*, v.tenant, v.cut FROM claimed AS c LEFT JOIN visited AS v ON v.queue = c.queue
 UNION ALL
-SELECT NULL, v.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v.tenant, v.cut
+SELECT NULL, v.queue, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, v.tenant, v.cut
 FROM visited AS v
 WHERE NOT EXISTS (SELECT 1 FROM claimed AS c WHERE c.queue = v.queue)
 

@@ -52,9 +52,9 @@ d AS (
 ),
 ins AS (
     INSERT INTO {{schema}}.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity, metadata,
-                                 limit_weight)
+                                 limit_weight, sealed)
     SELECT d.queue, d.kind, d.payload, d.priority, now(), d.max_attempts, d.unique_key, d.tenant, d.entity, d.metadata,
-           d.limit_weight
+           d.limit_weight, d.sealed
     FROM d
     ORDER BY d.dead_at, d.id
     RETURNING id, queue

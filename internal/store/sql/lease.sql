@@ -108,9 +108,9 @@ WITH done AS (
     RETURNING j.*
 )
 INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight)
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, sealed, metadata, limit_weight)
 SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.sealed, d.metadata, d.limit_weight
 FROM done AS d
 RETURNING id;
 
@@ -129,10 +129,10 @@ WITH done AS (
     RETURNING j.*, l.result AS run_result, l.progress AS run_progress
 )
 INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight,
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, sealed, metadata, limit_weight,
                                   result, progress)
 SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight,
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.sealed, d.metadata, d.limit_weight,
        d.run_result, COALESCE(d.run_progress, d.progress)
 FROM done AS d
 RETURNING id;
@@ -191,9 +191,9 @@ WITH d AS (
     RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error, l.cap AS dead_cap
 )
 INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
-                                  reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
+                                  reason, locked_by, unique_key, tenant, entity, last_error, payload, sealed, metadata, limit_weight)
 SELECT d.id, d.priority, d.attempts, LEAST(d.max_attempts, NULLIF(d.dead_cap, 0)), d.run_at, d.created_at, d.queue, d.kind,
-       d.dead_reason, d.locked_by, d.unique_key, d.tenant, d.entity, COALESCE(d.dead_error, d.last_error), d.payload, d.metadata, d.limit_weight
+       d.dead_reason, d.locked_by, d.unique_key, d.tenant, d.entity, COALESCE(d.dead_error, d.last_error), d.payload, d.sealed, d.metadata, d.limit_weight
 FROM d
 RETURNING id;
 
@@ -258,11 +258,11 @@ dead AS (
 ),
 buried AS (
     INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
-                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
+                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, sealed, metadata, limit_weight)
     SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.queue, d.kind,
            CASE WHEN d.cancel_requested THEN 'cancelled' ELSE 'lease_expired' END,
            d.locked_by, d.unique_key, d.tenant, d.entity,
-           'lease expired: worker ' || d.locked_by || ' stopped heartbeating', d.payload, d.metadata, d.limit_weight
+           'lease expired: worker ' || d.locked_by || ' stopped heartbeating', d.payload, d.sealed, d.metadata, d.limit_weight
     FROM dead AS d
     RETURNING id
 )
@@ -282,9 +282,9 @@ WITH r AS (
 ),
 buried AS (
     INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
-                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
+                                      reason, locked_by, unique_key, tenant, entity, last_error, payload, sealed, metadata, limit_weight)
     SELECT r.id, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at, r.queue, r.kind,
-           'cancelled', r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload, r.metadata, r.limit_weight
+           'cancelled', r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload, r.sealed, r.metadata, r.limit_weight
     FROM r
     RETURNING id
 ),
@@ -354,10 +354,10 @@ WITH done AS (
     RETURNING j.*
 )
 INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, metadata, limit_weight,
+                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, sealed, metadata, limit_weight,
                                   progress)
 SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.metadata, d.limit_weight,
+       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.sealed, d.metadata, d.limit_weight,
        d.progress
 FROM done AS d
 RETURNING id;

@@ -155,13 +155,15 @@ ORDER BY r.id DESC
 LIMIT $5;
 
 -- name: job_payload_any
--- The payload of one job wherever it is, for an explicit request only.
+-- The payload of one job wherever it is, for an explicit request only: a
+-- sealed one as its envelope (envelope()).
 --   $1 id
-(SELECT j.payload FROM {{schema}}.jobs AS j WHERE j.id = $1)
+(SELECT {{schema}}.envelope(j.payload, j.sealed) FROM {{schema}}.jobs AS j WHERE j.id = $1)
 UNION ALL
-(SELECT d.payload FROM {{schema}}.jobs_dead AS d WHERE d.id = $1)
+(SELECT {{schema}}.envelope(d.payload, d.sealed) FROM {{schema}}.jobs_dead AS d WHERE d.id = $1)
 UNION ALL
-(SELECT f.payload FROM {{schema}}.jobs_done AS f WHERE f.id = $1 ORDER BY f.finished_at DESC LIMIT 1)
+(SELECT {{schema}}.envelope(f.payload, f.sealed) FROM {{schema}}.jobs_done AS f WHERE f.id = $1
+ ORDER BY f.finished_at DESC LIMIT 1)
 LIMIT 1;
 
 -- name: job_retry
@@ -217,7 +219,7 @@ WHERE (a.id, a.action) IN (SELECT x.id, x.action FROM {{schema}}.job_actions AS 
 --   $1 kind ('' for any)  $2 queue ('' for any)  $3 a JSON object the
 --   payload should contain (NULL: not asked; the last column is then false)
 SELECT id, queue, kind, state, priority, attempts, max_attempts, run_at, run_at > now(),
-       tenant, entity, unique_key, payload::text, COALESCE(payload @> $3::jsonb, false)
+       tenant, entity, unique_key, {{schema}}.envelope(payload, sealed)::text, COALESCE(payload @> $3::jsonb, false)
 FROM {{schema}}.jobs
 WHERE ($1 = '' OR kind = $1) AND ($2 = '' OR queue = $2)
 ORDER BY id

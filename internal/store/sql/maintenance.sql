@@ -119,9 +119,11 @@ ORDER BY 1;
 -- name: history_rows
 -- Every finished job of one UTC day ($1, $2: its bounds), as one JSON
 -- object per row with every column of jobs_done (a column added later is
--- carried), in id order. Partition pruning reads the day's partition only.
+-- carried), in id order; a sealed payload as its envelope, in payload
+-- (envelope(): sealed is not a column of the export). Partition pruning
+-- reads the day's partition only.
 --   $1 day start  $2 day end
-SELECT to_jsonb(d)::text, d.id
+SELECT ((to_jsonb(d) - 'sealed') || jsonb_build_object('payload', {{schema}}.envelope(d.payload, d.sealed)))::text, d.id
 FROM {{schema}}.jobs_done AS d
 WHERE d.finished_at >= $1 AND d.finished_at < $2
 ORDER BY d.id;
@@ -183,9 +185,9 @@ ORDER BY 1;
 -- name: history_dead_rows
 -- Every dead letter of one UTC day of dead_at ($1, $2: its bounds), as one
 -- JSON object per row with every column of jobs_dead (a column added later
--- is carried), in id order.
+-- is carried), in id order; a sealed payload as in history_rows.
 --   $1 day start  $2 day end
-SELECT to_jsonb(d)::text, d.id
+SELECT ((to_jsonb(d) - 'sealed') || jsonb_build_object('payload', {{schema}}.envelope(d.payload, d.sealed)))::text, d.id
 FROM {{schema}}.jobs_dead AS d
 WHERE d.dead_at >= $1 AND d.dead_at < $2
 ORDER BY d.id;
@@ -238,9 +240,9 @@ WITH r AS (
     SELECT * FROM jsonb_populate_recordset(NULL::{{schema}}.jobs_dead, $1::jsonb)
 ),
 ins AS (
-    INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, dead_at, queue, kind, reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata, limit_weight)
+    INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, dead_at, queue, kind, reason, locked_by, unique_key, tenant, entity, last_error, payload, sealed, metadata, limit_weight)
     SELECT r.id, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at, r.dead_at, r.queue, r.kind, r.reason,
-           r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload, r.metadata, r.limit_weight
+           r.locked_by, r.unique_key, r.tenant, r.entity, r.last_error, r.payload, r.sealed, r.metadata, r.limit_weight
     FROM r
     ON CONFLICT (id) DO NOTHING
     RETURNING 1

@@ -25,7 +25,7 @@ SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || curre
 -- at 20,000 jobs, 2 ms this way). The most urgent jobs move first.
 --   $1 tenant, $2 batch size
 SELECT id, priority, attempts, max_attempts, run_at, created_at, queue, kind, unique_key, tenant, entity,
-       last_error, payload, metadata, limit_weight
+       last_error, payload, sealed, metadata, limit_weight
 FROM {{schema}}.jobs
 WHERE tenant = $1 AND state = 'ready' AND task_id IS NULL
 ORDER BY queue, priority DESC, run_at, id
@@ -53,15 +53,16 @@ SELECT source_id, state FROM {{schema}}.moved_in WHERE source = $1 AND source_id
 -- and no row returned.
 --   $1 source, $2 source id, $3 priority, $4 attempts, $5 max_attempts,
 --   $6 run_at, $7 created_at, $8 queue, $9 kind, $10 unique_key, $11 tenant,
---   $12 entity, $13 last_error, $14 payload, $15 metadata, $16 limit_weight (NULL: 1)
+--   $12 entity, $13 last_error, $14 payload, $15 metadata, $16 limit_weight (NULL: 1),
+--   $17 sealed (NULL: the payload is whole)
 WITH here AS (
     SELECT 1 FROM {{schema}}.moved_in WHERE source = $1 AND source_id = $2 AND state <> 'discarded'
 ), ins AS (
     -- Into jobs_keyed, whose unique index is the ON CONFLICT arbiter (a
     -- partitioned table's cannot be; migration 016).
     INSERT INTO {{schema}}.jobs_keyed AS j (priority, attempts, max_attempts, run_at, created_at, queue, kind, unique_key,
-                                      tenant, entity, last_error, payload, metadata, limit_weight)
-    SELECT $3, $4, $5, '9999-01-01 00:00:00+00', $7, $8, $9, $10, $11, $12, $13, $14, $15, $16::integer
+                                      tenant, entity, last_error, payload, sealed, metadata, limit_weight)
+    SELECT $3, $4, $5, '9999-01-01 00:00:00+00', $7, $8, $9, $10, $11, $12, $13, $14, $17::bytea, $15, $16::integer
     WHERE NOT EXISTS (SELECT 1 FROM here)
     ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING j.id

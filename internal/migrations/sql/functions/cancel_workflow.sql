@@ -40,10 +40,10 @@ BEGIN
         )
         INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
                                           reason, locked_by, unique_key, tenant, entity, last_error, payload, metadata,
-                                          limit_weight)
+                                          limit_weight, sealed)
         SELECT x.id, x.priority, x.attempts, x.max_attempts, x.run_at, x.created_at, x.queue, x.kind,
                'cancelled', x.locked_by, x.unique_key, x.tenant, x.entity, 'workflow cancelled', x.payload, x.metadata,
-               x.limit_weight
+               x.limit_weight, x.sealed
         FROM x;
         UPDATE {{schema}}.jobs AS j SET cancel_requested = true
         WHERE j.id = r.job_id AND j.state = 'running';

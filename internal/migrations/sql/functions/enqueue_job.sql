@@ -9,6 +9,9 @@
 -- Uniqueness by args or by period, and the modes supersede, debounce and
 -- throttle (p_unique_by .. p_mode_window, migration 019) are decided by
 -- enqueue_unique, which a job asking for any of them is handed to.
+-- A sealed payload (an envelope, docs/security.md) is stored split
+-- (migration 24): its key id in payload, its ciphertext's bytes in sealed;
+-- envelope() rebuilds it. enqueue_unique stores its jobs' envelopes whole.
 DROP FUNCTION IF EXISTS {{schema}}.enqueue_job(text, text, jsonb, integer, timestamptz, integer, text, text, text,
     boolean, jsonb, integer);
 CREATE OR REPLACE FUNCTION {{schema}}.enqueue_job(
@@ -26,6 +29,8 @@ DECLARE
     v_priority integer := coalesce(p_priority, 0);
     -- Weight 1 is stored as NULL (the default).
     v_weight integer := nullif(p_limit_weight, 1);
+    v_sealed bytea;
+    v_env text[];
 BEGIN
     PERFORM {{schema}}.validate_job(p_queue, p_kind, v_payload, v_priority, v_run_at,
         p_max_attempts, p_unique_key, p_tenant, p_entity);
@@ -42,20 +47,30 @@ BEGIN
         RETURN;
     END IF;
 
+    -- An envelope as Go seals one (any other payload is stored as given).
+    IF v_payload ? 'skiplock_encrypted' THEN
+        v_env := regexp_match(v_payload ->> 'skiplock_encrypted', '^(v1\.[A-Za-z0-9_-]{1,64})\.([A-Za-z0-9_-]+)$');
+        IF v_env IS NOT NULL AND length(v_env[2]) % 4 <> 1
+           AND v_payload = jsonb_build_object('skiplock_encrypted', v_payload ->> 'skiplock_encrypted') THEN
+            v_sealed := decode(rpad(translate(v_env[2], '-_', '+/'), (length(v_env[2]) + 3) / 4 * 4, '='), 'base64');
+            v_payload := jsonb_build_object('skiplock_encrypted', v_env[1]);
+        END IF;
+    END IF;
+
     IF p_unique_key IS NULL THEN
         INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata,
-                                          limit_weight, gen)
+                                          limit_weight, gen, sealed)
         VALUES (p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20), p_tenant, p_entity, p_metadata,
-                v_weight, CASE WHEN p_entity IS NULL THEN {{schema}}.ring_gen() ELSE -1 END)
+                v_weight, CASE WHEN p_entity IS NULL THEN {{schema}}.ring_gen() ELSE -1 END, v_sealed)
         RETURNING j.id INTO id;
         inserted := true;
     ELSE
         -- Loop only if the conflicting job finishes between our INSERT and SELECT.
         FOR i IN 1..10 LOOP
             INSERT INTO {{schema}}.jobs_keyed AS j (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity,
-                                                    metadata, limit_weight)
+                                                    metadata, limit_weight, sealed)
             VALUES (p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20), p_unique_key, p_tenant, p_entity,
-                    p_metadata, v_weight)
+                    p_metadata, v_weight, v_sealed)
             ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
             RETURNING j.id INTO id;
             IF id IS NOT NULL THEN

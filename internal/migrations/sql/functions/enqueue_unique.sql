@@ -144,7 +144,7 @@ BEGIN
             IF FOUND AND v_holder.state = 'ready' THEN
                 -- A waiting job takes the newest payload.
                 UPDATE {{schema}}.jobs_keyed AS j
-                SET payload = p_payload, priority = p_priority, metadata = coalesce(p_metadata, j.metadata),
+                SET payload = p_payload, sealed = NULL, priority = p_priority, metadata = coalesce(p_metadata, j.metadata),
                     run_at = CASE p_mode WHEN 'throttle' THEN j.run_at ELSE v_run_at END
                 WHERE j.id = v_holder.id;
                 id := v_holder.id;
@@ -157,10 +157,10 @@ BEGIN
                 )
                 INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
                                                   reason, locked_by, unique_key, tenant, entity, last_error, payload,
-                                                  metadata, limit_weight)
+                                                  metadata, limit_weight, sealed)
                 SELECT r.id, r.priority, r.attempts, r.max_attempts, r.run_at, r.created_at, r.queue, r.kind,
                        'cancelled', r.locked_by, r.unique_key, r.tenant, r.entity, 'superseded', r.payload,
-                       r.metadata, r.limit_weight
+                       r.metadata, r.limit_weight, r.sealed
                 FROM r;
                 PERFORM pg_notify({{schema_lit}} || '.cancel', v_holder.id::text);
             ELSIF FOUND THEN

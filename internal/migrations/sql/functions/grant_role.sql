@@ -9,10 +9,11 @@
 --             EXECUTE on every function (the maintenance that needs the
 --             owner runs through SECURITY DEFINER functions); never settings,
 --             schema_migrations or schema_functions.
---   reader:   SELECT on every table and view but the payload and output
---             columns (job arguments, step and task outputs): the
---             dashboard's read-only mode and stats. GRANT SELECT (payload)
---             ON skiplock.jobs TO it to let it see them.
+--   reader:   SELECT on every table and view but the payload, sealed and
+--             output columns (job arguments, their ciphertext, step and task
+--             outputs): the dashboard's read-only mode and stats. GRANT
+--             SELECT (payload, sealed) ON skiplock.jobs TO it to let it see
+--             them.
 --   admin:    the worker's privileges and TRUNCATE: every CLI and dashboard
 --             action; still not settings (only the owner changes limits),
 --             no DDL.
@@ -45,9 +46,9 @@ BEGIN
     WHEN 'reader' THEN
         FOR r IN
             SELECT c.relname,
-                   bool_or(a.attname IN ('payload', 'output')) AS hides,
+                   bool_or(a.attname IN ('payload', 'output', 'sealed')) AS hides,
                    string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
-                       FILTER (WHERE a.attname NOT IN ('payload', 'output')) AS cols
+                       FILTER (WHERE a.attname NOT IN ('payload', 'output', 'sealed')) AS cols
             FROM pg_catalog.pg_class AS c
             JOIN pg_catalog.pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
             WHERE c.relnamespace = s::regnamespace AND c.relkind IN ('r', 'p', 'v')

@@ -25,9 +25,9 @@ BEGIN
     IF FOUND THEN
         state := 'dead';
         INSERT INTO {{schema}}.jobs_keyed AS j (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity,
-                                                metadata, limit_weight)
+                                                metadata, limit_weight, sealed)
         VALUES (d.queue, d.kind, d.payload, d.priority, now(), d.max_attempts, d.unique_key, d.tenant, d.entity, d.metadata,
-                d.limit_weight)
+                d.limit_weight, d.sealed)
         ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
         RETURNING j.id INTO new_id;
         IF new_id IS NULL THEN
@@ -38,7 +38,7 @@ BEGIN
         PERFORM pg_notify({{schema_lit}} || '.jobs', d.queue);
         RETURN;
     END IF;
-    SELECT x.queue, x.kind, x.payload, x.priority, x.max_attempts, x.tenant, x.entity, x.metadata, x.limit_weight INTO f
+    SELECT x.queue, x.kind, x.payload, x.priority, x.max_attempts, x.tenant, x.entity, x.metadata, x.limit_weight, x.sealed INTO f
     FROM {{schema}}.jobs_done AS x WHERE x.id = p_id
     ORDER BY x.finished_at DESC LIMIT 1;
     IF FOUND THEN
@@ -53,9 +53,10 @@ BEGIN
             RETURN;
         END IF;
         state := 'completed';
-        INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata, limit_weight)
+        INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata, limit_weight,
+                                          sealed)
         VALUES (f.queue, f.kind, f.payload, f.priority, now(), coalesce(f.max_attempts, 20), f.tenant, f.entity, f.metadata,
-                f.limit_weight)
+                f.limit_weight, f.sealed)
         RETURNING j.id INTO new_id;
         UPDATE {{schema}}.job_actions AS a SET new_id = retry_job.new_id WHERE a.id = p_id AND a.action = 'retry';
         PERFORM pg_notify({{schema_lit}} || '.jobs', f.queue);
