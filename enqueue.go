@@ -200,10 +200,13 @@ func (c *Client) prepare(p EnqueueParams) (store.EnqueueArgs, error) {
 			a.UniqueKey, a.UniqueBy, a.UniqueFields = &key, nil, nil
 		}
 		// Sealed last, once the plaintext is known good: the database
-		// checks only the envelope's size (docs/security.md).
-		if raw, err = k.seal(raw, p.Tenant); err != nil {
+		// checks only the envelope's size (docs/security.md). Split, as
+		// the row stores it: the key id as payload, the bytes beside it.
+		id, sealed, err := k.sealParts(raw, p.Tenant)
+		if err != nil {
 			return a, invalidJob("payload", "%v", err)
 		}
+		raw, a.Sealed = []byte(keyIDPayload(id)), sealed
 	}
 	a.Queue, a.Kind, a.Payload, a.Priority, a.Delay, a.Bump = p.Queue, p.Kind, string(raw), p.Priority, p.Delay, p.BumpSchedule
 	return a, nil
@@ -428,14 +431,8 @@ func (c *Client) enqueueCopy(ctx context.Context, tx copyTx, args []store.Enqueu
 		if a.Entity != nil {
 			gen = keyedGen
 		}
-		// A sealed payload is stored split, as enqueue_job stores it.
-		var payload any = a.Payload
-		var sealed []byte
-		if p, s, ok := splitEnvelope([]byte(a.Payload)); ok {
-			payload, sealed = string(p), s
-		}
-		rows = append(rows, []any{a.Queue, a.Kind, payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata,
-			weight, gen, sealed})
+		rows = append(rows, []any{a.Queue, a.Kind, a.Payload, int32(a.Priority), runAt, maxAttempts, a.Tenant, a.Entity, a.Metadata,
+			weight, gen, a.Sealed})
 	}
 	var inserted int64
 	if len(rows) > 0 {

@@ -296,23 +296,42 @@ func (k *Keyring) argsKey(kind string, payload []byte, fields []string, tenant s
 
 // seal returns the envelope of plain under tenant's key.
 func (k *Keyring) seal(plain []byte, tenant string) ([]byte, error) {
-	id := k.keyFor(tenant)
+	id, sealed, err := k.sealParts(plain, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return joinEnvelope(id, sealed), nil
+}
+
+// sealParts seals plain under tenant's key: the key's id and the nonce,
+// ciphertext and tag, as a job's row stores them (keyIDPayload and the
+// sealed column, migration 24).
+func (k *Keyring) sealParts(plain []byte, tenant string) (id string, sealed []byte, err error) {
+	id = k.keyFor(tenant)
 	aead, ok := k.aeads[id]
 	if !ok {
-		return nil, &keyMissingError{id: id, tenant: tenant}
+		return "", nil, &keyMissingError{id: id, tenant: tenant}
 	}
 	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(plain)+aead.Overhead())
 	if _, err := rand.Read(nonce); err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	sealed := aead.Seal(nonce, nonce, plain, additionalData(id))
+	return id, aead.Seal(nonce, nonce, plain, additionalData(id)), nil
+}
+
+// keyIDPayload is the payload of a job whose sealed payload is stored
+// split: the envelope without its data.
+func keyIDPayload(id string) string { return string(envelopePrefix) + "v1." + id + `"}` }
+
+// joinEnvelope is the whole envelope of the bytes sealed with key id.
+func joinEnvelope(id string, sealed []byte) []byte {
 	out := make([]byte, 0, len(envelopePrefix)+len(id)+base64.RawURLEncoding.EncodedLen(len(sealed))+8)
 	out = append(out, envelopePrefix...)
 	out = append(out, "v1."...)
 	out = append(out, id...)
 	out = append(out, '.')
 	out = base64.RawURLEncoding.AppendEncode(out, sealed)
-	return append(out, `"}`...), nil
+	return append(out, `"}`...)
 }
 
 func additionalData(id string) []byte { return []byte("skiplock payload v1 " + id) }
@@ -345,30 +364,35 @@ func envelopeParts(raw, sealed []byte) (id string, data []byte, err error) {
 	if sealed == nil {
 		return parseEnvelope(raw)
 	}
-	var e map[string]string
-	if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
-		return "", nil, errors.New("payload: not a skiplock envelope")
+	// As jsonb prints it (a claim's row), else decoded.
+	var value string
+	if v, ok := bytes.CutPrefix(raw, envelopePrefix); ok && bytes.HasSuffix(v, []byte(`"}`)) {
+		value = string(v[:len(v)-2])
+	} else {
+		var e map[string]string
+		if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
+			return "", nil, errors.New("payload: not a skiplock envelope")
+		}
+		value = e[encryptedField]
 	}
-	id, ok := strings.CutPrefix(e[encryptedField], "v1.")
+	id, ok := strings.CutPrefix(value, "v1.")
 	if !ok || !keyIDRe.MatchString(id) {
 		return "", nil, errors.New("payload: not a skiplock envelope (want v1.KEYID beside its sealed bytes)")
 	}
 	return id, sealed, nil
 }
 
-// splitEnvelope is a whole envelope as enqueue_job stores it (migration 24):
-// payload {"skiplock_encrypted": "v1.KEYID"} and the ciphertext's bytes,
-// for the bulk enqueue's COPY. ok is false for anything that is not an
-// envelope, stored as it is.
-func splitEnvelope(raw []byte) (payload, sealed []byte, ok bool) {
-	if !isEnvelope(raw) {
-		return nil, nil, false
+// wholePayload is the payload of prepared args as one JSON document: a
+// sealed one's whole envelope (what a workflow task stores).
+func wholePayload(a store.EnqueueArgs) string {
+	if a.Sealed == nil {
+		return a.Payload
 	}
-	id, data, err := parseEnvelope(raw)
-	if err != nil {
-		return nil, nil, false
+	id, _, err := envelopeParts([]byte(a.Payload), a.Sealed)
+	if err != nil { // prepare made both: cannot happen
+		panic("skiplock: " + err.Error())
 	}
-	return []byte(`{"` + encryptedField + `": "v1.` + id + `"}`), data, true
+	return string(joinEnvelope(id, a.Sealed))
 }
 
 // openIfSealed is what a person asking to see stored data gets (JobPayload,
@@ -531,12 +555,11 @@ func (c *Client) reseal(ctx context.Context, k *Keyring, dead bool) (int64, erro
 				if err != nil {
 					return fmt.Errorf("job %d: %w", r.ID, err)
 				}
-				env, err := k.seal(plain, r.Tenant)
+				id, sealed, err := k.sealParts(plain, r.Tenant)
 				if err != nil {
 					return fmt.Errorf("job %d: %w", r.ID, err)
 				}
-				payload, sealed, _ := splitEnvelope(env)
-				if err := c.store.ResealPayload(ctx, tx, dead, r.ID, string(payload), sealed); err != nil {
+				if err := c.store.ResealPayload(ctx, tx, dead, r.ID, keyIDPayload(id), sealed); err != nil {
 					return err
 				}
 				m++

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 func testKeyring(t testing.TB) *Keyring {
@@ -91,4 +93,30 @@ func BenchmarkSealOpen1KiB(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// A job stored split (migration 24) comes back from a claim as its key id
+// in payload, printed by jsonb, and its bytes: envelopeParts reads the id
+// from either print, and refuses anything else beside sealed bytes.
+func TestEnvelopePartsSplit(t *testing.T) {
+	data := []byte{1, 2, 3}
+	for _, raw := range []string{`{"skiplock_encrypted": "v1.k-1_a"}`, `{"skiplock_encrypted":"v1.k-1_a"}`,
+		`{ "skiplock_encrypted" : "v1.k-1_a" }`} {
+		id, got, err := envelopeParts([]byte(raw), data)
+		require.NoError(t, err, raw)
+		require.Equal(t, "k-1_a", id, raw)
+		require.Equal(t, data, got, raw)
+	}
+	for _, raw := range []string{`{"skiplock_encrypted": "v1.k1", "x": "y"}`, `{"skiplock_encrypted": "v1.k1.AQID"}`,
+		`{"skiplock_encrypted": "v2.k1"}`, `{"a": 1}`, `{"skiplock_encrypted": "v1."}`, `not json`} {
+		_, _, err := envelopeParts([]byte(raw), data)
+		require.Error(t, err, raw)
+	}
+	// And wholePayload joins them back into the envelope a client seals.
+	id, sealed := "k1", []byte("0123456789abcdef0123456789ab")
+	whole := wholePayload(store.EnqueueArgs{Payload: keyIDPayload(id), Sealed: sealed})
+	gotID, gotSealed, err := parseEnvelope([]byte(whole))
+	require.NoError(t, err)
+	require.Equal(t, id, gotID)
+	require.Equal(t, sealed, gotSealed)
 }

@@ -120,12 +120,26 @@ func TestProducerRoleOnlyEnqueuesAndSignals(t *testing.T) {
 	// validates what the producer gives it.
 	_, err = conn.Exec(ctx, `SELECT skiplock.enqueue(queue => 'default', kind => 'k', priority => 2147483647)`)
 	requireSQLState(t, "22023", err)
+	// A sealed payload passed split (what Go's Enqueue does: its key id
+	// and the bytes) is held to the same limit, as the whole envelope the
+	// two make, and its payload must be the key id only.
+	stub := `{"skiplock_encrypted": "v1.k1"}`
+	_, err = conn.Exec(ctx, `SELECT skiplock.enqueue_one('default', 'k', $1::jsonb, 0, NULL, NULL, NULL, NULL, NULL, false,
+		p_sealed => $2::bytea)`, stub, make([]byte, skiplock.DefaultMaxPayloadBytes))
+	requireSQLState(t, "22023", err)
+	require.Contains(t, err.Error(), "exceeds the limit of 1048576 bytes")
+	_, err = conn.Exec(ctx, `SELECT skiplock.enqueue_one('default', 'k', '{"a": 1}', 0, NULL, NULL, NULL, NULL, NULL, false,
+		p_sealed => '\x0102'::bytea)`)
+	requireSQLState(t, "22023", err)
+	require.Contains(t, err.Error(), `skiplock: payload: with sealed bytes, must be {"skiplock_encrypted": "v1.KEYID"}`)
 	// Nor can a function of the producer's stand in for one the body names:
 	// the search_path of the functions that run as the owner is pinned.
-	var path []string
-	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT p.proconfig FROM pg_proc AS p
-		WHERE p.oid = 'skiplock.enqueue_job'::regproc AND p.prosecdef`).Scan(&path))
-	require.Equal(t, []string{"search_path=pg_catalog, pg_temp"}, path)
+	for _, fn := range []string{"enqueue_job", "enqueue_one"} {
+		var path []string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT p.proconfig FROM pg_proc AS p
+			WHERE p.oid = ('skiplock.' || $1)::regproc AND p.prosecdef`, fn).Scan(&path))
+		require.Equal(t, []string{"search_path=pg_catalog, pg_temp"}, path, fn)
+	}
 
 	// The owner raises the limit for everyone; then the payload fits.
 	_, err = db.Pool.Exec(ctx, `UPDATE skiplock.settings SET max_payload_bytes = 2 * 1048576`)

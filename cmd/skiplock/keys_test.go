@@ -100,7 +100,7 @@ func TestRolesGrant(t *testing.T) {
 	})
 	code, out, stderr := runCLI(t, "roles", "grant", "producer", role, "--database-url", db.URL)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, out, "GRANT EXECUTE ON FUNCTION skiplock.enqueue, skiplock.enqueue_job, skiplock.signal TO "+role+";")
+	require.Contains(t, out, "GRANT EXECUTE ON FUNCTION skiplock.enqueue, skiplock.enqueue_job, skiplock.enqueue_one, skiplock.signal TO "+role+";")
 	code, _, stderr = runCLI(t, "roles", "grant", "owner", role, "--database-url", db.URL)
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "must be producer, worker, reader or admin")

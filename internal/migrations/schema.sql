@@ -875,37 +875,75 @@ CREATE OR REPLACE FUNCTION skiplock.enqueue_job(p_queue text, p_kind text, p_pay
  SECURITY DEFINER
  SET search_path TO 'pg_catalog', 'pg_temp'
 AS $function$
+BEGIN
+    SELECT e.id, e.inserted INTO id, inserted
+    FROM "skiplock".enqueue_one(p_queue, p_kind, p_payload, p_priority, p_run_at, p_max_attempts, p_unique_key,
+                                p_tenant, p_entity, p_bump, p_metadata, p_limit_weight, p_unique_by, p_unique_fields,
+                                p_unique_period, p_mode, p_mode_window, NULL) AS e;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION skiplock.enqueue_one(p_queue text, p_kind text, p_payload jsonb, p_priority integer, p_run_at timestamp with time zone, p_max_attempts integer, p_unique_key text, p_tenant text, p_entity text, p_bump boolean, p_metadata jsonb DEFAULT NULL::jsonb, p_limit_weight integer DEFAULT NULL::integer, p_unique_by text DEFAULT NULL::text, p_unique_fields text[] DEFAULT NULL::text[], p_unique_period interval DEFAULT NULL::interval, p_mode text DEFAULT NULL::text, p_mode_window interval DEFAULT NULL::interval, p_sealed bytea DEFAULT NULL::bytea, OUT id bigint, OUT inserted boolean)
+ RETURNS record
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'pg_temp'
+AS $function$
 DECLARE
     v_run_at timestamptz := coalesce(p_run_at, now());
     v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
     v_priority integer := coalesce(p_priority, 0);
     -- Weight 1 is stored as NULL (the default).
     v_weight integer := nullif(p_limit_weight, 1);
-    v_sealed bytea;
-    v_env text[];
+    v_sealed bytea := p_sealed;
+    v_env text;
+    v_data text;
+    v_dot integer;
 BEGIN
     PERFORM "skiplock".validate_job(p_queue, p_kind, v_payload, v_priority, v_run_at,
         p_max_attempts, p_unique_key, p_tenant, p_entity);
     PERFORM "skiplock".validate_metadata(p_metadata);
     PERFORM "skiplock".validate_limit_weight(p_limit_weight);
+    IF v_sealed IS NOT NULL THEN
+        -- Split by the caller: payload names the key, and the limit is the
+        -- whole envelope's, as for a SQL producer's.
+        v_env := v_payload ->> 'skiplock_encrypted';
+        IF v_env IS NULL OR v_env !~ '^v1\.[A-Za-z0-9_-]{1,64}$'
+           OR v_payload <> jsonb_build_object('skiplock_encrypted', v_env) THEN
+            RAISE EXCEPTION 'skiplock: payload: with sealed bytes, must be {"skiplock_encrypted": "v1.KEYID"}'
+                USING ERRCODE = '22023';
+        END IF;
+        IF octet_length(v_payload::text) + 1 + (4 * octet_length(v_sealed) + 2) / 3
+           > (SELECT s.max_payload_bytes FROM "skiplock".settings AS s WHERE s.only_row) THEN
+            RAISE EXCEPTION 'skiplock: payload: % bytes exceeds the limit of % bytes',
+                octet_length(v_payload::text) + 1 + (4 * octet_length(v_sealed) + 2) / 3,
+                (SELECT s.max_payload_bytes FROM "skiplock".settings AS s WHERE s.only_row) USING ERRCODE = '22023';
+        END IF;
+    END IF;
 
     -- Migration 019: uniqueness by args or period, and the enqueue modes.
     IF p_unique_by IS NOT NULL OR p_unique_fields IS NOT NULL OR p_unique_period IS NOT NULL
        OR p_mode IS NOT NULL OR p_mode_window IS NOT NULL THEN
         SELECT u.id, u.inserted INTO id, inserted
-        FROM "skiplock".enqueue_unique(p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20),
+        FROM "skiplock".enqueue_unique(p_queue, p_kind, "skiplock".envelope(v_payload, v_sealed), v_priority, v_run_at, coalesce(p_max_attempts, 20),
                                        p_unique_key, p_tenant, p_entity, coalesce(p_bump, false), p_metadata, v_weight,
                                        p_unique_by, p_unique_fields, p_unique_period, p_mode, p_mode_window) AS u;
         RETURN;
     END IF;
 
-    -- An envelope as Go seals one (any other payload is stored as given).
-    IF v_payload ? 'skiplock_encrypted' THEN
-        v_env := regexp_match(v_payload ->> 'skiplock_encrypted', '^(v1\.[A-Za-z0-9_-]{1,64})\.([A-Za-z0-9_-]+)$');
-        IF v_env IS NOT NULL AND length(v_env[2]) % 4 <> 1
-           AND v_payload = jsonb_build_object('skiplock_encrypted', v_payload ->> 'skiplock_encrypted') THEN
-            v_sealed := decode(rpad(translate(v_env[2], '-_', '+/'), (length(v_env[2]) + 3) / 4 * 4, '='), 'base64');
-            v_payload := jsonb_build_object('skiplock_encrypted', v_env[1]);
+    -- A whole envelope, {"skiplock_encrypted": "v1.KEYID.DATA"}, is stored
+    -- split; DATA that is not base64url leaves it whole.
+    IF v_sealed IS NULL AND v_payload ? 'skiplock_encrypted' THEN
+        v_env := v_payload ->> 'skiplock_encrypted';
+        v_dot := strpos(substr(v_env, 4, 66), '.');
+        IF left(v_env, 3) = 'v1.' AND v_dot > 1 AND substr(v_env, 4, v_dot - 1) ~ '^[A-Za-z0-9_-]{1,64}$'
+           AND v_payload = jsonb_build_object('skiplock_encrypted', v_env) THEN
+            v_data := substr(v_env, 4 + v_dot);
+            IF v_data !~ '[^A-Za-z0-9_-]' THEN
+                v_sealed := decode(replace(replace(v_data, '-', '+'), '_', '/') || repeat('=', (4 - length(v_data) % 4) % 4),
+                                   'base64');
+                v_payload := jsonb_build_object('skiplock_encrypted', left(v_env, 2 + v_dot));
+            END IF;
         END IF;
     END IF;
 
@@ -1240,7 +1278,7 @@ BEGIN
     END IF;
     CASE kind
     WHEN 'producer' THEN
-        stmts := stmts || format('GRANT EXECUTE ON FUNCTION %1$I.enqueue, %1$I.enqueue_job, %1$I.signal TO %2$I', s, grantee);
+        stmts := stmts || format('GRANT EXECUTE ON FUNCTION %1$I.enqueue, %1$I.enqueue_job, %1$I.enqueue_one, %1$I.signal TO %2$I', s, grantee);
     WHEN 'worker', 'admin' THEN
         stmts := stmts
             || format('GRANT SELECT, INSERT, UPDATE, DELETE%s ON ALL TABLES IN SCHEMA %I TO %I',

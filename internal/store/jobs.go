@@ -288,9 +288,12 @@ func (s *Store) BeatWorker(ctx context.Context, db DBTX, w WorkerBeat) error {
 
 // EnqueueArgs are the parameters of one enqueue, already validated.
 type EnqueueArgs struct {
-	Queue       string
-	Kind        string
-	Payload     string // JSON object text
+	Queue   string
+	Kind    string
+	Payload string // JSON object text
+	// Sealed is a sealed payload's nonce, ciphertext and tag; Payload then
+	// holds its key id, {"skiplock_encrypted": "v1.KEYID"} (migration 24).
+	Sealed      []byte
 	Priority    int
 	RunAt       *time.Time // nil: now + Delay, by the database clock
 	Delay       time.Duration
@@ -350,7 +353,7 @@ func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker str
 func (a EnqueueArgs) Args() []any {
 	return []any{a.Queue, a.Kind, a.Payload, a.Priority, a.RunAt, a.MaxAttempts, a.UniqueKey,
 		a.Tenant, a.Entity, a.Bump, Micros(a.Delay), a.Metadata, a.LimitWeight,
-		a.UniqueBy, a.UniqueFields, microsOrNil(a.UniquePeriod), a.Mode, microsOrNil(a.ModeWindow)}
+		a.UniqueBy, a.UniqueFields, microsOrNil(a.UniquePeriod), a.Mode, microsOrNil(a.ModeWindow), a.Sealed}
 }
 
 // FencedWrite is one of the lease holder's fenced writes, named, with

@@ -1,6 +1,7 @@
 -- Back to version 23: every sealed payload whole again in payload (as
 -- envelope() rebuilds it), no sealed columns, no envelope(), and the bodies
--- version 24 changed as version 23 had them: enqueue_job, enqueue_unique,
+-- version 24 changed as version 23 had them: enqueue_job (the body
+-- version 24 moved to enqueue_one, which goes), enqueue_unique,
 -- cancel_workflow, retry_job and grant_role.
 UPDATE {{schema}}.jobs SET payload = {{schema}}.envelope(payload, sealed), sealed = NULL WHERE sealed IS NOT NULL;
 UPDATE {{schema}}.jobs_done SET payload = {{schema}}.envelope(payload, sealed), sealed = NULL WHERE sealed IS NOT NULL;
@@ -9,6 +10,8 @@ ALTER TABLE {{schema}}.jobs DROP COLUMN sealed;
 ALTER TABLE {{schema}}.jobs_done DROP COLUMN sealed;
 ALTER TABLE {{schema}}.jobs_dead DROP COLUMN sealed;
 DROP FUNCTION {{schema}}.envelope(jsonb, bytea);
+DROP FUNCTION {{schema}}.enqueue_one(text, text, jsonb, integer, timestamptz, integer, text, text, text, boolean,
+    jsonb, integer, text, text[], interval, text, interval, bytea);
 
 -- functions/enqueue_job.sql of version 23.
 -- Enqueues one job, after validating it as the Go API does (validate_job,

@@ -6,12 +6,13 @@
 --   $12 metadata (NULL: none)   $13 limit_weight (NULL: 1)
 --   $14 unique_by  $15 unique_fields  $16 unique_period (microseconds)
 --   $17 mode  $18 mode window (microseconds): enqueue_unique's, NULL when unused
+--   $19 sealed: a sealed payload's bytes, $3 then its key id (migration 24)
 SELECT e.id, e.inserted
-FROM {{schema}}.enqueue_job($1, $2, $3::jsonb, $4,
+FROM {{schema}}.enqueue_one($1, $2, $3::jsonb, $4,
                             COALESCE($5::timestamptz, now() + $11::bigint * interval '1 microsecond'),
                             $6, $7, $8, $9, $10, $12::jsonb, $13::integer,
                             $14::text, $15::text[], $16::bigint * interval '1 microsecond',
-                            $17::text, $18::bigint * interval '1 microsecond') AS e;
+                            $17::text, $18::bigint * interval '1 microsecond', $19::bytea) AS e;
 
 -- name: notify_queues
 -- Wake-up for a bulk load, sent inside its transaction (delivered on commit).

@@ -1,17 +1,8 @@
--- Enqueues one job, after validating it as the Go API does (validate_job,
--- validate_metadata, validate_limit_weight), and wakes its queue when it is
--- due. A plain job goes to the ring's current generation (ring_gen(),
--- docs/generations.md); a unique one to jobs_keyed directly (its unique index
--- is the ON CONFLICT arbiter, and only a partition carries it): the job in
--- flight with that key is returned instead (inserted false), its run_at
--- brought forward when p_bump; an entity one to jobs_keyed by gen. Called by
--- enqueue (the SQL API) and internal/store/sql/enqueue.sql.
--- Uniqueness by args or by period, and the modes supersede, debounce and
--- throttle (p_unique_by .. p_mode_window, migration 019) are decided by
--- enqueue_unique, which a job asking for any of them is handed to.
--- A sealed payload (an envelope, docs/security.md) is stored split
--- (migration 24): its key id in payload, its ciphertext's bytes in sealed;
--- envelope() rebuilds it. enqueue_unique stores its jobs' envelopes whole.
+-- enqueue_one without p_sealed: what enqueue (the SQL API) calls, and what
+-- a producer may call. Its body was enqueue_one's until version 24, which
+-- moved it there to add p_sealed without changing this signature: a
+-- function dropped and created again fails once the calls racing the
+-- upgrade (docs/migrations.md).
 DROP FUNCTION IF EXISTS {{schema}}.enqueue_job(text, text, jsonb, integer, timestamptz, integer, text, text, text,
     boolean, jsonb, integer);
 CREATE OR REPLACE FUNCTION {{schema}}.enqueue_job(
@@ -23,87 +14,15 @@ CREATE OR REPLACE FUNCTION {{schema}}.enqueue_job(
     p_mode text DEFAULT NULL, p_mode_window interval DEFAULT NULL,
     OUT id bigint, OUT inserted boolean)
 LANGUAGE plpgsql AS $$
-DECLARE
-    v_run_at timestamptz := coalesce(p_run_at, now());
-    v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
-    v_priority integer := coalesce(p_priority, 0);
-    -- Weight 1 is stored as NULL (the default).
-    v_weight integer := nullif(p_limit_weight, 1);
-    v_sealed bytea;
-    v_env text[];
 BEGIN
-    PERFORM {{schema}}.validate_job(p_queue, p_kind, v_payload, v_priority, v_run_at,
-        p_max_attempts, p_unique_key, p_tenant, p_entity);
-    PERFORM {{schema}}.validate_metadata(p_metadata);
-    PERFORM {{schema}}.validate_limit_weight(p_limit_weight);
-
-    -- Migration 019: uniqueness by args or period, and the enqueue modes.
-    IF p_unique_by IS NOT NULL OR p_unique_fields IS NOT NULL OR p_unique_period IS NOT NULL
-       OR p_mode IS NOT NULL OR p_mode_window IS NOT NULL THEN
-        SELECT u.id, u.inserted INTO id, inserted
-        FROM {{schema}}.enqueue_unique(p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20),
-                                       p_unique_key, p_tenant, p_entity, coalesce(p_bump, false), p_metadata, v_weight,
-                                       p_unique_by, p_unique_fields, p_unique_period, p_mode, p_mode_window) AS u;
-        RETURN;
-    END IF;
-
-    -- An envelope as Go seals one (any other payload is stored as given).
-    IF v_payload ? 'skiplock_encrypted' THEN
-        v_env := regexp_match(v_payload ->> 'skiplock_encrypted', '^(v1\.[A-Za-z0-9_-]{1,64})\.([A-Za-z0-9_-]+)$');
-        IF v_env IS NOT NULL AND length(v_env[2]) % 4 <> 1
-           AND v_payload = jsonb_build_object('skiplock_encrypted', v_payload ->> 'skiplock_encrypted') THEN
-            v_sealed := decode(rpad(translate(v_env[2], '-_', '+/'), (length(v_env[2]) + 3) / 4 * 4, '='), 'base64');
-            v_payload := jsonb_build_object('skiplock_encrypted', v_env[1]);
-        END IF;
-    END IF;
-
-    IF p_unique_key IS NULL THEN
-        INSERT INTO {{schema}}.jobs AS j (queue, kind, payload, priority, run_at, max_attempts, tenant, entity, metadata,
-                                          limit_weight, gen, sealed)
-        VALUES (p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20), p_tenant, p_entity, p_metadata,
-                v_weight, CASE WHEN p_entity IS NULL THEN {{schema}}.ring_gen() ELSE -1 END, v_sealed)
-        RETURNING j.id INTO id;
-        inserted := true;
-    ELSE
-        -- Loop only if the conflicting job finishes between our INSERT and SELECT.
-        FOR i IN 1..10 LOOP
-            INSERT INTO {{schema}}.jobs_keyed AS j (queue, kind, payload, priority, run_at, max_attempts, unique_key, tenant, entity,
-                                                    metadata, limit_weight, sealed)
-            VALUES (p_queue, p_kind, v_payload, v_priority, v_run_at, coalesce(p_max_attempts, 20), p_unique_key, p_tenant, p_entity,
-                    p_metadata, v_weight, v_sealed)
-            ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-            RETURNING j.id INTO id;
-            IF id IS NOT NULL THEN
-                inserted := true;
-                EXIT;
-            END IF;
-            inserted := false;
-            IF p_bump THEN
-                UPDATE {{schema}}.jobs_keyed AS j SET run_at = GREATEST(j.run_at, v_run_at)
-                WHERE j.queue = p_queue AND j.unique_key = p_unique_key
-                RETURNING j.id INTO id;
-            ELSE
-                SELECT j.id INTO id FROM {{schema}}.jobs_keyed AS j
-                WHERE j.queue = p_queue AND j.unique_key = p_unique_key;
-            END IF;
-            EXIT WHEN id IS NOT NULL;
-        END LOOP;
-        IF id IS NULL THEN
-            RAISE EXCEPTION 'skiplock: unique_key: the in-flight job kept changing; retry'
-                USING ERRCODE = '40001';
-        END IF;
-    END IF;
-
-    IF inserted AND v_run_at <= now() THEN
-        PERFORM pg_notify({{schema_lit}} || '.jobs', p_queue);
-    END IF;
+    SELECT e.id, e.inserted INTO id, inserted
+    FROM {{schema}}.enqueue_one(p_queue, p_kind, p_payload, p_priority, p_run_at, p_max_attempts, p_unique_key,
+                                p_tenant, p_entity, p_bump, p_metadata, p_limit_weight, p_unique_by, p_unique_fields,
+                                p_unique_period, p_mode, p_mode_window, NULL) AS e;
 END
 $$;
 
--- Issue 38 §2 (docs/security.md "Roles"): runs as the schema's owner, so
--- a producer role (grant_role) enqueues and signals without any privilege on
--- the tables; the search_path is pinned so that nothing a
--- caller creates can stand in for what the body names. Only the owner and
--- the roles grant_role gives it to may call it.
+-- As enqueue_one (issue 38 §2): runs as the schema's owner, search_path
+-- pinned; only the owner and the roles grant_role gives it to may call it.
 ALTER FUNCTION {{schema}}.enqueue_job SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 REVOKE EXECUTE ON FUNCTION {{schema}}.enqueue_job FROM PUBLIC;

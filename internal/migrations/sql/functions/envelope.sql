@@ -1,10 +1,11 @@
 -- A job's payload as one JSON document: the payload itself, or, for a job
 -- whose ciphertext is stored as bytes (sealed, migration 24), the envelope
 -- {"skiplock_encrypted": "v1.KEYID.BASE64URL"} it was enqueued as (payload
--- then holds {"skiplock_encrypted": "v1.KEYID"}). enqueue_job and the bulk
--- enqueue store an envelope split, so that each copy of a sealed job's row
--- (the claim's new version, the history, the WAL of both) carries the
--- ciphertext's bytes, not a third more of base64 (docs/security.md). What
+-- then holds {"skiplock_encrypted": "v1.KEYID"}). enqueue_one (given the
+-- bytes, or a whole envelope) and the bulk enqueue store it split, so that
+-- each copy of a sealed job's row (the claim's new version, the history,
+-- the WAL of both) carries the ciphertext's bytes, not a third more of
+-- base64 (docs/security.md). What
 -- shows or exports a payload (job get --payload, the dashboard's reveal,
 -- exports) reads it through here, so it sees what was enqueued.
 CREATE OR REPLACE FUNCTION {{schema}}.envelope(payload jsonb, sealed bytea)

@@ -2,7 +2,7 @@
 -- §2, docs/security.md "Roles"). `skiplock roles grant KIND ROLE` runs it:
 --   SELECT * FROM skiplock.grant_role(kind => 'producer', grantee => 'checkout');
 -- Every kind gets USAGE on the schema and SELECT on settings (the limits).
---   producer: EXECUTE on enqueue, enqueue_job and signal, which run as the
+--   producer: EXECUTE on enqueue, enqueue_job, enqueue_one and signal, which run as the
 --             owner (SECURITY DEFINER) and validate everything; no privilege
 --             on any table, so no write past validation.
 --   worker:   SELECT, INSERT, UPDATE, DELETE on the tables, the sequences,
@@ -34,7 +34,7 @@ BEGIN
     END IF;
     CASE kind
     WHEN 'producer' THEN
-        stmts := stmts || format('GRANT EXECUTE ON FUNCTION %1$I.enqueue, %1$I.enqueue_job, %1$I.signal TO %2$I', s, grantee);
+        stmts := stmts || format('GRANT EXECUTE ON FUNCTION %1$I.enqueue, %1$I.enqueue_job, %1$I.enqueue_one, %1$I.signal TO %2$I', s, grantee);
     WHEN 'worker', 'admin' THEN
         stmts := stmts
             || format('GRANT SELECT, INSERT, UPDATE, DELETE%s ON ALL TABLES IN SCHEMA %I TO %I',
