@@ -211,3 +211,47 @@ func TestMoveTenantRefusesBadOptions(t *testing.T) {
 	_, err := TenantMove(ctx, nil, a.Pool, TenantMoveOptions{Tenant: "t"})
 	require.ErrorIs(t, err, ErrInvalidConfig)
 }
+
+// A tenant's sealed jobs move with their bytes (migration 24: payload the
+// key id, sealed the ciphertext), and a worker of the target with the
+// keyring runs each with its plaintext.
+func TestMoveTenantCarriesSealedPayloads(t *testing.T) {
+	a, b := dbtest.New(t), dbtest.New(t)
+	ctx := context.Background()
+	k := testKeyring(t)
+	ca, err := NewClient(a.Pool, Config{Schema: a.Schema, Encryption: k})
+	require.NoError(t, err)
+	want := map[string]bool{}
+	for n := range 5 {
+		email := fmt.Sprintf("user-%d@acme", n)
+		want[email] = true
+		_, err := ca.Enqueue(ctx, EnqueueParams{Queue: "mail", Kind: "send", Tenant: "acme", Payload: map[string]string{"email": email}})
+		require.NoError(t, err)
+	}
+	res, err := TenantMove(ctx, a.Pool, b.Pool, TenantMoveOptions{Tenant: "acme", Schema: a.Schema, BatchSize: 2})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, res.Moved)
+	require.Equal(t, 5, count(t, b.Pool, `SELECT count(*) FROM skiplock.jobs
+		WHERE sealed IS NOT NULL AND payload ? 'skiplock_encrypted' AND NOT payload::text LIKE '%acme%'`),
+		"the target holds each job split, its bytes carried")
+
+	cb, err := NewClient(b.Pool, Config{Schema: b.Schema, Encryption: k, PollInterval: 20 * time.Millisecond,
+		Pools: []WorkerPool{{Queues: []string{"mail"}, Concurrency: 2}}})
+	require.NoError(t, err)
+	got := make(chan string, 5)
+	require.NoError(t, Handle(cb, "send", func(_ context.Context, j *Job[map[string]string]) error {
+		got <- j.Args["email"]
+		return nil
+	}))
+	require.NoError(t, cb.Start(ctx))
+	defer func() { require.NoError(t, cb.Stop(context.Background())) }()
+	for range 5 {
+		select {
+		case e := <-got:
+			require.True(t, want[e], "a handler got %q", e)
+			delete(want, e)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("jobs not run in the target; left: %v", want)
+		}
+	}
+}
