@@ -108,7 +108,7 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 		{"claim_settings", "claim_limited", base + `, '{none}'::text[]`},
 		{"write_settings", "heartbeat", leases + `, 30000000, 'w'`},
 		{"write_settings", "complete_delete", leases + `, 'w'`},
-		{"write_settings", "complete_archive", leases + `, 'w'`},
+		{"write_settings", "complete_archive", leases + `, 'w', true`},
 		{"write_settings", "reschedule", leases + `, '{0,0}'::bigint[], '{0,0}'::int[], '{NULL,NULL}'::text[], 'w', '{0,0}'::int[]`},
 		{"write_settings", "dead_letter", leases + `, '{error,error}'::text[], '{x,x}'::text[], 'w', '{0,0}'::int[]`},
 		{"write_settings", "step_put_many", `'{1}'::bigint[], '{1}'::bigint[], '{explain}'::text[], '{"{}"}'::text[], 'w'`},

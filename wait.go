@@ -33,8 +33,11 @@ const waitChunk = 1_000
 // one look-up statement per wake-up for all of them, and, unless
 // Config.PollOnly, listens on the one LISTEN connection it shares with its
 // worker pools (Config.ListenURL's when set) for the jobs worker processes
-// announce they finished, in the commit that finishes them. NOTIFY is a
-// hint: every Config.PollInterval the goroutine looks up every job still
+// announce they finished, in the commit that finishes them: a job that
+// completed without a result ends its wait on that announcement, which the
+// completing statement makes of the rows it moved (complete_archive); the
+// others' announcements are looked up. NOTIFY is not needed for
+// correctness: every Config.PollInterval the goroutine looks up every job still
 // awaited, so Wait is correct without it (behind a transaction-mode
 // pooler, or when the listener is away) and sees jobs finished without an
 // announcement (reaped, cancelled while ready, completed by CompleteTx),
@@ -251,20 +254,71 @@ func (w *waiters) wake() {
 	}
 }
 
-// heardDone takes a notify_done payload: ids of jobs that just ended.
+// heardDone takes a payload of the finished jobs' channel. Three forms:
+// ids of jobs that just ended, comma-separated, to look up (notify_done:
+// dead letters, completions without history); the same ending in "c@" and
+// a time in microseconds since the epoch: jobs complete_archive completed
+// then, without a result; and complete_archive_result's JSON object
+// {"at": …, "ended": {"id": result or null}, "look": [id, …]}. The jobs
+// told with their end end here, with no look-up. A token that is not a
+// number is skipped, so an older waiter takes the first form's ids of the
+// second and looks them up (and polls for the third's).
 func (w *waiters) heardDone(payload string) {
+	var at time.Time
+	var ended map[string]json.RawMessage
+	var look []int64
+	if strings.HasPrefix(payload, "{") {
+		var told struct {
+			At    int64                      `json:"at"`
+			Ended map[string]json.RawMessage `json:"ended"`
+			Look  []int64                    `json:"look"`
+		}
+		if err := json.Unmarshal([]byte(payload), &told); err != nil {
+			return // not ours; the poll finds the jobs
+		}
+		at, ended, look, payload = time.UnixMicro(told.At), told.Ended, told.Look, ""
+	} else if i := strings.LastIndexByte(payload, ','); i >= 0 && strings.HasPrefix(payload[i+1:], "c@") {
+		if us, err := strconv.ParseInt(payload[i+3:], 10, 64); err == nil {
+			at, payload = time.UnixMicro(us), payload[:i]
+			ended = map[string]json.RawMessage{}
+			for s := range strings.SplitSeq(payload, ",") {
+				ended[s] = nil
+			}
+			payload = ""
+		}
+	}
+	var ends []JobEnd
 	w.mu.Lock()
 	for s := range strings.SplitSeq(payload, ",") {
-		id, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			continue
+		if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+			look = append(look, id)
 		}
+	}
+	for _, id := range look {
 		if _, ok := w.byID[id]; ok {
 			w.heard[id] = struct{}{}
 		}
 	}
+	for s, result := range ended {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			continue
+		}
+		if _, ok := w.byID[id]; !ok {
+			continue
+		}
+		e := JobEnd{ID: id, State: JobStateCompleted, FinishedAt: new(time.Time)}
+		*e.FinishedAt = at
+		if len(result) > 0 && string(result) != "null" {
+			e.Result = result
+		}
+		ends = append(ends, e)
+	}
 	n := len(w.heard)
 	w.mu.Unlock()
+	if len(ends) > 0 {
+		w.ended(ends)
+	}
 	if n > 0 {
 		w.wake()
 	}

@@ -58,13 +58,12 @@ type Query struct {
 
 // CompleteQuery finishes jobs successfully (deleting them, or archiving
 // them into jobs_done); it returns the ids whose lease was still held.
-func (s *Store) CompleteQuery(ls []Lease, worker string, archive bool) Query {
+func (s *Store) CompleteQuery(ls []Lease, worker string, archive, announce bool) Query {
 	ids, tokens := split(ls)
-	q := s.SQL("complete_delete")
 	if archive {
-		q = s.SQL("complete_archive")
+		return Query{s.SQL("complete_archive"), []any{ids, tokens, worker, announce}}
 	}
-	return Query{q, []any{ids, tokens, worker}}
+	return Query{s.SQL("complete_delete"), []any{ids, tokens, worker}}
 }
 
 // Finish is the success of a run that returned a result or reported
@@ -80,7 +79,7 @@ type Finish struct {
 // progress (complete_archive_result); it returns the ids whose lease was
 // still held. Only runs with a result or progress take it: the others'
 // completion writes no more than before.
-func (s *Store) CompleteResultQuery(fs []Finish, worker string) Query {
+func (s *Store) CompleteResultQuery(fs []Finish, worker string, announce bool) Query {
 	n := len(fs)
 	ids, tokens, results, progress := make([]int64, n), make([]int64, n), make([]*string, n), make([]*string, n)
 	for i, f := range fs {
@@ -94,7 +93,7 @@ func (s *Store) CompleteResultQuery(fs []Finish, worker string) Query {
 			progress[i] = &p
 		}
 	}
-	return Query{s.SQL("complete_archive_result"), []any{ids, tokens, worker, results, progress}}
+	return Query{s.SQL("complete_archive_result"), []any{ids, tokens, worker, results, progress, announce}}
 }
 
 // Progress is a running job's latest progress, as JSON, for its lease.
@@ -376,9 +375,9 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 	msg := "explain"
 	return []FencedWrite{
 		{"heartbeat", Query{s.SQL("heartbeat"), []any{[]int64{1}, []int64{1}, Micros(time.Minute), worker}}},
-		{"complete_delete", s.CompleteQuery(l, worker, false)},
-		{"complete_archive", s.CompleteQuery(l, worker, true)},
-		{"complete_archive_result", s.CompleteResultQuery([]Finish{{Lease: l[0], Result: []byte("{}")}}, worker)},
+		{"complete_delete", s.CompleteQuery(l, worker, false, false)},
+		{"complete_archive", s.CompleteQuery(l, worker, true, false)},
+		{"complete_archive_result", s.CompleteResultQuery([]Finish{{Lease: l[0], Result: []byte("{}")}}, worker, false)},
 		{"progress_write", Query{s.SQL("progress_write"), []any{[]int64{1}, []int64{1}, []string{"{}"}, worker}}},
 		{"complete_one_delete", Query{s.SQL("complete_one_delete"), []any{int64(1), int64(1), worker}}},
 		{"complete_one_archive", Query{s.SQL("complete_one_archive"), []any{int64(1), int64(1), worker}}},

@@ -101,10 +101,10 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 		}
 		slices.SortFunc(done, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
 	} else if len(o.Finished) > 0 {
-		qs = append(qs, r.Store.CompleteResultQuery(o.Finished, worker))
+		qs = append(qs, r.Store.CompleteResultQuery(o.Finished, worker, o.Announce))
 	}
 	if len(done) > 0 {
-		qs = append(qs, r.Store.CompleteQuery(done, worker, archive))
+		qs = append(qs, r.Store.CompleteQuery(done, worker, archive, o.Announce))
 	}
 	if len(o.Resched) > 0 {
 		qs = append(qs, r.Store.RescheduleQuery(o.Resched, worker))
@@ -116,14 +116,14 @@ func (r Runtime) WriteOutcomes(ctx context.Context, o Outcomes, worker string, a
 		return map[int64]bool{}, nil
 	}
 	// Waiters (Client.Wait) hear of completions and dead letters in the
-	// same commit.
+	// same commit: with history kept, complete_archive and
+	// complete_archive_result tell which jobs they completed (and their
+	// results: no look-up needed); the others are a hint the waiter looks
+	// up (without history, done holds every completion).
 	ended := make([]int64, 0, len(done)+len(o.Finished)+len(o.Deads))
-	for _, l := range done {
-		ended = append(ended, l.ID)
-	}
-	if archive {
-		for _, f := range o.Finished {
-			ended = append(ended, f.ID)
+	if !archive {
+		for _, l := range done {
+			ended = append(ended, l.ID)
 		}
 	}
 	for _, d := range o.Deads {

@@ -78,12 +78,12 @@ func BenchmarkComplete50(b *testing.B) {
 	seedReady(b, db.Pool, "bench", 50*b.N+50)
 	leases := claimAll(b, st, db.Pool, "bench", 50*b.N+50, 500)
 	ctx := context.Background()
-	_, err := st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(leases[:50], benchWorker, false)}) // warm
+	_, err := st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(leases[:50], benchWorker, false, false)}) // warm
 	require.NoError(b, err)
 	leases = leases[50:]
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		held, err := st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(leases[i*50:(i+1)*50], benchWorker, false)})
+		held, err := st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(leases[i*50:(i+1)*50], benchWorker, false, false)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func BenchmarkCompleteArchive50(b *testing.B) {
 				if announce {
 					return rt.WriteOutcomes(ctx, store.Outcomes{Done: ls, Announce: true}, benchWorker, true)
 				}
-				return st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(ls, benchWorker, true)})
+				return st.WriteBatch(ctx, db.Pool, []store.Query{st.CompleteQuery(ls, benchWorker, true, false)})
 			}
 			_, err := write(leases[:50]) // warm
 			require.NoError(b, err)

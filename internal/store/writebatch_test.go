@@ -24,7 +24,7 @@ func TestWriteBatchIsOneTransaction(t *testing.T) {
 	ls := claimAll(t, st, db.Pool, "q", 3, 3)
 
 	bad := []store.Query{
-		st.CompleteQuery(ls[:1], benchWorker, false),
+		st.CompleteQuery(ls[:1], benchWorker, false, false),
 		st.RescheduleQuery([]store.Reschedule{{Lease: ls[1]}}, benchWorker),
 		st.DeadLetterQuery([]store.Dead{{Lease: ls[2], Reason: "no-such-reason"}}, benchWorker),
 	}
@@ -35,11 +35,11 @@ func TestWriteBatchIsOneTransaction(t *testing.T) {
 	require.Equal(t, 3, running, "a failed pipeline must write nothing")
 
 	good := []store.Query{
-		st.CompleteQuery(ls[:1], benchWorker, false),
+		st.CompleteQuery(ls[:1], benchWorker, false, false),
 		st.RescheduleQuery([]store.Reschedule{{Lease: ls[1]}}, benchWorker),
 		st.DeadLetterQuery([]store.Dead{{Lease: ls[2], Reason: "error", Error: "boom"}}, benchWorker),
 		// A stale lease matches nothing and is simply not reported held.
-		st.CompleteQuery([]store.Lease{{ID: ls[0].ID, Token: ls[0].Token + 1}}, benchWorker, false),
+		st.CompleteQuery([]store.Lease{{ID: ls[0].ID, Token: ls[0].Token + 1}}, benchWorker, false, false),
 	}
 	held, err := st.WriteBatch(ctx, db.Pool, good)
 	require.NoError(t, err)

@@ -100,19 +100,38 @@ RETURNING j.id;
 -- name: complete_archive
 -- Success, keeping history (the default): the row moves to the partitioned
 -- history table, with its attempts and the last failed attempt's error, so
--- the job can be looked up until its day's partition is dropped.
+-- the job can be looked up until its day's partition is dropped. With $4,
+-- waiters (Client.Wait) are told which jobs this statement completed and
+-- when, on commit: ids comma-separated, then "c@" and the finish time in
+-- microseconds since the epoch, at most 350 ids a payload (PostgreSQL's
+-- limit is 8,000 bytes). Only what the fence let through is told, and
+-- these runs left no result (those take complete_archive_result), so a
+-- waiter needs no look-up for them (wait.go, heardDone).
+--   $1 ids  $2 tokens  $3 worker id  $4 announce
 WITH done AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
     WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
     RETURNING j.*
+),
+ins AS (
+    INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
+                                      finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, sealed, metadata,
+                                      limit_weight)
+    SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
+           now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.sealed, d.metadata,
+           d.limit_weight
+    FROM done AS d
+    RETURNING id
+),
+told AS (
+    SELECT pg_notify({{schema_lit}} || '.done',
+                     string_agg(c.id::text, ',') || ',c@' || (extract(epoch FROM now()) * 1000000)::bigint)
+    FROM (SELECT i.id, (row_number() OVER ()) / 350 AS chunk FROM ins AS i WHERE $4::boolean) AS c
+    GROUP BY c.chunk
 )
-INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, sealed, metadata, limit_weight)
-SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.sealed, d.metadata, d.limit_weight
-FROM done AS d
-RETURNING id;
+-- The count makes told run (a CTE no one reads is not evaluated).
+SELECT i.id FROM ins AS i CROSS JOIN (SELECT count(*) FROM told) AS t;
 
 -- name: complete_archive_result
 -- Success of runs that returned a result or reported progress (issue 39):
@@ -120,22 +139,42 @@ RETURNING id;
 -- progress (NULL keeps the row's last coalesced write). Only these runs
 -- take this statement, so a run with neither writes exactly what
 -- complete_archive writes. Results are JSON, at most MaxResultBytes
--- (validate.go), checked before they get here.
---   $1 ids  $2 tokens  $3 worker id  $4 results  $5 progress
+-- (validate.go), checked before they get here. With $6, waiters are told
+-- on commit which jobs this statement completed, when, and with what
+-- result, as a JSON object {"at": microseconds since the epoch, "ended":
+-- {"id": result or null, ...}, "look": [id, ...]}: a result of more than
+-- 1,500 bytes (as jsonb prints it) is not sent, its id is in "look" for
+-- the waiter to look up; at most about 7,500 bytes a payload.
+--   $1 ids  $2 tokens  $3 worker id  $4 results  $5 progress  $6 announce
 WITH done AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[], $4::jsonb[], $5::jsonb[]) AS l(id, token, result, progress)
     WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
     RETURNING j.*, l.result AS run_result, l.progress AS run_progress
+),
+ins AS (
+    INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
+                                      finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, sealed, metadata,
+                                      limit_weight, result, progress)
+    SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
+           now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.sealed, d.metadata,
+           d.limit_weight, d.run_result, COALESCE(d.run_progress, d.progress)
+    FROM done AS d
+    RETURNING id, result
+),
+told AS (
+    SELECT pg_notify({{schema_lit}} || '.done',
+                     json_build_object('at', (extract(epoch FROM now()) * 1000000)::bigint,
+                                       'ended', json_object_agg(c.id, c.result) FILTER (WHERE c.sent),
+                                       'look', json_agg(c.id) FILTER (WHERE NOT c.sent))::text)
+    FROM (SELECT s.id, s.result, s.sent,
+                 sum(CASE WHEN s.sent THEN coalesce(octet_length(s.result::text), 4) ELSE 0 END + 24)
+                     OVER (ORDER BY s.id) / 6000 AS chunk
+          FROM (SELECT i.id, i.result, coalesce(octet_length(i.result::text), 0) <= 1500 AS sent
+                FROM ins AS i WHERE $6::boolean) AS s) AS c
+    GROUP BY c.chunk
 )
-INSERT INTO {{schema}}.jobs_done (id, priority, attempts, max_attempts, run_at, created_at, attempted_at,
-                                  finished_at, queue, kind, locked_by, tenant, entity, last_error, payload, sealed, metadata, limit_weight,
-                                  result, progress)
-SELECT d.id, d.priority, d.attempts, d.max_attempts, d.run_at, d.created_at, d.attempted_at,
-       now(), d.queue, d.kind, d.locked_by, d.tenant, d.entity, d.last_error, d.payload, d.sealed, d.metadata, d.limit_weight,
-       d.run_result, COALESCE(d.run_progress, d.progress)
-FROM done AS d
-RETURNING id;
+SELECT i.id FROM ins AS i CROSS JOIN (SELECT count(*) FROM told) AS t;
 
 -- name: progress_write
 -- The coalesced progress of running jobs (issue 39): one statement per
