@@ -19,12 +19,25 @@ start_private_pg() {
   pg_dir=$(mktemp -d /tmp/skiplock-ci-pg.XXXXXX)
   if [ "$(id -u)" = 0 ]; then chown postgres "$pg_dir"; fi
   pg_port=55432
-  while (echo >/dev/tcp/127.0.0.1/$pg_port) 2>/dev/null; do
+  _as_pg "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust -E UTF8 --no-instructions >/dev/null
+  # A port free when probed can be taken before the server binds it (a
+  # test's own cluster starting meanwhile): then the next one.
+  local tries=0
+  until
+    while (echo >/dev/tcp/127.0.0.1/$pg_port) 2>/dev/null; do
+      pg_port=$((pg_port + 1))
+    done
+    _as_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/postgres.log" -w -t 60 \
+      -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_dir -c autovacuum=off -c max_connections=100" start >/dev/null
+  do
+    tries=$((tries + 1))
+    if [ $tries -ge 5 ]; then
+      tail -5 "$pg_dir/postgres.log" >&2
+      return 1
+    fi
+    echo "ci: port $pg_port was taken as the server started; trying the next" >&2
     pg_port=$((pg_port + 1))
   done
-  _as_pg "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust -E UTF8 --no-instructions >/dev/null
-  _as_pg "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/postgres.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_dir -c autovacuum=off -c max_connections=100" start >/dev/null
   export TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable"
   local settings
   settings=$(psql "$TEST_DATABASE_URL" -XAtc "SELECT current_setting('autovacuum') || ' ' || current_setting('max_connections')")
