@@ -364,16 +364,9 @@ func envelopeParts(raw, sealed []byte) (id string, data []byte, err error) {
 	if sealed == nil {
 		return parseEnvelope(raw)
 	}
-	// As jsonb prints it (a claim's row), else decoded.
-	var value string
-	if v, ok := bytes.CutPrefix(raw, envelopePrefix); ok && bytes.HasSuffix(v, []byte(`"}`)) {
-		value = string(v[:len(v)-2])
-	} else {
-		var e map[string]string
-		if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
-			return "", nil, errors.New("payload: not a skiplock envelope")
-		}
-		value = e[encryptedField]
+	value, err := envelopeValue(raw)
+	if err != nil {
+		return "", nil, err
 	}
 	id, ok := strings.CutPrefix(value, "v1.")
 	if !ok || !keyIDRe.MatchString(id) {
@@ -442,25 +435,11 @@ func openRunData(ctx context.Context, what string, raw []byte) ([]byte, error) {
 	return plain, nil
 }
 
-// envelopeKeyID returns the id of the key an envelope was sealed with.
-func envelopeKeyID(raw []byte) (string, error) {
-	id, _, err := parseEnvelope(raw)
-	return id, err
-}
-
+// parseEnvelope is a whole envelope's key id and nonce, ciphertext and tag.
 func parseEnvelope(raw []byte) (id string, sealed []byte, err error) {
-	// As jsonb prints it (how a worker reads it): the value is between the
-	// prefix and `"}`, with nothing JSON would escape. Otherwise, decode.
-	var value string
-	if v, ok := bytes.CutPrefix(raw, envelopePrefix); ok && bytes.HasSuffix(v, []byte(`"}`)) &&
-		bytes.IndexByte(v[:len(v)-2], '"') < 0 && bytes.IndexByte(v[:len(v)-2], '\\') < 0 {
-		value = string(v[:len(v)-2])
-	} else {
-		var e map[string]string
-		if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
-			return "", nil, errors.New("payload: not a skiplock envelope")
-		}
-		value = e[encryptedField]
+	value, err := envelopeValue(raw)
+	if err != nil {
+		return "", nil, err
 	}
 	parts := strings.SplitN(value, ".", 3)
 	if len(parts) != 3 || parts[0] != "v1" || !keyIDRe.MatchString(parts[1]) {
@@ -471,6 +450,21 @@ func parseEnvelope(raw []byte) (id string, sealed []byte, err error) {
 		return "", nil, errors.New("payload: envelope data is not base64url")
 	}
 	return parts[1], sealed, nil
+}
+
+// envelopeValue is the value of an envelope's one member: as jsonb prints
+// it (how a worker reads it), the text between the prefix and `"}`, with
+// nothing JSON would escape; otherwise decoded.
+func envelopeValue(raw []byte) (string, error) {
+	if v, ok := bytes.CutPrefix(raw, envelopePrefix); ok && bytes.HasSuffix(v, []byte(`"}`)) &&
+		bytes.IndexByte(v[:len(v)-2], '"') < 0 && bytes.IndexByte(v[:len(v)-2], '\\') < 0 {
+		return string(v[:len(v)-2]), nil
+	}
+	var e map[string]string
+	if err := json.Unmarshal(raw, &e); err != nil || len(e) != 1 {
+		return "", errors.New("payload: not a skiplock envelope")
+	}
+	return e[encryptedField], nil
 }
 
 // open returns the plaintext of an envelope.
@@ -547,19 +541,19 @@ func (c *Client) reseal(ctx context.Context, k *Keyring, dead bool) (int64, erro
 				return err
 			}
 			for _, r := range batch {
-				id, err := envelopeKeyID([]byte(r.Payload))
+				id, data, err := envelopeParts([]byte(r.Payload), r.Sealed)
 				if err != nil || id == k.keyFor(r.Tenant) {
 					continue // not ours to read, or sealed as it should be
 				}
-				plain, err := k.open([]byte(r.Payload))
+				plain, err := k.openData(id, data)
 				if err != nil {
 					return fmt.Errorf("job %d: %w", r.ID, err)
 				}
-				id, sealed, err := k.sealParts(plain, r.Tenant)
+				id, data, err = k.sealParts(plain, r.Tenant)
 				if err != nil {
 					return fmt.Errorf("job %d: %w", r.ID, err)
 				}
-				if err := c.store.ResealPayload(ctx, tx, dead, r.ID, keyIDPayload(id), sealed); err != nil {
+				if err := c.store.ResealPayload(ctx, tx, dead, r.ID, keyIDPayload(id), data); err != nil {
 					return err
 				}
 				m++

@@ -273,52 +273,51 @@ func (w *waiters) wake() {
 // number is skipped, so an older waiter takes the first form's ids of the
 // second and looks them up (and polls for the third's).
 func (w *waiters) heardDone(payload string) {
+	told := map[int64]json.RawMessage{} // ends told, with their results
+	var look []int64                    // ends to look up
 	var at time.Time
-	var ended map[string]json.RawMessage
-	var look []int64
 	if strings.HasPrefix(payload, "{") {
-		var told struct {
-			At    int64                      `json:"at"`
-			Ended map[string]json.RawMessage `json:"ended"`
-			Look  []int64                    `json:"look"`
+		var m struct {
+			At    int64                     `json:"at"`
+			Ended map[int64]json.RawMessage `json:"ended"`
+			Look  []int64                   `json:"look"`
 		}
-		if err := json.Unmarshal([]byte(payload), &told); err != nil {
+		if json.Unmarshal([]byte(payload), &m) != nil {
 			return // not ours; the poll finds the jobs
 		}
-		at, ended, look, payload = time.UnixMicro(told.At), told.Ended, told.Look, ""
-	} else if i := strings.LastIndexByte(payload, ','); i >= 0 && strings.HasPrefix(payload[i+1:], "c@") {
-		if us, err := strconv.ParseInt(payload[i+3:], 10, 64); err == nil {
-			at, payload = time.UnixMicro(us), payload[:i]
-			ended = map[string]json.RawMessage{}
-			for s := range strings.SplitSeq(payload, ",") {
-				ended[s] = nil
+		at, told, look = time.UnixMicro(m.At), m.Ended, m.Look
+	} else {
+		ids := strings.Split(payload, ",")
+		if us, ok := strings.CutPrefix(ids[len(ids)-1], "c@"); ok {
+			if n, err := strconv.ParseInt(us, 10, 64); err == nil {
+				at = time.UnixMicro(n)
 			}
-			payload = ""
+		}
+		for _, s := range ids {
+			id, err := strconv.ParseInt(s, 10, 64)
+			switch {
+			case err != nil:
+			case at.IsZero():
+				look = append(look, id)
+			default:
+				told[id] = nil
+			}
 		}
 	}
 	var ends []JobEnd
 	w.mu.Lock()
-	for s := range strings.SplitSeq(payload, ",") {
-		if id, err := strconv.ParseInt(s, 10, 64); err == nil {
-			look = append(look, id)
-		}
-	}
 	for _, id := range look {
 		if _, ok := w.byID[id]; ok {
 			w.heard[id] = struct{}{}
 		}
 	}
-	for s, result := range ended {
-		id, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			continue
-		}
+	for id, result := range told {
 		if _, ok := w.byID[id]; !ok {
 			continue
 		}
-		e := JobEnd{ID: id, State: JobStateCompleted, FinishedAt: new(time.Time)}
-		*e.FinishedAt = at
-		if len(result) > 0 && string(result) != "null" {
+		finished := at // each end its own, as a look-up gives them
+		e := JobEnd{ID: id, State: JobStateCompleted, FinishedAt: &finished}
+		if string(result) != "null" {
 			e.Result = result
 		}
 		ends = append(ends, e)

@@ -899,6 +899,8 @@ DECLARE
     v_env text;
     v_data text;
     v_dot integer;
+    v_size bigint;
+    v_limit bigint;
 BEGIN
     PERFORM "skiplock".validate_job(p_queue, p_kind, v_payload, v_priority, v_run_at,
         p_max_attempts, p_unique_key, p_tenant, p_entity);
@@ -913,11 +915,12 @@ BEGIN
             RAISE EXCEPTION 'skiplock: payload: with sealed bytes, must be {"skiplock_encrypted": "v1.KEYID"}'
                 USING ERRCODE = '22023';
         END IF;
-        IF octet_length(v_payload::text) + 1 + (4 * octet_length(v_sealed) + 2) / 3
-           > (SELECT s.max_payload_bytes FROM "skiplock".settings AS s WHERE s.only_row) THEN
-            RAISE EXCEPTION 'skiplock: payload: % bytes exceeds the limit of % bytes',
-                octet_length(v_payload::text) + 1 + (4 * octet_length(v_sealed) + 2) / 3,
-                (SELECT s.max_payload_bytes FROM "skiplock".settings AS s WHERE s.only_row) USING ERRCODE = '22023';
+        -- The envelope's length: the key id's, a dot, the bytes' base64url.
+        v_size := octet_length(v_payload::text) + 1 + (4 * octet_length(v_sealed) + 2) / 3;
+        SELECT s.max_payload_bytes INTO v_limit FROM "skiplock".settings AS s WHERE s.only_row;
+        IF v_size > v_limit THEN
+            RAISE EXCEPTION 'skiplock: payload: % bytes exceeds the limit of % bytes', v_size, v_limit
+                USING ERRCODE = '22023';
         END IF;
     END IF;
 

@@ -58,6 +58,9 @@ type Query struct {
 
 // CompleteQuery finishes jobs successfully (deleting them, or archiving
 // them into jobs_done); it returns the ids whose lease was still held.
+// With archive and announce, the statement tells waiters which jobs it
+// completed (complete_archive); without history the runtime's notify_done
+// does.
 func (s *Store) CompleteQuery(ls []Lease, worker string, archive, announce bool) Query {
 	ids, tokens := split(ls)
 	if archive {
@@ -78,7 +81,8 @@ type Finish struct {
 // CompleteResultQuery archives the jobs of fs with their results and last
 // progress (complete_archive_result); it returns the ids whose lease was
 // still held. Only runs with a result or progress take it: the others'
-// completion writes no more than before.
+// completion writes no more than before. With announce, it tells waiters
+// which jobs it completed and their results.
 func (s *Store) CompleteResultQuery(fs []Finish, worker string, announce bool) Query {
 	n := len(fs)
 	ids, tokens, results, progress := make([]int64, n), make([]int64, n), make([]*string, n), make([]*string, n)

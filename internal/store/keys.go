@@ -6,11 +6,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// SealedRow is a ready job whose payload is sealed.
+// SealedRow is a ready job whose payload is sealed, as stored: whole in
+// Payload, or split (Payload its key id, Sealed its bytes; migration 24).
 type SealedRow struct {
 	ID      int64
 	Tenant  string
 	Payload string
+	Sealed  []byte
 }
 
 // SealedReadyBatch locks and returns up to limit ready jobs (dead letters
@@ -27,7 +29,7 @@ func (s *Store) SealedReadyBatch(ctx context.Context, db DBTX, dead bool, after 
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (SealedRow, error) {
 		var x SealedRow
-		err := r.Scan(&x.ID, &x.Tenant, &x.Payload)
+		err := r.Scan(&x.ID, &x.Tenant, &x.Payload, &x.Sealed)
 		return x, err
 	})
 }

@@ -4,7 +4,7 @@
 -- batch commits (claims skip them meanwhile, as they skip any locked row).
 -- A running job is left to its worker.
 --   $1 after this id  $2 batch size
-SELECT j.id, coalesce(j.tenant, ''), {{schema}}.envelope(j.payload, j.sealed)::text
+SELECT j.id, coalesce(j.tenant, ''), j.payload::text, j.sealed
 FROM {{schema}}.jobs AS j
 WHERE j.state = 'ready' AND j.id > $1 AND j.payload ? 'skiplock_encrypted'
 ORDER BY j.id
@@ -13,7 +13,7 @@ FOR UPDATE OF j SKIP LOCKED;
 
 -- name: reseal_payload
 -- One re-sealed payload, written while the batch holds its row lock,
--- split as enqueue_job stores it (envelope()).
+-- split as enqueue_one stores it (envelope()).
 --   $1 id  $2 payload (the key id)  $3 sealed (the ciphertext's bytes)
 UPDATE {{schema}}.jobs AS j SET payload = $2::jsonb, sealed = $3::bytea WHERE j.id = $1 AND j.state = 'ready';
 
@@ -22,7 +22,7 @@ UPDATE {{schema}}.jobs AS j SET payload = $2::jsonb, sealed = $3::bytea WHERE j.
 -- order after $1, locked until the batch commits (a replay waits), so that
 -- retiring a key does not make them unreadable.
 --   $1 after this id  $2 batch size
-SELECT d.id, coalesce(d.tenant, ''), {{schema}}.envelope(d.payload, d.sealed)::text
+SELECT d.id, coalesce(d.tenant, ''), d.payload::text, d.sealed
 FROM {{schema}}.jobs_dead AS d
 WHERE d.id > $1 AND d.payload ? 'skiplock_encrypted'
 ORDER BY d.id
