@@ -39,13 +39,13 @@ r.state = 'running'
 EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 
 -- fragment: claim_pick
--- The last CTE of every claim: from the candidates in CTE `picked` (id,
--- priority, run_at, entity, gen), at most one per entity and $3 in all, in
--- claim order.
+-- The last CTE of every claim but the capped one: from the candidates in
+-- CTE `picked` (id, priority, run_at, entity), at most one per entity and $3
+-- in all, in claim order.
 one_per_entity AS (
     -- Two ready jobs of one entity in a batch: keep the first in claim order.
-    SELECT p.id, p.gen FROM (
-        SELECT c.id, c.priority, c.run_at, c.gen,
+    SELECT p.id FROM (
+        SELECT c.id, c.priority, c.run_at,
                row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
                                   ORDER BY c.priority DESC, c.run_at, c.id) AS rn
         FROM picked AS c
@@ -67,15 +67,6 @@ SET state            = 'running',
     lease_expires_at = now() + $5::bigint * interval '1 microsecond',
     attempted_at     = now()
 WHERE j.id = ANY (ARRAY(SELECT o.id FROM one_per_entity AS o))
-  -- Only the partitions the batch has jobs in are read (run-time pruning;
-  -- a batch is mostly of one generation). Each generation is a parameter
-  -- of its own (NULL: none of the batch's jobs is there): an array
-  -- parameter prunes nothing, and without this each of the four
-  -- partitions' primary keys was probed for every id of the batch.
-  AND j.gen IN ((SELECT -1 WHERE EXISTS (SELECT FROM one_per_entity AS o WHERE o.gen = -1)),
-                (SELECT 0 WHERE EXISTS (SELECT FROM one_per_entity AS o WHERE o.gen = 0)),
-                (SELECT 1 WHERE EXISTS (SELECT FROM one_per_entity AS o WHERE o.gen = 1)),
-                (SELECT 2 WHERE EXISTS (SELECT FROM one_per_entity AS o WHERE o.gen = 2)))
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata,
           j.task_id IS NOT NULL AS durable, j.sealed
@@ -111,7 +102,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 --   $6 bound priority int[]   $7 bound run_at timestamptz[]   $8 bound id bigint[]
 --      (one element per queue, in $1's order; NULL elements or arrays: no bound)
 WITH picked AS (
-    SELECT c.id, c.priority, c.run_at, c.entity, c.gen
+    SELECT c.id, c.priority, c.run_at, c.entity
     FROM unnest($1::text[], $6::int[], $7::timestamptz[], $8::bigint[]) AS q(name, b_priority, b_run_at, b_id)
     CROSS JOIN LATERAL (
         -- The two ranges are read in order and only as far as the batch
@@ -119,7 +110,7 @@ WITH picked AS (
         -- first fills the batch. FOR ... SKIP LOCKED is not allowed on a
         -- UNION's branches themselves, hence the subqueries.
         SELECT a.* FROM (
-            SELECT j.id, j.priority, j.run_at, j.entity, j.gen
+            SELECT j.id, j.priority, j.run_at, j.entity
             FROM {{schema}}.jobs AS j
             WHERE j.queue = q.name
               AND j.priority = q.b_priority
@@ -131,7 +122,7 @@ WITH picked AS (
         ) AS a
         UNION ALL
         SELECT b.* FROM (
-            SELECT j.id, j.priority, j.run_at, j.entity, j.gen
+            SELECT j.id, j.priority, j.run_at, j.entity
             FROM {{schema}}.jobs AS j
             WHERE j.queue = q.name
               -- Below the bound's priority; every priority without a bound.

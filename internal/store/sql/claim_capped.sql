@@ -104,7 +104,7 @@ picked AS (
     -- every dead entry a pin left there (105 and 30 ms a claim under a pin,
     -- auto_explain 2026-11-27). coalesce() keeps the condition from
     -- matching the partial indexes' predicate, so only the key reaches them.
-    SELECT j.id, j.priority, j.run_at, j.entity, j.gen FROM {{schema}}.jobs AS j
+    SELECT j.id, j.priority, j.run_at, j.entity FROM {{schema}}.jobs AS j
     WHERE j.id = ANY (ARRAY(SELECT b.id FROM best AS b)) AND coalesce(j.state, '') = 'ready'
     FOR NO KEY UPDATE SKIP LOCKED
 ),

@@ -126,10 +126,10 @@ full_keys AS (
     WHERE u.n >= l.cap
 ),
 candidates AS (
-    SELECT c.id, c.priority, c.run_at, c.entity, c.gen, c.queue, c.kind, c.tenant, c.payload, c.limit_weight
+    SELECT c.id, c.priority, c.run_at, c.entity, c.queue, c.kind, c.tenant, c.payload, c.limit_weight
     FROM unnest($1::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity, j.gen, j.queue, j.kind, j.tenant, j.payload, j.limit_weight
+        SELECT j.id, j.priority, j.run_at, j.entity, j.queue, j.kind, j.tenant, j.payload, j.limit_weight
         FROM {{schema}}.jobs AS j
         WHERE j.queue = q.name
           AND {{claimable}}
@@ -171,7 +171,7 @@ over_limit AS (
     WHERE r.nth > r.cap
 ),
 picked AS (
-    SELECT c.id, c.priority, c.run_at, c.entity, c.gen FROM candidates AS c
+    SELECT c.id, c.priority, c.run_at, c.entity FROM candidates AS c
     WHERE c.id NOT IN (SELECT o.id FROM over_limit AS o)
 ),
 {{claim_pick}},
