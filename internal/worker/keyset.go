@@ -29,7 +29,7 @@ import (
 // entity was busy. Those wait at most that gap; nothing else changes.
 //
 // That periodic claim from the front runs beside the claims after the
-// bounds, not in their place (frontDue, pool.startFront): its cost grows
+// bounds, not in their place (frontDue, pool.startAside): its cost grows
 // with the pin's length (hundreds of milliseconds ten minutes into one), and
 // a producer waiting for it claimed nothing meanwhile, so every job enqueued
 // during it waited as long: the pickup p99 of a long pin grew with the pin

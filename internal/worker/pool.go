@@ -31,11 +31,14 @@ type pool struct {
 
 	keys keyset // where claims start reading; the producer's alone
 
-	// The claim from the front running beside the producer's claims after
-	// the bounds (keyset.frontDue): its result arrives on front; frontN > 0
-	// while it runs, the slots it holds in hand for its batch.
+	// The claim running beside the producer's own: the periodic claim from
+	// the front while claims read after the bounds (keyset.frontDue), or the
+	// next batch claimed ahead while claims come back full (aheadDue). Its
+	// result arrives on front; frontN > 0 while it runs, the slots it holds
+	// in hand for its batch.
 	front  chan frontResult
 	frontN int
+	ahead  bool // the claim beside is a claim ahead
 
 	// tenantCursor is, per queue, the last tenant the capped claim visited
 	// (round-robin fair share; store.ClaimResult.Cursors); the producer's
@@ -58,8 +61,10 @@ const limitsRefresh = 2 * time.Second
 func newPool(r *Runner, cfg PoolConfig) *pool {
 	return &pool{
 		r: r, cfg: cfg,
-		jobs:   make(chan *Job, cfg.Concurrency+cfg.BatchSize),
-		done:   make(chan struct{}, cfg.Concurrency+cfg.BatchSize),
+		// Room for every job in hand: Concurrency + BatchSize, and one more
+		// batch while a claim ahead runs (aheadDue).
+		jobs:   make(chan *Job, cfg.Concurrency+2*cfg.BatchSize),
+		done:   make(chan struct{}, cfg.Concurrency+2*cfg.BatchSize),
 		wakeCh: make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		keys:   newKeyset(cfg.TenantCap > 0),
@@ -118,8 +123,11 @@ func (p *pool) produce() {
 	for {
 		p.countFinished(s)
 		if n := p.claimSize(s); n > 0 && p.frontDue() {
-			p.startFront(n)
+			p.startAside(p.frontRequest(n), false)
 			s.inflight += n // held for its batch until it ends
+		} else if p.aheadDue(s) {
+			p.startAside(p.aheadRequest(p.cfg.BatchSize), true)
+			s.inflight += p.cfg.BatchSize
 		}
 		if n := p.claimSize(s); n > 0 && p.claimNext(s, n) {
 			continue
@@ -140,6 +148,7 @@ type producing struct {
 	// from the front holds its batch's slots while it runs.
 	inflight    int
 	more        bool          // claim when slots are free: the last claim was full, or something woke the producer
+	full        bool          // the last claim that ended came back full: a backlog, claimed two claims at a time (aheadDue)
 	backoff     time.Duration // the wait after a failed claim, doubled by each failure in a row
 	entityRaces int           // claims in a row refused by an entity race (retried at once, 3 times)
 	cutRun      int           // capped claims in a row that came back short, their visits cut short
@@ -157,7 +166,7 @@ func (p *pool) countFinished(s *producing) {
 		case <-p.done:
 			s.inflight--
 		case r := <-p.front:
-			s.inflight -= p.frontEnded(r)
+			s.inflight -= p.frontEnded(s, r)
 			s.more = true
 		default:
 			return
@@ -167,8 +176,12 @@ func (p *pool) countFinished(s *producing) {
 
 // claimSize is how many jobs to claim now (0: none): while more work is
 // probably waiting, enough slots are free and the pool is not stopping.
+// While a claim ahead runs, its batch is in hand on top of the limit.
 func (p *pool) claimSize(s *producing) int {
 	free := s.limit - s.inflight
+	if p.ahead {
+		free += p.cfg.BatchSize
+	}
 	if !s.more || free < s.threshold || p.stopping() {
 		return 0
 	}
@@ -187,6 +200,7 @@ func (p *pool) claimNext(s *producing, n int) bool {
 	}
 	s.entityRaces = 0
 	if err != nil {
+		s.full = false
 		s.backoff = min(max(2*s.backoff, 50*time.Millisecond), 5*time.Second)
 		if p.r.bgCtx.Err() == nil {
 			p.r.log.Warn("skiplock: claim failed; retrying", slog.String("pool", p.cfg.Name),
@@ -201,6 +215,7 @@ func (p *pool) claimNext(s *producing, n int) bool {
 		p.jobs <- j // never blocks: capacity is limit
 	}
 	s.inflight += len(got.jobs)
+	s.full = len(got.jobs) == n
 	s.more = p.claimOn(s, got, n)
 	if !s.more && got.rateWait > 0 {
 		// Wake when the full rate window has room, not a poll interval
@@ -237,7 +252,7 @@ func (p *pool) await(s *producing) bool {
 	case <-p.done:
 		s.inflight--
 	case r := <-p.front:
-		s.inflight -= p.frontEnded(r)
+		s.inflight -= p.frontEnded(s, r)
 		s.more = true
 	case <-p.wakeCh:
 		s.more, s.cutRun = true, 0
@@ -255,7 +270,7 @@ func (p *pool) await(s *producing) bool {
 // executors to finish what they hold.
 func (p *pool) handBack(s *producing) {
 	if p.frontN > 0 { // its jobs are handed back below
-		s.inflight -= p.frontEnded(<-p.front)
+		s.inflight -= p.frontEnded(s, <-p.front)
 	}
 	for handing := true; handing; {
 		select {
@@ -380,14 +395,16 @@ func (p *pool) took(jobs []store.ClaimedJob, took time.Duration) []*Job {
 	return p.r.track(jobs)
 }
 
-// frontResult is what a claim from the front running beside the producer
-// brought back.
+// frontResult is what a claim running beside the producer (from the front,
+// or ahead) brought back.
 type frontResult struct {
 	claimed []store.ClaimedJob
 	jobs    []*Job // claimed, tracked
 	start   time.Time
 	took    time.Duration
 	err     error
+	ahead   bool // claimed ahead (aheadDue), not from the front
+	bounded bool // read after the bounds
 }
 
 // frontDue reports whether to start the periodic claim from the front
@@ -409,14 +426,44 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 	return r
 }
 
-// startFront starts a claim of n jobs from the front on its own connection;
-// the producer goes on claiming after the bounds meanwhile and takes the
-// result from p.front (frontEnded). Two claims of one pool at once are as
-// safe as two processes' claims: each job is claimed by one of them.
-func (p *pool) startFront(n int) {
+// aheadDue reports whether to claim the next batch ahead, beside the
+// producer's own claim: while claims come back full (a backlog) and the
+// executors are not all busy (fewer jobs in hand than executors), a pool
+// without limits or a tenant cap keeps two claims in flight, so one
+// claim's round trip (its commit's flush above all) overlaps the other's
+// instead of every batch waiting for the last. The batch claimed ahead is
+// in hand on top of Concurrency + BatchSize. A claim is a round trip the
+// pool otherwise makes one at a time: a 100,000-job no-op drain with 32
+// workers spent 2.2 ms per claim of which the server ran 1.1 ms, and two
+// pools of 16 workers on the same queue drained 25-35 % faster than one of
+// 32 (docs/performance-log.md, issue 40). Executors that are all busy
+// (slow handlers) gain nothing from it, and the batch would only wait in
+// this process, away from the others. Pools with limits or a tenant cap
+// claim one batch at a time, in order: their claims decide shares from
+// what the last one took.
+func (p *pool) aheadDue(s *producing) bool {
+	return p.frontN == 0 && s.full && s.inflight < p.cfg.Concurrency && !p.stopping() &&
+		len(p.limits) == 0 && p.cfg.TenantCap == 0
+}
+
+// aheadRequest is the claim of n jobs ahead: the producer's next claim as
+// plan makes it (after the bounds when in use), with its own copy of the
+// bounds, since the producer goes on moving them.
+func (p *pool) aheadRequest(n int) store.ClaimRequest {
+	r := p.plan(n, nil, time.Now())
+	r.After = maps.Clone(r.After)
+	return r
+}
+
+// startAside starts a claim beside the producer's (from the front, or
+// ahead) on its own connection; the producer goes on claiming meanwhile
+// and takes the result from p.front (frontEnded). Two claims of one pool
+// at once are as safe as two processes' claims: each job is claimed by one
+// of them.
+func (p *pool) startAside(req store.ClaimRequest, ahead bool) {
 	start := time.Now()
-	p.frontN = n
-	req := p.frontRequest(n)
+	p.frontN, p.ahead = req.Batch, ahead
+	bounded := req.After != nil || req.TenantAfter != nil
 	go func() {
 		ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
 		defer cancel()
@@ -428,7 +475,7 @@ func (p *pool) startFront(n int) {
 				break
 			}
 		}
-		r := frontResult{claimed: res.Jobs, start: start, took: time.Since(start), err: err}
+		r := frontResult{claimed: res.Jobs, start: start, took: time.Since(start), err: err, ahead: ahead, bounded: bounded}
 		if err == nil {
 			r.jobs = p.took(res.Jobs, r.took)
 		}
@@ -436,16 +483,23 @@ func (p *pool) startFront(n int) {
 	}()
 }
 
-// frontEnded hands a claim from the front's jobs to the executors and
-// returns how many of the slots it held in hand are free again.
-func (p *pool) frontEnded(r frontResult) (freed int) {
+// frontEnded hands the jobs of a claim that ran beside the producer to the
+// executors and returns how many of the slots it held in hand are free
+// again. A claim ahead that came back full keeps the next one coming.
+func (p *pool) frontEnded(s *producing, r frontResult) (freed int) {
 	n := p.frontN
-	p.frontN = 0
+	p.frontN, p.ahead = 0, false
 	if r.err != nil && p.r.bgCtx.Err() == nil {
-		p.r.log.Warn("skiplock: claim from the front failed; claims after the bounds go on", slog.String("pool", p.cfg.Name),
-			slog.String("error", r.err.Error()))
+		what := "skiplock: claim from the front failed; claims after the bounds go on"
+		if r.ahead {
+			what = "skiplock: claim ahead failed; the pool claims one batch at a time until a claim comes back full"
+		}
+		p.r.log.Warn(what, slog.String("pool", p.cfg.Name), slog.String("error", r.err.Error()))
 	}
-	p.keys.observe(false, r.took, len(r.claimed) == n, r.claimed, r.start.Add(r.took))
+	if r.ahead {
+		s.full = r.err == nil && len(r.claimed) == n
+	}
+	p.keys.observe(r.bounded, r.took, len(r.claimed) == n, r.claimed, r.start.Add(r.took))
 	for _, j := range r.jobs {
 		p.jobs <- j // never blocks: its slots were held
 	}

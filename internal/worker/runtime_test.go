@@ -644,3 +644,58 @@ func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
 		require.NoError(t, recv(t, stopped, "Stop did not return"))
 	})
 }
+
+// While claims come back full and executors wait for work, a plain pool
+// claims the next batch ahead, beside its own claim: two claims in flight,
+// so one claim's round trip overlaps the other's. What they bring is in
+// hand on top of Concurrency + BatchSize; once every executor is busy the
+// pool claims no more ahead. A tenant-capped pool claims one batch at a
+// time whatever comes back (its claims decide shares from the last one).
+func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
+	f := newFakeData()
+	g := newGate(1, 2, 3, 4, 5, 6, 7, 8)
+	r := startFake(t, f, g, 4, 2)
+	f.nextClaim(t).give(jobs(1, 2)) // full, and two of four executors wait for work
+	a, b := f.nextClaim(t), f.nextClaim(t)
+	require.Equal(t, 2, a.req.Batch)
+	require.Equal(t, 2, b.req.Batch, "a second claim while the first is in flight")
+	a.give(jobs(3, 4))
+	b.give(jobs(5, 6))
+	inHand := int64(6)
+	// The producer's own claim may end before the one ahead and claim again
+	// meanwhile, up to the batch ahead on top of Concurrency + BatchSize.
+	select {
+	case c := <-f.claims:
+		require.LessOrEqual(t, inHand+int64(c.req.Batch), int64(4+2*2), "in hand at most Concurrency + 2 × BatchSize")
+		c.give(jobs(7, 8)[:c.req.Batch])
+		inHand += int64(c.req.Batch)
+	case <-time.After(100 * time.Millisecond):
+	}
+	for range 4 {
+		g.waitStarted(t)
+	}
+	time.Sleep(50 * time.Millisecond) // the producer settles: every executor busy
+	f.noClaim(t)
+	for id := range int64(8) {
+		close(g.release[id+1])
+	}
+	require.NoError(t, r.Stop(context.Background()))
+	s := r.Stats()
+	require.Equal(t, inHand, s.Claimed)
+
+	f = newFakeData()
+	g = newGate(1, 2)
+	r = New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 4, BatchSize: 2, TenantCap: 1}}})
+	require.NoError(t, r.Start(context.Background()))
+	f.nextClaim(t).reply <- store.ClaimResult{Jobs: jobs(1, 2)}
+	c := f.nextClaim(t)
+	time.Sleep(50 * time.Millisecond)
+	f.noClaim(t) // not while c is in flight
+	c.give(nil)
+	f.nextClaim(t).give(nil) // the first poll tick
+	close(g.release[1])
+	close(g.release[2])
+	require.NoError(t, r.Stop(context.Background()))
+}
