@@ -464,3 +464,23 @@ func TestCheckerCountsAttemptsFromClaims(t *testing.T) {
 	r = checkHistory(sortHistory(h), one, sameApp)
 	require.Equal(t, map[string]int{vClaimBeyondMax: 1}, r.kinds())
 }
+
+// A run parked by a signal wait gave its lease up in the wait's own
+// transaction; its record of the end (endRun) may land seconds later when
+// a network fault holds it back, while the signalled job runs elsewhere.
+// That run ends with its lease: no overlap. The same late end after a
+// retry (the handler still running) is one (seedCases' run-overlap).
+func TestRunParkedBySignalWaitEndsWithItsLease(t *testing.T) {
+	t.Parallel()
+	h := func(outcome string) history {
+		return history{
+			events: []auditEvent{seedInsert(1, 0, 3), seedClaim(1, 101, "fw-a.1", 10, 2010), seedRetry(1, 101, "fw-a.1", 100),
+				seedClaim(1, 102, "fw-b.1", 200, 2200), seedEnd(1, 102, "fw-b.1", 500)},
+			runs: []runRow{seedRun(1, 1, 101, 20, 3000, outcome), seedRun(2, 1, 102, 300, 400, "ok")},
+		}
+	}
+	r := checkHistory(sortHistory(h("wait")), one, sameApp)
+	require.Empty(t, r.violations)
+	r = checkHistory(sortHistory(h("sleep")), one, sameApp)
+	require.Equal(t, map[string]int{vRunOverlap: 1}, r.kinds(), "a timer's run ends before its lease does: a late end is still an overlap")
+}

@@ -756,6 +756,12 @@ func checkExclusive(r *report, kind, what string, byKey map[string][]interval) {
 // So a holder that gives its lease up (a retry, a hand-back) while its
 // execution goes on, and a new claim's execution starts meanwhile, is
 // reported: two executions at once with no expired lease to excuse it.
+// The one holder that gives its lease up by design before its handler
+// returns is a signal wait (outcome "wait"): WaitSignal returns the job to
+// ready in its own transaction, and the handler returns at once; only the
+// harness's record of the run's end (endRun, a statement of its own) comes
+// after, and a network fault can hold that record back by seconds while
+// the signalled job runs elsewhere. Such a run ends with its lease.
 func checkRunOverlap(r *report, id int64, rs []runRow, spans map[int64]*leaseSpan) {
 	type iv struct {
 		from, to time.Time
@@ -776,7 +782,8 @@ func checkRunOverlap(r *report, id int64, rs []runRow, spans map[int64]*leaseSpa
 		if run.end != nil {
 			to = *run.end
 		}
-		if l.ended && (l.reaped || run.end == nil) && l.end.Before(to) {
+		parkedByWait := run.outcome != nil && *run.outcome == "wait"
+		if l.ended && (l.reaped || run.end == nil || parkedByWait) && l.end.Before(to) {
 			to = l.end
 		}
 		if to.After(from) {
