@@ -155,8 +155,9 @@ type WorkerPool struct {
 	// BatchSize is the most jobs one claim takes. Default min(Concurrency, 50).
 	// The pool keeps up to Concurrency + BatchSize jobs in hand (claimed,
 	// running or about to), and one batch more while it claims ahead: in a
-	// backlog, while executors wait for work, a pool without limits or a
-	// tenant cap has a second claim in flight beside its own.
+	// backlog, while executors wait for work, a pool of more than one
+	// executor without limits or a tenant cap has a second claim in flight
+	// beside its own.
 	BatchSize int
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's

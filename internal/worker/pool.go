@@ -440,9 +440,11 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 // (slow handlers) gain nothing from it, and the batch would only wait in
 // this process, away from the others. Pools with limits or a tenant cap
 // claim one batch at a time, in order: their claims decide shares from
-// what the last one took.
+// what the last one took. So does a pool of one executor: two claims in
+// flight may end in either order, and one executor runs its jobs one after
+// the other in the order the claims took them.
 func (p *pool) aheadDue(s *producing) bool {
-	return p.frontN == 0 && s.full && s.inflight < p.cfg.Concurrency && !p.stopping() &&
+	return p.frontN == 0 && s.full && s.inflight < p.cfg.Concurrency && p.cfg.Concurrency > 1 && !p.stopping() &&
 		len(p.limits) == 0 && p.cfg.TenantCap == 0
 }
 

@@ -650,7 +650,8 @@ func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
 // so one claim's round trip overlaps the other's. What they bring is in
 // hand on top of Concurrency + BatchSize; once every executor is busy the
 // pool claims no more ahead. A tenant-capped pool claims one batch at a
-// time whatever comes back (its claims decide shares from the last one).
+// time whatever comes back (its claims decide shares from the last one),
+// and so does a pool of one executor (its jobs run in claim order).
 func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	f := newFakeData()
 	g := newGate(1, 2, 3, 4, 5, 6, 7, 8)
@@ -698,4 +699,19 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	close(g.release[1])
 	close(g.release[2])
 	require.NoError(t, r.Stop(context.Background()))
+
+	// When a claim ahead is due, by the pool alone (not started: no claim).
+	for _, tc := range []struct {
+		concurrency, inHand int
+		full, want          bool
+	}{
+		{concurrency: 4, inHand: 0, full: true, want: true},
+		{concurrency: 4, inHand: 3, full: true, want: true},
+		{concurrency: 4, inHand: 4, full: true, want: false}, // every executor busy
+		{concurrency: 4, inHand: 0, full: false, want: false},
+		{concurrency: 1, inHand: 0, full: true, want: false}, // one executor: claim order
+	} {
+		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
+		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand}), "%+v", tc)
+	}
 }
