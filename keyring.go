@@ -377,15 +377,15 @@ func envelopeParts(raw, sealed []byte) (id string, data []byte, err error) {
 
 // wholePayload is the payload of prepared args as one JSON document: a
 // sealed one's whole envelope (what a workflow task stores).
-func wholePayload(a store.EnqueueArgs) string {
+func wholePayload(a store.EnqueueArgs) (string, error) {
 	if a.Sealed == nil {
-		return a.Payload
+		return a.Payload, nil
 	}
 	id, _, err := envelopeParts([]byte(a.Payload), a.Sealed)
-	if err != nil { // prepare made both: cannot happen
-		panic("skiplock: " + err.Error())
+	if err != nil {
+		return "", err
 	}
-	return string(joinEnvelope(id, a.Sealed))
+	return string(joinEnvelope(id, a.Sealed)), nil
 }
 
 // openIfSealed is what a person asking to see stored data gets (JobPayload,

@@ -114,9 +114,12 @@ func TestEnvelopePartsSplit(t *testing.T) {
 	}
 	// And wholePayload joins them back into the envelope a client seals.
 	id, sealed := "k1", []byte("0123456789abcdef0123456789ab")
-	whole := wholePayload(store.EnqueueArgs{Payload: keyIDPayload(id), Sealed: sealed})
+	whole, err := wholePayload(store.EnqueueArgs{Payload: keyIDPayload(id), Sealed: sealed})
+	require.NoError(t, err)
 	gotID, gotSealed, err := parseEnvelope([]byte(whole))
 	require.NoError(t, err)
 	require.Equal(t, id, gotID)
 	require.Equal(t, sealed, gotSealed)
+	_, err = wholePayload(store.EnqueueArgs{Payload: `{"a": 1}`, Sealed: sealed})
+	require.Error(t, err, "bytes beside a payload that names no key")
 }

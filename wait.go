@@ -49,29 +49,21 @@ func (c *Client) Wait(ctx context.Context, ids ...int64) ([]JobEnd, error) {
 			return nil, err
 		}
 	}
-	call := c.waits().add(ids)
-	ends := make([]JobEnd, len(ids))
+	w := c.waits()
+	call := w.add(ids)
 	select {
 	case <-call.done:
 		// Nothing writes a call's ends once its done is closed (ended closes
 		// it after the last): read them without the waiters' lock, which the
 		// thousands of callers a batch of announcements releases would
 		// otherwise queue for.
-		for i, id := range ids {
-			ends[i] = call.ends[id]
-			ends[i].ID = id
-		}
-		return ends, nil
+		return call.endsOf(ids), nil
 	case <-ctx.Done():
-		c.waits().remove(call)
+		w.remove(call)
 	}
-	c.waits().mu.Lock()
-	for i, id := range ids {
-		ends[i] = call.ends[id]
-		ends[i].ID = id
-	}
-	left := call.left
-	c.waits().mu.Unlock()
+	w.mu.Lock()
+	ends, left := call.endsOf(ids), call.left
+	w.mu.Unlock()
 	if left > 0 {
 		return ends, fmt.Errorf("skiplock: wait: %d of %d jobs not finished: %w", left, len(ids), context.Cause(ctx))
 	}
@@ -169,8 +161,19 @@ func (f *Fleet) Wait(ctx context.Context, jobs ...FleetJob) ([]JobEnd, error) {
 type waitCall struct {
 	ids  []int64          // its jobs, each once
 	left int              // jobs not ended yet; guarded by waiters.mu
-	ends map[int64]JobEnd // guarded by waiters.mu
+	ends map[int64]JobEnd // guarded by waiters.mu until done is closed, then read-only
 	done chan struct{}    // closed when left reaches 0
+}
+
+// endsOf is the call's ends in the order of ids (as Wait was given them,
+// an id twice reported twice); a job not ended yet has only its ID.
+func (call *waitCall) endsOf(ids []int64) []JobEnd {
+	ends := make([]JobEnd, len(ids))
+	for i, id := range ids {
+		ends[i] = call.ends[id]
+		ends[i].ID = id
+	}
+	return ends
 }
 
 // waiters is a Client's side of Wait: the awaited jobs and the one loop

@@ -113,7 +113,11 @@ func (c *Client) specs(tasks []Task, known bool) ([]flow.TaskSpec, error) {
 			}
 			return nil, err
 		}
-		s := flow.TaskSpec{Name: t.Name, Queue: a.Queue, Kind: a.Kind, Payload: json.RawMessage(wholePayload(a)),
+		payload, err := wholePayload(a)
+		if err != nil { // prepare sealed it: not expected
+			return nil, invalidJob(field+".args", "%v", err)
+		}
+		s := flow.TaskSpec{Name: t.Name, Queue: a.Queue, Kind: a.Kind, Payload: json.RawMessage(payload),
 			Priority: a.Priority, MaxAttempts: a.MaxAttempts, Tenant: a.Tenant, Entity: a.Entity, DependsOn: t.DependsOn}
 		if a.Metadata != nil {
 			s.Metadata = json.RawMessage(*a.Metadata)
