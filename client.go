@@ -203,8 +203,12 @@ func (c *Client) stopServices(ctx context.Context) {
 // Stop stops claiming, hands back jobs claimed but not started, and waits
 // for running jobs until ctx is done (or ShutdownTimeout when ctx has no
 // deadline). Jobs still running then are cancelled and handed back to ready
-// at once. Safe to call more than once, and if Start never ran.
+// at once. Safe to call more than once, and if Start never ran. The
+// client's Wait calls still return; its wait loop, which lingers a few
+// seconds after the last wait with its LISTEN connection, ends with the
+// last awaited job (at once when none is).
 func (c *Client) Stop(ctx context.Context) error {
+	c.waits().endLinger()
 	c.mu.Lock()
 	r := c.runner
 	c.mu.Unlock()
@@ -221,8 +225,9 @@ func (c *Client) Stop(ctx context.Context) error {
 }
 
 // StopAndCancel stops at once: running handlers' contexts are cancelled and
-// their jobs handed back to ready.
+// their jobs handed back to ready. The wait loop ends as with Stop.
 func (c *Client) StopAndCancel(ctx context.Context) error {
+	c.waits().endLinger()
 	c.mu.Lock()
 	r := c.runner
 	c.mu.Unlock()

@@ -24,6 +24,9 @@ func newClient(t *testing.T, pool *pgxpool.Pool, cfg skiplock.Config) *skiplock.
 	t.Helper()
 	c, err := skiplock.NewClient(pool, cfg)
 	require.NoError(t, err)
+	// A client that waited keeps its LISTEN connection a few seconds
+	// after (waitLinger), which the test database's drop would wait for.
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
 	return c
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock"
@@ -625,4 +626,57 @@ func TestWorkersAndWaitersShareOneListenConnection(t *testing.T) {
 	stopped = true
 	require.NoError(t, c.Stop(ctx))
 	eventually("the connection to close with the last subscription", func() bool { return len(listeners()) == 0 })
+}
+
+// Waits one after another, as a web server's requests come: the waiting
+// client's LISTEN connection stays between them (a few seconds after the
+// last, waitLinger), so the next wait neither connects nor finds the
+// workers not announcing; then it closes, or at once with Stop.
+func TestWaitKeepsListeningBetweenWaits(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	worker := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	resultHandlers(t, worker)
+	require.NoError(t, worker.Start(ctx))
+	defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	waiter := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
+	waitPIDs := func() []int {
+		rows, err := db.Pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'skiplock-wait'`)
+		require.NoError(t, err)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		require.NoError(t, err)
+		return pids
+	}
+	var first []int
+	for i := range 3 {
+		got, err := skiplock.EnqueueAndWait[rendered](ctx, waiter, skiplock.EnqueueParams{Kind: "render", Payload: renderArgs{Doc: fmt.Sprint(i)}})
+		require.NoError(t, err)
+		require.Equal(t, "https://example.test/"+fmt.Sprint(i)+".pdf", got.URL)
+		pids := waitPIDs()
+		require.Len(t, pids, 1, "one LISTEN connection, kept after the wait")
+		if first == nil {
+			first = pids
+		}
+		require.Equal(t, first, pids, "the same connection for the next wait")
+		time.Sleep(300 * time.Millisecond)
+	}
+	gone := func(within time.Duration, what string) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for len(waitPIDs()) > 0 {
+			require.True(t, time.Now().Before(deadline), what)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	gone(30*time.Second, "the LISTEN connection outlived the linger")
+
+	// Stop ends the linger: a process shutting down keeps no LISTEN
+	// connection (and a wait after Stop still returns).
+	_, err := skiplock.EnqueueAndWait[rendered](ctx, waiter, skiplock.EnqueueParams{Kind: "render", Payload: renderArgs{Doc: "last"}})
+	require.NoError(t, err)
+	require.Len(t, waitPIDs(), 1)
+	require.NoError(t, waiter.Stop(ctx))
+	gone(3*time.Second, "Stop left the waiters' LISTEN connection up (it lingers 5 s otherwise)")
 }

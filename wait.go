@@ -15,9 +15,22 @@ import (
 )
 
 // announcedWithin is how soon after a waiter starts listening every
-// worker process announces the ends it writes (worker.ProgressInterval,
-// with its jitter, and a margin).
+// worker process announces the ends it writes: at once for those the
+// waiter's LISTEN tells (listen_done's NOTIFY), and at their next look
+// for waiters for the others (worker.ProgressInterval, with its jitter,
+// and a margin).
 const announcedWithin = 1500 * time.Millisecond
+
+// toldWithin is how soon after a waiter starts listening the ends that
+// worker processes were writing when they heard it are written.
+const toldWithin = 100 * time.Millisecond
+
+// waitLinger is how long the look-up loop, and with it the LISTEN
+// subscription, stays after the last awaited job ended: a process that
+// waits again within it (a web server's next request) finds the workers
+// already announcing, where a fresh subscription opens a connection and
+// LISTENs first. Worker processes announce ends while it lingers.
+const waitLinger = 5 * time.Second
 
 // waitChunk is how many ids one look-up statement reads (jobs_finished):
 // a poll of 10,000 awaited jobs is ten short statements, between which
@@ -41,8 +54,9 @@ const waitChunk = 1_000
 // awaited, so Wait is correct without it (behind a transaction-mode
 // pooler, or when the listener is away) and sees jobs finished without an
 // announcement (reaped, cancelled while ready, completed by CompleteTx),
-// one poll later. The goroutine ends when nothing is awaited, and so does
-// the LISTEN connection unless the client's worker pools run.
+// one poll later. The goroutine ends when nothing has been awaited for a
+// few seconds (waitLinger), and so does the LISTEN connection unless the
+// client's worker pools run.
 func (c *Client) Wait(ctx context.Context, ids ...int64) ([]JobEnd, error) {
 	for _, id := range ids {
 		if err := validateJobID(id); err != nil {
@@ -181,12 +195,13 @@ func (call *waitCall) endsOf(ids []int64) []JobEnd {
 type waiters struct {
 	c *Client
 
-	mu      sync.Mutex // guards byID, heard, lookAll, running and every waitCall's fields
-	byID    map[int64][]*waitCall
-	heard   map[int64]struct{} // ids announced (or newly awaited) since the last look
-	lookAll bool               // look every awaited id up (a poll, a reconnect)
-	running bool               // the loop runs
-	kick    chan struct{}      // wakes the loop; capacity 1
+	mu       sync.Mutex // guards byID, heard, lookAll, running and every waitCall's fields
+	byID     map[int64][]*waitCall
+	heard    map[int64]struct{} // ids announced (or newly awaited) since the last look
+	lookAll  bool               // look every awaited id up (a poll, a reconnect)
+	running  bool               // the loop runs (or lingers)
+	noLinger bool               // the loop ends with the last awaited job (Client.Stop); cleared when it ends
+	kick     chan struct{}      // wakes the loop; capacity 1
 }
 
 // waits returns the client's waiters, made on first use.
@@ -241,7 +256,8 @@ func (w *waiters) remove(call *waitCall) {
 }
 
 // wakeIfIdle wakes the loop when nothing is awaited any more, so that it
-// ends (with its LISTEN connection) now rather than at its next poll.
+// starts lingering (and ends, with its LISTEN connection, waitLinger
+// later) now rather than at its next poll.
 func (w *waiters) wakeIfIdle() {
 	w.mu.Lock()
 	idle := len(w.byID) == 0
@@ -249,6 +265,15 @@ func (w *waiters) wakeIfIdle() {
 	if idle {
 		w.wake()
 	}
+}
+
+// endLinger makes the loop end as soon as nothing is awaited, without
+// lingering (Client.Stop).
+func (w *waiters) endLinger() {
+	w.mu.Lock()
+	w.noLinger = w.running
+	w.mu.Unlock()
+	w.wake()
 }
 
 // lookAllNow makes the loop look every awaited job up at once.
@@ -335,14 +360,11 @@ func (w *waiters) heardDone(payload string) {
 	}
 }
 
-// toLook returns the ids to look up now, or done when nothing is awaited
-// (the loop then ends: running is cleared under the same lock as add
-// checks it).
-func (w *waiters) toLook() (ids []int64, done bool) {
+// toLook returns the ids to look up now, or idle when nothing is awaited.
+func (w *waiters) toLook() (ids []int64, idle bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.byID) == 0 {
-		w.running = false
 		clear(w.heard)
 		return nil, true
 	}
@@ -378,7 +400,8 @@ func (w *waiters) ended(ends []JobEnd) {
 }
 
 // loop looks up the awaited jobs when told some ended (NOTIFY, or new
-// ones are awaited) and every PollInterval, until nothing is awaited.
+// ones are awaited) and every PollInterval, until nothing has been
+// awaited for waitLinger.
 func (w *waiters) loop() {
 	c := w.c
 	ctx, cancel := context.WithCancel(context.Background())
@@ -389,9 +412,12 @@ func (w *waiters) loop() {
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	for {
-		ids, done := w.toLook()
-		if done {
-			return
+		ids, idle := w.toLook()
+		if idle {
+			if !w.linger() {
+				return
+			}
+			continue
 		}
 		w.lookInChunks(ctx, ids)
 		select {
@@ -400,6 +426,34 @@ func (w *waiters) loop() {
 			w.mu.Lock()
 			w.lookAll = true
 			w.mu.Unlock()
+		}
+	}
+}
+
+// linger waits, with nothing awaited, for the next Wait: true when one
+// came within waitLinger; false when none did or the client stopped
+// (endLinger), with running cleared under the same lock as add checks it
+// (the loop then ends).
+func (w *waiters) linger() bool {
+	t := time.NewTimer(waitLinger)
+	defer t.Stop()
+	expired := false
+	for {
+		w.mu.Lock()
+		busy := len(w.byID) > 0
+		end := !busy && (expired || w.noLinger)
+		if end {
+			w.running, w.noLinger = false, false
+			clear(w.heard)
+		}
+		w.mu.Unlock()
+		if busy || end {
+			return busy
+		}
+		select {
+		case <-w.kick:
+		case <-t.C:
+			expired = true
 		}
 	}
 }
@@ -477,8 +531,12 @@ func (w *waiters) subscription() notify.Subscription {
 		OnNotify: func(_, payload string) { w.heardDone(payload) },
 		OnConnect: func(bool) {
 			w.lookAllNow() // anything announced while we were not listening
-			// Workers notice a new waiter within a second (they announce
-			// ends only while one listens): look again once they have.
+			// Workers announce ends only while a waiter listens. Those
+			// listening heard this one's LISTEN at once (listen_done's
+			// NOTIFY), but an end they were writing then was not
+			// announced: look again once it is written. The others
+			// notice within a second: look again once they have.
+			time.AfterFunc(toldWithin, func() { w.lookAllNow() })
 			time.AfterFunc(announcedWithin, func() { w.lookAllNow() })
 		},
 	}

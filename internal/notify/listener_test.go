@@ -182,7 +182,7 @@ func TestListenerSharesOneConnection(t *testing.T) {
 		}})()
 		return <-got
 	}
-	require.Equal(t, []string{"share_test.cancel", "share_test.done", "share_test.jobs"}, channels())
+	require.Equal(t, []string{"share_test.cancel", "share_test.done", "share_test.jobs", "share_test.waiters"}, channels())
 
 	// Each subscription gets its own channels.
 	send := func(channel, payload string) {
@@ -199,7 +199,7 @@ func TestListenerSharesOneConnection(t *testing.T) {
 	// The waiters leave: the connection stays for the runtime, listens on
 	// its channels only, under its own name again.
 	stopWait()
-	require.Equal(t, []string{"share_test.cancel", "share_test.jobs"}, channels())
+	require.Equal(t, []string{"share_test.cancel", "share_test.jobs", "share_test.waiters"}, channels())
 	require.Equal(t, map[string]int{app: 1}, backends())
 	send(st.DoneChannel(), "43")
 	send(st.CancelChannel(), "7")

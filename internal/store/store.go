@@ -95,6 +95,11 @@ func (s *Store) Channel() string { return s.Schema + ".jobs" }
 // CancelChannel is the NOTIFY channel for cancellations of running jobs.
 func (s *Store) CancelChannel() string { return s.Schema + ".cancel" }
 
+// WaitersChannel is the NOTIFY channel on which a waiter that starts
+// listening (listen_done) tells worker processes to announce the ends
+// they write from now on.
+func (s *Store) WaitersChannel() string { return s.Schema + ".waiters" }
+
 // DoneChannel is the NOTIFY channel of finished jobs' ids (notify_done),
 // which waiters listen on (ListenDone).
 func (s *Store) DoneChannel() string { return s.Schema + ".done" }

@@ -132,14 +132,19 @@ func (r *Runner) flushProgress(ctx context.Context) error {
 
 // checkWaiters looks, once per progress turn, whether a process waits for
 // jobs of this database, which decides whether the completer announces
-// the ends it writes. A waiter that starts listening is announced to
-// within about a second; until then it finds its jobs by polling.
+// the ends it writes. A waiter that starts listening tells the listening
+// workers at once (onNotify); the others announce to it within about a
+// second, until when it finds its jobs by polling.
 func (r *Runner) checkWaiters(ctx context.Context) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	told := r.waitersTold.Load()
 	yes, err := r.data.WaitersListening(qctx)
 	if err != nil {
 		return // keep the last answer; the next turn asks again
+	}
+	if !yes && r.waitersTold.Load() != told {
+		return // a waiter told it listens while the answer was on its way
 	}
 	r.announce.Store(yes)
 }

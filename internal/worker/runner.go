@@ -254,6 +254,7 @@ type Runner struct {
 	progress     progressBuffer // handlers' progress reports, written by progressLoop
 	progressRows atomic.Int64   // progress rows written
 	announce     atomic.Bool    // a waiter listens: the completer announces the ends it writes
+	waitersTold  atomic.Int64   // waiters that told they started listening (onNotify), for checkWaiters
 }
 
 // New validates nothing (the root package did) and returns a Runner.
@@ -276,7 +277,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.started.Store(true)
 		if !r.cfg.PollOnly && r.cfg.Listener != nil {
 			r.unlisten = r.cfg.Listener.Subscribe(notify.Subscription{
-				Channels: []string{r.cfg.Store.Channel(), r.cfg.Store.CancelChannel()},
+				Channels: []string{r.cfg.Store.Channel(), r.cfg.Store.CancelChannel(), r.cfg.Store.WaitersChannel()},
 				Listen:   r.cfg.Store.Listen,
 				Unlisten: r.cfg.Store.Unlisten,
 				SelfTest: r.cfg.Store.NotifySelfTest,
@@ -433,6 +434,11 @@ func (r *Runner) Stats() Stats {
 func (r *Runner) KindStats() []KindStats { return r.kinds.snapshot() }
 
 func (r *Runner) onNotify(channel, payload string) {
+	if channel == r.cfg.Store.WaitersChannel() {
+		r.waitersTold.Add(1)
+		r.announce.Store(true)
+		return
+	}
 	if channel == r.cfg.Store.CancelChannel() {
 		var id int64
 		if _, err := fmt.Sscan(payload, &id); err == nil {

@@ -33,6 +33,8 @@ type fakeData struct {
 	reapSlow time.Duration         // each Reap takes this long
 	defers   chan time.Duration    // ReapDefer's delays, when not nil
 	limits   []store.CoveringLimit // what LimitsCovering returns
+	// waiters answers WaitersListening when not nil (else: none listen).
+	waiters func() bool
 }
 
 func newFakeData() *fakeData {
@@ -107,7 +109,12 @@ func (f *fakeData) RotateRing(context.Context, time.Duration) (int64, int, error
 }
 func (f *fakeData) BeatWorker(context.Context, store.WorkerBeat) error { return nil }
 func (f *fakeData) NotifyQueues(context.Context, []string) error       { return nil }
-func (f *fakeData) WaitersListening(context.Context) (bool, error)     { return false, nil }
+func (f *fakeData) WaitersListening(context.Context) (bool, error) {
+	if f.waiters != nil {
+		return f.waiters(), nil
+	}
+	return false, nil
+}
 
 func (f *fakeData) WriteProgress(_ context.Context, ps []store.Progress, _ string) (map[int64]bool, error) {
 	held := make(map[int64]bool, len(ps))
@@ -714,4 +721,41 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
 		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand}), "%+v", tc)
 	}
+}
+
+// A waiter that starts listening tells the worker processes at once
+// (listen_done's NOTIFY on the waiters' channel), and they announce the
+// ends they write from then on; a look for waiters that was on its way
+// when the waiter told, and answers none, does not undo that; the next
+// look's answer stands.
+func TestWaiterThatToldIsAnnouncedToAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFakeData()
+	asked, answer := make(chan struct{}), make(chan bool)
+	f.waiters = func() bool {
+		asked <- struct{}{}
+		return <-answer
+	}
+	r := New(Config{Data: f, Store: store.New("skiplock"), WorkerID: "w", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	look := func(during func(), says bool) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { defer close(done); r.checkWaiters(context.Background()) }()
+		recv(t, asked, "checkWaiters did not ask")
+		during()
+		answer <- says
+		recv(t, done, "checkWaiters did not return")
+	}
+	require.False(t, r.announce.Load(), "nobody waits yet")
+	look(func() {
+		r.onNotify(r.cfg.Store.WaitersChannel(), "")
+		require.True(t, r.announce.Load(), "told: announce at once")
+	}, false)
+	require.True(t, r.announce.Load(), "an answer older than the waiter's word does not undo it")
+	look(func() {}, false)
+	require.False(t, r.announce.Load(), "the next look's answer stands: the waiter left")
+	look(func() {}, true)
+	require.True(t, r.announce.Load())
+	r.onNotify(r.cfg.Store.CancelChannel(), "not a job id")
+	require.True(t, r.announce.Load(), "other channels leave it")
 }

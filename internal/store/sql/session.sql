@@ -8,26 +8,34 @@ SELECT pg_backend_pid();
 
 -- name: listen
 -- The notification listener's subscription: ready jobs ("<schema>.jobs",
--- store.Channel) and cancellations of running jobs ("<schema>.cancel",
--- store.CancelChannel). Two statements, so it runs through the simple
--- protocol (no arguments); LISTEN takes no parameters.
+-- store.Channel), cancellations of running jobs ("<schema>.cancel",
+-- store.CancelChannel) and waiters that start listening
+-- ("<schema>.waiters", store.WaitersChannel). Several statements, so it
+-- runs through the simple protocol (no arguments); LISTEN takes no
+-- parameters.
 LISTEN "{{schema_name}}.jobs";
 LISTEN "{{schema_name}}.cancel";
+LISTEN "{{schema_name}}.waiters";
 
 -- name: unlisten
 -- Undoes listen on the process's LISTEN connection, which stays up for
 -- Client.Wait's subscription (a stopped client whose callers still wait).
 UNLISTEN "{{schema_name}}.jobs";
 UNLISTEN "{{schema_name}}.cancel";
+UNLISTEN "{{schema_name}}.waiters";
 
 -- name: listen_done
 -- The waiters' subscription (Client.Wait) on the process's LISTEN
 -- connection: finished jobs ("<schema>.done", store.DoneChannel), whose
 -- payloads are job ids (notify_done). The connection names itself
 -- skiplock-wait while it carries it: that is how worker processes know a
--- waiter listens (waiters_listening).
+-- waiter listens (waiters_listening), which each looks up once a second;
+-- the NOTIFY on "<schema>.waiters" tells the workers listening for it at
+-- once, so that a job ending a few milliseconds after its Wait began is
+-- announced too.
 LISTEN "{{schema_name}}.done";
 SELECT set_config('application_name', 'skiplock-wait', false);
+NOTIFY "{{schema_name}}.waiters";
 
 -- name: unlisten_done
 -- Undoes listen_done when nothing is awaited any more but the connection
