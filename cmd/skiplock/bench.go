@@ -52,7 +52,9 @@ steps:N (N checkpointed no-op steps, skiplock.Step), steps:N:D (N steps sleeping
 sleep:MIN-MAX (uniform).
 
 --latency instead enqueues --samples jobs one at a time into an idle queue and times enqueue →
-handler start with the client's default settings (LISTEN/NOTIFY wake-up). Behind a
+handler start with the client's default settings (LISTEN/NOTIFY wake-up), then as many again, each
+timed from the handler's return to the return of a Wait for it by another client (as a web server
+waits for jobs its workers run). Behind a
 transaction-mode pooler, --listen-url gives LISTEN a direct connection (without it the
 client polls and the figure is about the poll interval).
 
@@ -391,6 +393,7 @@ func printLatency(w io.Writer, r bench.LatencyResult) {
 	fmt.Fprintf(w, "  enqueue → handler start   p50 %.2f ms  p99 %.2f ms  max %.2f ms  mean %.2f ms\n",
 		r.LatencyP50MS, r.LatencyP99MS, r.LatencyMaxMS, r.LatencyMeanMS)
 	fmt.Fprintf(w, "  enqueue call alone        p50 %.2f ms  p99 %.2f ms\n", r.EnqueueP50MS, r.EnqueueP99MS)
+	fmt.Fprintf(w, "  handler return → Wait     p50 %.2f ms  p99 %.2f ms  max %.2f ms\n", r.WakeUpP50MS, r.WakeUpP99MS, r.WakeUpMaxMS)
 }
 
 func (g *globals) runWorkflowBench(cmd *cobra.Command, f benchFlags) error {
