@@ -1,10 +1,14 @@
 package skiplock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"sync"
@@ -205,22 +209,66 @@ func TestSetProgressIsCoalesced(t *testing.T) {
 // One Wait for 10,000 jobs, and 10,000 callers waiting for one job each:
 // one look-up loop and one LISTEN connection, whatever the number of jobs
 // and callers; every job reported exactly once. The wake-up latency after
-// completion is logged (a figure, not an assertion).
+// completion is logged (a figure, not an assertion), with the jobs run by
+// a worker in another process (as an HTTP server waits for jobs its
+// workers run) and by a worker pool in the waiting process itself, whose
+// full-speed drain then shares the process and its cores with the
+// waiters.
 func TestWaitForTenThousandJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 jobs")
 	}
 	// Not parallel: it counts the process's goroutines, which tests
 	// running beside it would add to.
+	t.Run("worker in another process", func(t *testing.T) { waitForTenThousand(t, false) })
+	t.Run("worker in this process", func(t *testing.T) { waitForTenThousand(t, true) })
+}
+
+// waitWorkerEnv names the database a TestWaitWorkerProcess runs jobs of.
+const waitWorkerEnv = "SKIPLOCK_TEST_WAIT_WORKER_URL"
+
+// TestWaitWorkerProcess is the worker process of TestWaitForTenThousandJobs
+// (this test binary, run again): it runs the echo jobs of the database
+// named by waitWorkerEnv until its standard input closes.
+func TestWaitWorkerProcess(t *testing.T) {
+	u := os.Getenv(waitWorkerEnv)
+	if u == "" {
+		t.Skip("the worker process of TestWaitForTenThousandJobs")
+	}
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(u)
+	require.NoError(t, err)
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	worker := newClient(t, pool, echoWorkerConfig())
+	echoHandler(t, worker)
+	require.NoError(t, worker.Start(ctx))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	require.NoError(t, worker.Stop(ctx))
+}
+
+// echoWorkerConfig is the worker of TestWaitForTenThousandJobs: 50
+// executors, batches of 200.
+func echoWorkerConfig() skiplock.Config {
+	return skiplock.Config{Logger: quietLogger(),
+		Pools: []skiplock.WorkerPool{{Name: "default", Queues: []string{"default"}, Concurrency: 50, BatchSize: 200}}}
+}
+
+// echoHandler registers echo, whose result is its argument.
+func echoHandler(t *testing.T, c *skiplock.Client) {
+	t.Helper()
+	require.NoError(t, skiplock.Handle(c, "echo", func(ctx context.Context, j *skiplock.Job[echoArgs]) error {
+		return skiplock.SetResult(ctx, j.Args.N)
+	}))
+}
+
+func waitForTenThousand(t *testing.T, inProcess bool) {
 	db := dbtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	const n = 10_000
-	worker := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger(),
-		Pools: []skiplock.WorkerPool{{Name: "default", Queues: []string{"default"}, Concurrency: 50, BatchSize: 200}}})
-	require.NoError(t, skiplock.Handle(worker, "echo", func(ctx context.Context, j *skiplock.Job[echoArgs]) error {
-		return skiplock.SetResult(ctx, j.Args.N)
-	}))
 	producer := newClient(t, db.Pool, skiplock.Config{Logger: quietLogger()})
 	ps := make([]skiplock.EnqueueParams, n)
 	for i := range ps {
@@ -270,8 +318,24 @@ func TestWaitForTenThousandJobs(t *testing.T) {
 	var listeners int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'skiplock-wait'`).Scan(&listeners))
 
-	require.NoError(t, worker.Start(ctx))
-	defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	if inProcess {
+		worker := newClient(t, db.Pool, echoWorkerConfig())
+		echoHandler(t, worker)
+		require.NoError(t, worker.Start(ctx))
+		defer func() { require.NoError(t, worker.Stop(context.Background())) }()
+	} else {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestWaitWorkerProcess$")
+		cmd.Env = append(os.Environ(), waitWorkerEnv+"="+db.URL)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		require.NoError(t, cmd.Start())
+		defer func() {
+			_ = stdin.Close()
+			require.NoError(t, cmd.Wait(), "the worker process: %s", &out)
+		}()
+	}
 	wg.Wait()
 	ends := <-allDone
 	require.Empty(t, failures)
