@@ -213,19 +213,26 @@ func TestSetProgressIsCoalesced(t *testing.T) {
 // a worker in another process (as an HTTP server waits for jobs its
 // workers run) and by a worker pool in the waiting process itself, whose
 // full-speed drain then shares the process and its cores with the
-// waiters.
+// waiters; and with jobs of 10 ms, whose drain leaves the cores room.
 func TestWaitForTenThousandJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 jobs")
 	}
 	// Not parallel: it counts the process's goroutines, which tests
 	// running beside it would add to.
-	t.Run("worker in another process", func(t *testing.T) { waitForTenThousand(t, false) })
-	t.Run("worker in this process", func(t *testing.T) { waitForTenThousand(t, true) })
+	t.Run("worker in another process", func(t *testing.T) { waitForTenThousand(t, false, 0) })
+	t.Run("worker in this process", func(t *testing.T) { waitForTenThousand(t, true, 0) })
+	// Jobs that take 10 ms: 5,000 a second through 50 executors, the
+	// drain no longer taking every core.
+	t.Run("worker in another process, 10 ms jobs", func(t *testing.T) { waitForTenThousand(t, false, 10*time.Millisecond) })
 }
 
-// waitWorkerEnv names the database a TestWaitWorkerProcess runs jobs of.
-const waitWorkerEnv = "SKIPLOCK_TEST_WAIT_WORKER_URL"
+// waitWorkerEnv names the database a TestWaitWorkerProcess runs jobs of,
+// waitPauseEnv how long each job takes.
+const (
+	waitWorkerEnv = "SKIPLOCK_TEST_WAIT_WORKER_URL"
+	waitPauseEnv  = "SKIPLOCK_TEST_WAIT_WORKER_PAUSE"
+)
 
 // TestWaitWorkerProcess is the worker process of TestWaitForTenThousandJobs
 // (this test binary, run again): it runs the echo jobs of the database
@@ -242,8 +249,10 @@ func TestWaitWorkerProcess(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer pool.Close()
+	pause, err := time.ParseDuration(os.Getenv(waitPauseEnv))
+	require.NoError(t, err)
 	worker := newClient(t, pool, echoWorkerConfig())
-	echoHandler(t, worker)
+	echoHandler(t, worker, pause)
 	require.NoError(t, worker.Start(ctx))
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	require.NoError(t, worker.Stop(ctx))
@@ -256,15 +265,16 @@ func echoWorkerConfig() skiplock.Config {
 		Pools: []skiplock.WorkerPool{{Name: "default", Queues: []string{"default"}, Concurrency: 50, BatchSize: 200}}}
 }
 
-// echoHandler registers echo, whose result is its argument.
-func echoHandler(t *testing.T, c *skiplock.Client) {
+// echoHandler registers echo, whose result is its argument, after pause.
+func echoHandler(t *testing.T, c *skiplock.Client, pause time.Duration) {
 	t.Helper()
 	require.NoError(t, skiplock.Handle(c, "echo", func(ctx context.Context, j *skiplock.Job[echoArgs]) error {
+		time.Sleep(pause)
 		return skiplock.SetResult(ctx, j.Args.N)
 	}))
 }
 
-func waitForTenThousand(t *testing.T, inProcess bool) {
+func waitForTenThousand(t *testing.T, inProcess bool, pause time.Duration) {
 	db := dbtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -320,12 +330,12 @@ func waitForTenThousand(t *testing.T, inProcess bool) {
 
 	if inProcess {
 		worker := newClient(t, db.Pool, echoWorkerConfig())
-		echoHandler(t, worker)
+		echoHandler(t, worker, pause)
 		require.NoError(t, worker.Start(ctx))
 		defer func() { require.NoError(t, worker.Stop(context.Background())) }()
 	} else {
 		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestWaitWorkerProcess$")
-		cmd.Env = append(os.Environ(), waitWorkerEnv+"="+db.URL)
+		cmd.Env = append(os.Environ(), waitWorkerEnv+"="+db.URL, waitPauseEnv+"="+pause.String())
 		stdin, err := cmd.StdinPipe()
 		require.NoError(t, err)
 		var out bytes.Buffer
