@@ -195,7 +195,7 @@ func (call *waitCall) endsOf(ids []int64) []JobEnd {
 type waiters struct {
 	c *Client
 
-	mu       sync.Mutex // guards byID, heard, lookAll, running and every waitCall's fields
+	mu       sync.Mutex // guards byID, heard, lookAll, running, noLinger and every waitCall's fields
 	byID     map[int64][]*waitCall
 	heard    map[int64]struct{} // ids announced (or newly awaited) since the last look
 	lookAll  bool               // look every awaited id up (a poll, a reconnect)
