@@ -157,7 +157,8 @@ type WorkerPool struct {
 	// running or about to), and one batch more while it claims ahead: in a
 	// backlog, while executors wait for work, a pool of more than one
 	// executor without limits or a tenant cap has a second claim in flight
-	// beside its own.
+	// beside its own, and a tenant-capped one (whose claims go round the
+	// tenants one after the other) claims two batches in one.
 	BatchSize int
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's

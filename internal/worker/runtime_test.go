@@ -699,10 +699,13 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	require.NoError(t, r.Start(context.Background()))
 	f.nextClaim(t).reply <- store.ClaimResult{Jobs: jobs(1, 2)}
 	c := f.nextClaim(t)
+	require.Equal(t, 4, c.req.Batch, "a capped pool claims two batches in one while claims come back full")
 	time.Sleep(50 * time.Millisecond)
 	f.noClaim(t) // not while c is in flight
 	c.give(nil)
-	f.nextClaim(t).give(nil) // the first poll tick
+	c = f.nextClaim(t) // the first poll tick
+	require.Equal(t, 2, c.req.Batch, "one batch once a claim came back short")
+	c.give(nil)
 	close(g.release[1])
 	close(g.release[2])
 	require.NoError(t, r.Stop(context.Background()))
@@ -720,6 +723,20 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	} {
 		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
 		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand}), "%+v", tc)
+	}
+	// When a capped pool claims two batches in one, by the pool alone.
+	for _, tc := range []struct {
+		concurrency, tenantCap int
+		full, want             bool
+	}{
+		{concurrency: 4, tenantCap: 1, full: true, want: true},
+		{concurrency: 4, tenantCap: 1, full: false, want: false},
+		{concurrency: 4, tenantCap: 0, full: true, want: false}, // uncapped: claims ahead instead
+		{concurrency: 1, tenantCap: 1, full: true, want: false},
+	} {
+		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
+		p.cfg.TenantCap = tc.tenantCap
+		require.Equal(t, tc.want, p.doubleDue(&producing{full: tc.full}), "%+v", tc)
 	}
 }
 
