@@ -129,6 +129,12 @@ func TestRunLatencyEndToEnd(t *testing.T) {
 	require.GreaterOrEqual(t, res.LatencyMaxMS, res.LatencyP99MS)
 	// With LISTEN up no sample waits for the 1 s poll.
 	require.Less(t, res.LatencyMaxMS, 900.0)
+	// The waits too: their client listens from the first (warm-up) wait
+	// on, and the worker announces every end to it.
+	require.Greater(t, res.WakeUpP50MS, 0.0)
+	require.GreaterOrEqual(t, res.WakeUpP99MS, res.WakeUpP50MS)
+	require.GreaterOrEqual(t, res.WakeUpMaxMS, res.WakeUpP99MS)
+	require.Less(t, res.WakeUpMaxMS, 900.0)
 	var left int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs)
 		+ (SELECT count(*) FROM skiplock.workers)`).Scan(&left))

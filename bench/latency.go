@@ -83,6 +83,9 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 	if err != nil {
 		return res, err
 	}
+	// Its wait loop lingers after the last wait with its LISTEN
+	// connection; Stop ends it.
+	defer func() { _ = waiter.Stop(context.WithoutCancel(ctx)) }()
 	started, returning := make(chan time.Time, 1), make(chan time.Time, 1)
 	err = skiplock.Handle(c, "bench_latency", func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
 		select {
