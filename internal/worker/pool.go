@@ -148,7 +148,7 @@ type producing struct {
 	// from the front holds its batch's slots while it runs.
 	inflight    int
 	more        bool          // claim when slots are free: the last claim was full, or something woke the producer
-	full        bool          // the last claim that ended came back full: a backlog, claimed two claims at a time (aheadDue)
+	full        bool          // the last claim that ended came back full: a backlog, claimed two claims at a time (aheadDue) or two batches in one (doubleDue)
 	backoff     time.Duration // the wait after a failed claim, doubled by each failure in a row
 	entityRaces int           // claims in a row refused by an entity race (retried at once, 3 times)
 	cutRun      int           // capped claims in a row that came back short, their visits cut short

@@ -656,9 +656,10 @@ func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
 // claims the next batch ahead, beside its own claim: two claims in flight,
 // so one claim's round trip overlaps the other's. What they bring is in
 // hand on top of Concurrency + BatchSize; once every executor is busy the
-// pool claims no more ahead. A tenant-capped pool claims one batch at a
-// time whatever comes back (its claims decide shares from the last one),
-// and so does a pool of one executor (its jobs run in claim order).
+// pool claims no more ahead. A tenant-capped pool has one claim in flight
+// whatever comes back (its claims decide shares from the last one), of two
+// batches while claims come back full; a pool of one executor claims one
+// batch at a time (its jobs run in claim order).
 func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	f := newFakeData()
 	g := newGate(1, 2, 3, 4, 5, 6, 7, 8)
