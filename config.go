@@ -154,11 +154,13 @@ type WorkerPool struct {
 	Concurrency int
 	// BatchSize is the most jobs one claim takes. Default min(Concurrency, 50).
 	// The pool keeps up to Concurrency + BatchSize jobs in hand (claimed,
-	// running or about to), and one batch more while it claims ahead: in a
+	// running or about to), and a batch more for each claim ahead: in a
 	// backlog, while executors wait for work, a pool of more than one
 	// executor without limits or a tenant cap has a second claim in flight
-	// beside its own, and a tenant-capped one (whose claims go round the
-	// tenants one after the other) claims two batches in one.
+	// beside its own, and a third when its executors run a batch sooner
+	// than a claim returns (two batches more in hand); a tenant-capped one
+	// (whose claims go round the tenants one after the other) claims two
+	// batches in one.
 	BatchSize int
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's

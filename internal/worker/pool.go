@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,14 +32,20 @@ type pool struct {
 
 	keys keyset // where claims start reading; the producer's alone
 
-	// The claim running beside the producer's own: the periodic claim from
-	// the front while claims read after the bounds (keyset.frontDue), or the
-	// next batch claimed ahead while claims come back full (aheadDue). Its
-	// result arrives on front; frontN > 0 while it runs, the slots it holds
-	// in hand for its batch.
-	front  chan frontResult
-	frontN int
-	ahead  bool // the claim beside is a claim ahead
+	// The claims running beside the producer's own: the periodic claim
+	// from the front while claims read after the bounds (keyset.frontDue),
+	// or up to claimsAhead next batches claimed ahead while claims come
+	// back full (aheadDue). Their results arrive on front.
+	front     chan frontResult
+	aside     int // claims beside in flight
+	asideHeld int // the slots they hold in hand for their batches
+	aheadOut  int // how many of them are claims ahead
+
+	// What the executors tell the producer: an executor found no job
+	// waiting since the last claim ahead began (starved), and the time
+	// they spent running jobs, in all (execNanos).
+	starved   atomic.Bool
+	execNanos atomic.Int64
 
 	// tenantCursor is, per queue, the last tenant the capped claim visited
 	// (round-robin fair share; store.ClaimResult.Cursors); the producer's
@@ -61,14 +68,14 @@ const limitsRefresh = 2 * time.Second
 func newPool(r *Runner, cfg PoolConfig) *pool {
 	return &pool{
 		r: r, cfg: cfg,
-		// Room for every job in hand: Concurrency + BatchSize, and one more
-		// batch while a claim ahead runs (aheadDue).
-		jobs:   make(chan *Job, cfg.Concurrency+2*cfg.BatchSize),
-		done:   make(chan struct{}, cfg.Concurrency+2*cfg.BatchSize),
+		// Room for every job in hand: Concurrency + BatchSize, and a batch
+		// more for each claim ahead in flight (aheadDue).
+		jobs:   make(chan *Job, cfg.Concurrency+(1+claimsAhead)*cfg.BatchSize),
+		done:   make(chan struct{}, cfg.Concurrency+(1+claimsAhead)*cfg.BatchSize),
 		wakeCh: make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		keys:   newKeyset(cfg.TenantCap > 0),
-		front:  make(chan frontResult, 1),
+		front:  make(chan frontResult, claimsAhead),
 
 		tenantCursor: map[string]string{},
 	}
@@ -104,8 +111,21 @@ func (p *pool) stopping() bool {
 
 func (p *pool) executeLoop() {
 	defer p.wg.Done()
-	for j := range p.jobs {
+	for {
+		var j *Job
+		var ok bool
+		select {
+		case j, ok = <-p.jobs:
+		default:
+			p.starved.Store(true) // this executor waits for work
+			j, ok = <-p.jobs
+		}
+		if !ok {
+			return
+		}
+		start := time.Now()
 		p.r.execute(j, p.stopping())
+		p.execNanos.Add(int64(time.Since(start)))
 		p.done <- struct{}{}
 	}
 }
@@ -140,7 +160,7 @@ func (p *pool) produce() {
 
 // producing is the producer goroutine's own state between claims.
 type producing struct {
-	limit int // jobs in hand at most: Concurrency + BatchSize
+	limit int // jobs in hand at most: Concurrency + BatchSize (and the batches claimed ahead)
 	// threshold: claim when at least this many slots are free, so claims
 	// stay batched under load but an idle pool claims at once.
 	threshold int
@@ -152,7 +172,13 @@ type producing struct {
 	backoff     time.Duration // the wait after a failed claim, doubled by each failure in a row
 	entityRaces int           // claims in a row refused by an entity race (retried at once, 3 times)
 	cutRun      int           // capped claims in a row that came back short, their visits cut short
-	poll        *time.Timer   // the poll backstop; the wait after a failure, or for a rate window's room
+	// finished: jobs the executors reported finished, in all; claimBound:
+	// the pool is bound by its claims, as the last claim found (noteClaim,
+	// from the jobs finished and the time run since the one before).
+	finished, finishedAt int64
+	ranAt                int64
+	claimBound           bool
+	poll                 *time.Timer // the poll backstop; the wait after a failure, or for a rate window's room
 }
 
 // countFinished counts every job finished so far, and every claim from the
@@ -165,6 +191,7 @@ func (p *pool) countFinished(s *producing) {
 		select {
 		case <-p.done:
 			s.inflight--
+			s.finished++
 		case r := <-p.front:
 			s.inflight -= p.frontEnded(s, r)
 			s.more = true
@@ -176,12 +203,9 @@ func (p *pool) countFinished(s *producing) {
 
 // claimSize is how many jobs to claim now (0: none): while more work is
 // probably waiting, enough slots are free and the pool is not stopping.
-// While a claim ahead runs, its batch is in hand on top of the limit.
+// The batch of each claim ahead in flight is in hand on top of the limit.
 func (p *pool) claimSize(s *producing) int {
-	free, most := s.limit-s.inflight, p.cfg.BatchSize
-	if p.ahead {
-		free += p.cfg.BatchSize
-	}
+	free, most := s.limit-s.inflight+p.aheadOut*p.cfg.BatchSize, p.cfg.BatchSize
 	if p.doubleDue(s) {
 		free, most = free+p.cfg.BatchSize, 2*p.cfg.BatchSize
 	}
@@ -226,6 +250,7 @@ func (p *pool) claimNext(s *producing, n int) bool {
 		return false
 	}
 	s.backoff = 0
+	p.noteClaim(s, got.took)
 	for _, j := range got.jobs {
 		p.jobs <- j // never blocks: capacity is limit
 	}
@@ -266,6 +291,7 @@ func (p *pool) await(s *producing) bool {
 		return false
 	case <-p.done:
 		s.inflight--
+		s.finished++
 	case r := <-p.front:
 		s.inflight -= p.frontEnded(s, r)
 		s.more = true
@@ -284,7 +310,7 @@ func (p *pool) await(s *producing) bool {
 // finish, holding it from every other process meanwhile), and waits for the
 // executors to finish what they hold.
 func (p *pool) handBack(s *producing) {
-	if p.frontN > 0 { // its jobs are handed back below
+	for p.aside > 0 { // their jobs are handed back below
 		s.inflight -= p.frontEnded(s, <-p.front)
 	}
 	for handing := true; handing; {
@@ -308,7 +334,8 @@ type claimResult struct {
 	jobs []*Job // claimed, tracked
 	// cut: a capped visit stopped at its step limit, the tenants after the
 	// new cursor unvisited (store.ClaimResult.VisitCut).
-	cut bool
+	cut  bool
+	took time.Duration // from the claim's start to its answer
 	// rateWait, for a limited claim that came back short while a rate
 	// window of its limits was full: how long until that window has room.
 	// The producer sleeps that long (at most PollInterval) before claiming.
@@ -332,7 +359,7 @@ func (p *pool) claim(n int) (claimResult, error) {
 	maps.Copy(p.tenantCursor, res.Cursors)
 	took := time.Since(start)
 	p.holdBack(p.limitKind.concurrency && len(res.Jobs) < n)
-	out := claimResult{cut: res.VisitCut}
+	out := claimResult{cut: res.VisitCut, took: took}
 	// Held back by a full rate window, the next claim waits until the
 	// window has room, known from its oldest start: no claim in between.
 	if p.limitKind.rate && len(res.Jobs) < n {
@@ -363,15 +390,15 @@ func (p *pool) plan(n int, limits []string, now time.Time) store.ClaimRequest {
 	case len(limits) > 0:
 		r.Strategy, r.Limits = store.ClaimWithinRoom, limits
 		if p.cfg.TenantCap == 0 {
-			r.After = p.keys.bounds(now, p.frontN > 0)
+			r.After = p.keys.bounds(now, p.aside > 0)
 		}
 	case p.cfg.TenantCap > 0:
 		r.Strategy, r.TenantCap, r.TenantCursor = store.ClaimCapped, p.cfg.TenantCap, p.tenantCursor
-		if p.keys.bounds(now, p.frontN > 0) != nil {
+		if p.keys.bounds(now, p.aside > 0) != nil {
 			r.Strategy, r.TenantAfter = store.ClaimCappedAfter, p.keys.tenantWindow(p.tenantCursor, max(4*n, keysetTenantWindow))
 		}
 	default:
-		r.After = p.keys.bounds(now, p.frontN > 0)
+		r.After = p.keys.bounds(now, p.aside > 0)
 	}
 	return r
 }
@@ -413,6 +440,7 @@ func (p *pool) took(jobs []store.ClaimedJob, took time.Duration) []*Job {
 // frontResult is what a claim running beside the producer (from the front,
 // or ahead) brought back.
 type frontResult struct {
+	n       int // the batch claimed, its slots held in hand
 	claimed []store.ClaimedJob
 	jobs    []*Job // claimed, tracked
 	start   time.Time
@@ -426,7 +454,7 @@ type frontResult struct {
 // beside the producer's claims after the bounds. Pools covered by limits
 // claim from the front in line, as before.
 func (p *pool) frontDue() bool {
-	return p.frontN == 0 && len(p.limits) == 0 && p.keys.frontDue(time.Now())
+	return p.aside == 0 && len(p.limits) == 0 && p.keys.frontDue(time.Now())
 }
 
 // frontRequest is the claim from the front of n jobs that runs beside the
@@ -442,26 +470,59 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 }
 
 // aheadDue reports whether to claim the next batch ahead, beside the
-// producer's own claim: while claims come back full (a backlog) and the
-// executors are not all busy (fewer jobs in hand than executors), a pool
-// without limits or a tenant cap keeps two claims in flight, so one
-// claim's round trip (its commit's flush above all) overlaps the other's
-// instead of every batch waiting for the last. The batch claimed ahead is
-// in hand on top of Concurrency + BatchSize. A claim is a round trip the
-// pool otherwise makes one at a time: a 100,000-job no-op drain with 32
-// workers spent 2.2 ms per claim of which the server ran 1.1 ms, and two
-// pools of 16 workers on the same queue drained 25-35 % faster than one of
-// 32 (docs/performance-log.md, issue 40). Executors that are all busy
-// (slow handlers) gain nothing from it, and the batch would only wait in
-// this process, away from the others. Pools with limits or a tenant cap
-// have one claim in flight at a time: their claims decide shares from
-// what the last one took (a tenant-capped pool claims two batches in one
-// instead, doubleDue). So does a pool of one executor: two claims in
-// flight may end in either order, and one executor runs its jobs one after
-// the other in the order the claims took them.
+// producer's own claim, while claims come back full (a backlog), in a pool
+// without limits or a tenant cap: one claim's round trip (its commit's
+// flush above all) then overlaps the others' instead of every batch
+// waiting for the last. Each batch claimed ahead is in hand on top of
+// Concurrency + BatchSize. One claim goes ahead when an executor has no
+// job in hand; up to claimsAhead when the pool is bound by its claims
+// (executors that finish a batch sooner than a claim returns, and one of
+// them waited for work since the last claim ahead began).
+//
+// A claim is a round trip the pool otherwise makes one at a time: a
+// 100,000-job no-op drain with 32 workers spent 2.2 ms per claim of which
+// the server ran 1.1 ms, and two pools of 16 workers on the same queue
+// drained 20-35 % faster than one of 32; one claim ahead, due only when
+// the jobs in hand were fewer than the executors, rarely was in a no-op
+// drain (a batch just claimed is in hand until its jobs are run), and
+// starved executors as the sign took it 19-25 % further
+// (docs/performance-log.md, issue 40). Executors that are all busy (slow
+// handlers) gain nothing from claims ahead, and their batches would only
+// wait in this process, away from the others. Pools with limits or a
+// tenant cap have one claim in flight at a time: their claims decide
+// shares from what the last one took (a tenant-capped pool claims two
+// batches in one instead, doubleDue). So does a pool of one executor: two
+// claims in flight may end in either order, and one executor runs its jobs
+// one after the other in the order the claims took them.
 func (p *pool) aheadDue(s *producing) bool {
-	return p.frontN == 0 && s.full && s.inflight < p.cfg.Concurrency && p.cfg.Concurrency > 1 && !p.stopping() &&
-		len(p.limits) == 0 && p.cfg.TenantCap == 0
+	if p.aside >= claimsAhead || !s.full || p.cfg.Concurrency < 2 || p.stopping() ||
+		len(p.limits) > 0 || p.cfg.TenantCap > 0 {
+		return false
+	}
+	if p.aside == 0 && s.inflight < p.cfg.Concurrency {
+		return true // an executor has no job in hand
+	}
+	return s.claimBound && p.starved.Load()
+}
+
+// claimsAhead is the most claims ahead in flight at once (aheadDue): two,
+// with the producer's own three claims in flight. A third claim ahead
+// brought nothing more in a no-op drain (docs/performance-log.md).
+const claimsAhead = 2
+
+// noteClaim records, after a claim of the producer's that took took,
+// whether the pool is bound by its claims: its executors ran the jobs
+// finished since the last claim in less time a job than a claim of
+// BatchSize takes across Concurrency executors (mean run × BatchSize <
+// Concurrency × took), so they finish a batch before the next claim
+// returns.
+func (p *pool) noteClaim(s *producing, took time.Duration) {
+	ran := p.execNanos.Load()
+	if n := s.finished - s.finishedAt; n > 0 {
+		mean := time.Duration((ran - s.ranAt) / n)
+		s.claimBound = mean*time.Duration(p.cfg.BatchSize) < time.Duration(p.cfg.Concurrency)*took
+	}
+	s.ranAt, s.finishedAt = ran, s.finished
 }
 
 // aheadRequest is the claim of n jobs ahead: the producer's next claim as
@@ -480,7 +541,13 @@ func (p *pool) aheadRequest(n int) store.ClaimRequest {
 // of them.
 func (p *pool) startAside(req store.ClaimRequest, ahead bool) {
 	start := time.Now()
-	p.frontN, p.ahead = req.Batch, ahead
+	p.aside++
+	p.asideHeld += req.Batch
+	if ahead {
+		p.aheadOut++
+		p.starved.Store(false)
+	}
+	n := req.Batch
 	bounded := req.After != nil || req.TenantAfter != nil
 	go func() {
 		ctx, cancel := context.WithTimeout(p.r.bgCtx, 30*time.Second)
@@ -493,7 +560,7 @@ func (p *pool) startAside(req store.ClaimRequest, ahead bool) {
 				break
 			}
 		}
-		r := frontResult{claimed: res.Jobs, start: start, took: time.Since(start), err: err, ahead: ahead, bounded: bounded}
+		r := frontResult{n: n, claimed: res.Jobs, start: start, took: time.Since(start), err: err, ahead: ahead, bounded: bounded}
 		if err == nil {
 			r.jobs = p.took(res.Jobs, r.took)
 		}
@@ -505,8 +572,12 @@ func (p *pool) startAside(req store.ClaimRequest, ahead bool) {
 // executors and returns how many of the slots it held in hand are free
 // again. A claim ahead that came back full keeps the next one coming.
 func (p *pool) frontEnded(s *producing, r frontResult) (freed int) {
-	n := p.frontN
-	p.frontN, p.ahead = 0, false
+	n := r.n
+	p.aside--
+	p.asideHeld -= n
+	if r.ahead {
+		p.aheadOut--
+	}
 	if r.err != nil && p.r.bgCtx.Err() == nil {
 		what := "skiplock: claim from the front failed; claims after the bounds go on"
 		if r.ahead {

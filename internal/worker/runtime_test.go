@@ -654,9 +654,9 @@ func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
 
 // While claims come back full and executors wait for work, a plain pool
 // claims the next batch ahead, beside its own claim: two claims in flight,
-// so one claim's round trip overlaps the other's. What they bring is in
-// hand on top of Concurrency + BatchSize; once every executor is busy the
-// pool claims no more ahead. A tenant-capped pool has one claim in flight
+// so one claim's round trip overlaps the other's (three when it is bound
+// by its claims). What they bring is in hand on top of Concurrency +
+// BatchSize; once every executor is busy the pool claims no more ahead. A tenant-capped pool has one claim in flight
 // whatever comes back (its claims decide shares from the last one), of two
 // batches while claims come back full; a pool of one executor claims one
 // batch at a time (its jobs run in claim order).
@@ -712,18 +712,51 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	require.NoError(t, r.Stop(context.Background()))
 
 	// When a claim ahead is due, by the pool alone (not started: no claim).
+	// aside: claims ahead already in flight (each holding a batch of 2);
+	// bound: the pool is bound by its claims; starved: an executor waited
+	// for work since the last claim ahead began.
 	for _, tc := range []struct {
-		concurrency, inHand int
-		full, want          bool
+		concurrency, inHand, aside int
+		full, bound, starved, want bool
 	}{
 		{concurrency: 4, inHand: 0, full: true, want: true},
 		{concurrency: 4, inHand: 3, full: true, want: true},
 		{concurrency: 4, inHand: 4, full: true, want: false}, // every executor busy
 		{concurrency: 4, inHand: 0, full: false, want: false},
 		{concurrency: 1, inHand: 0, full: true, want: false}, // one executor: claim order
+		// Bound by its claims, executors that waited for work ask for more
+		// claims ahead, up to claimsAhead, whatever is in hand.
+		{concurrency: 4, inHand: 6, full: true, bound: true, starved: true, want: true},
+		{concurrency: 4, inHand: 8, aside: 1, full: true, bound: true, starved: true, want: true},
+		{concurrency: 4, inHand: 3, aside: 1, full: true, bound: true, want: false},                // nobody waited since
+		{concurrency: 4, inHand: 3, aside: 1, full: true, starved: true, want: false},              // executors are the bound
+		{concurrency: 4, inHand: 3, aside: 2, full: true, bound: true, starved: true, want: false}, // claimsAhead in flight
+		{concurrency: 4, inHand: 0, aside: 1, full: false, bound: true, starved: true, want: false},
 	} {
 		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
-		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand}), "%+v", tc)
+		p.aside, p.aheadOut, p.asideHeld = tc.aside, tc.aside, 2*tc.aside
+		p.starved.Store(tc.starved)
+		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand + 2*tc.aside, claimBound: tc.bound}), "%+v", tc)
+	}
+	// Bound by its claims: a batch's run across the executors is shorter
+	// than a claim (mean run × BatchSize < Concurrency × claim).
+	for _, tc := range []struct {
+		finished int64
+		ran      time.Duration
+		claim    time.Duration
+		want     bool
+	}{
+		{finished: 50, ran: 50 * 20 * time.Microsecond, claim: 2 * time.Millisecond, want: true}, // no-op jobs
+		{finished: 50, ran: 50 * 5 * time.Millisecond, claim: 2 * time.Millisecond, want: false}, // 5 ms jobs: 5 ms × 2 ≥ 4 × 2 ms
+		{finished: 0, claim: 2 * time.Millisecond, want: false},                                  // nothing finished yet: as before
+	} {
+		p := newFake(newFakeData(), newGate(), 4, 2).pools[0]
+		s := &producing{}
+		p.noteClaim(s, time.Second) // the start: nothing run
+		p.execNanos.Store(int64(tc.ran))
+		s.finished = tc.finished
+		p.noteClaim(s, tc.claim)
+		require.Equal(t, tc.want, s.claimBound, "%+v", tc)
 	}
 	// When a capped pool claims two batches in one, by the pool alone.
 	for _, tc := range []struct {
