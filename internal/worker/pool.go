@@ -34,7 +34,7 @@ type pool struct {
 
 	// The claims running beside the producer's own: the periodic claim
 	// from the front while claims read after the bounds (keyset.frontDue),
-	// or up to claimsAhead next batches claimed ahead while claims come
+	// and up to claimsAhead next batches claimed ahead while claims come
 	// back full (aheadDue). Their results arrive on front.
 	front     chan frontResult
 	aside     int // claims beside in flight
@@ -75,7 +75,7 @@ func newPool(r *Runner, cfg PoolConfig) *pool {
 		wakeCh: make(chan struct{}, 1),
 		stopCh: make(chan struct{}),
 		keys:   newKeyset(cfg.TenantCap > 0),
-		front:  make(chan frontResult, claimsAhead),
+		front:  make(chan frontResult, 1+claimsAhead),
 
 		tenantCursor: map[string]string{},
 	}
@@ -390,15 +390,15 @@ func (p *pool) plan(n int, limits []string, now time.Time) store.ClaimRequest {
 	case len(limits) > 0:
 		r.Strategy, r.Limits = store.ClaimWithinRoom, limits
 		if p.cfg.TenantCap == 0 {
-			r.After = p.keys.bounds(now, p.aside > 0)
+			r.After = p.keys.bounds(now, p.frontOut())
 		}
 	case p.cfg.TenantCap > 0:
 		r.Strategy, r.TenantCap, r.TenantCursor = store.ClaimCapped, p.cfg.TenantCap, p.tenantCursor
-		if p.keys.bounds(now, p.aside > 0) != nil {
+		if p.keys.bounds(now, p.frontOut()) != nil {
 			r.Strategy, r.TenantAfter = store.ClaimCappedAfter, p.keys.tenantWindow(p.tenantCursor, max(4*n, keysetTenantWindow))
 		}
 	default:
-		r.After = p.keys.bounds(now, p.aside > 0)
+		r.After = p.keys.bounds(now, p.frontOut())
 	}
 	return r
 }
@@ -451,11 +451,17 @@ type frontResult struct {
 }
 
 // frontDue reports whether to start the periodic claim from the front
-// beside the producer's claims after the bounds. Pools covered by limits
-// claim from the front in line, as before.
+// beside the producer's claims after the bounds, claims ahead or not: in a
+// backlog they follow one another without pause, and the jobs behind the
+// bounds (a higher priority, a hand-back) would wait for its end. Pools
+// covered by limits claim from the front in line, as before.
 func (p *pool) frontDue() bool {
-	return p.aside == 0 && len(p.limits) == 0 && p.keys.frontDue(time.Now())
+	return !p.frontOut() && len(p.limits) == 0 && p.keys.frontDue(time.Now())
 }
+
+// frontOut reports whether the claim from the front runs beside the
+// producer: one of the claims beside is not a claim ahead.
+func (p *pool) frontOut() bool { return p.aside > p.aheadOut }
 
 // frontRequest is the claim from the front of n jobs that runs beside the
 // producer: a tenant-capped pool's (claim_capped) starts at a copy of the
@@ -495,11 +501,11 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 // claims in flight may end in either order, and one executor runs its jobs
 // one after the other in the order the claims took them.
 func (p *pool) aheadDue(s *producing) bool {
-	if p.aside >= claimsAhead || !s.full || p.cfg.Concurrency < 2 || p.stopping() ||
+	if p.aheadOut >= claimsAhead || !s.full || p.cfg.Concurrency < 2 || p.stopping() ||
 		len(p.limits) > 0 || p.cfg.TenantCap > 0 {
 		return false
 	}
-	if p.aside == 0 && s.inflight < p.cfg.Concurrency {
+	if p.aheadOut == 0 && s.inflight-p.asideHeld < p.cfg.Concurrency {
 		return true // an executor has no job in hand
 	}
 	return s.claimBound && p.starved.Load()

@@ -713,11 +713,12 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 
 	// When a claim ahead is due, by the pool alone (not started: no claim).
 	// aside: claims ahead already in flight (each holding a batch of 2);
-	// bound: the pool is bound by its claims; starved: an executor waited
-	// for work since the last claim ahead began.
+	// front: a claim from the front in flight too (holding 2); bound: the
+	// pool is bound by its claims; starved: an executor waited for work
+	// since the last claim ahead began.
 	for _, tc := range []struct {
-		concurrency, inHand, aside int
-		full, bound, starved, want bool
+		concurrency, inHand, aside        int
+		front, full, bound, starved, want bool
 	}{
 		{concurrency: 4, inHand: 0, full: true, want: true},
 		{concurrency: 4, inHand: 3, full: true, want: true},
@@ -732,12 +733,30 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		{concurrency: 4, inHand: 3, aside: 1, full: true, starved: true, want: false},              // executors are the bound
 		{concurrency: 4, inHand: 3, aside: 2, full: true, bound: true, starved: true, want: false}, // claimsAhead in flight
 		{concurrency: 4, inHand: 0, aside: 1, full: false, bound: true, starved: true, want: false},
+		// A claim from the front beside is not a claim ahead.
+		{concurrency: 4, inHand: 3, front: true, full: true, want: true},
+		{concurrency: 4, inHand: 3, aside: 2, front: true, full: true, bound: true, starved: true, want: false},
 	} {
 		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
 		p.aside, p.aheadOut, p.asideHeld = tc.aside, tc.aside, 2*tc.aside
+		if tc.front {
+			p.aside, p.asideHeld = p.aside+1, p.asideHeld+2
+		}
 		p.starved.Store(tc.starved)
-		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand + 2*tc.aside, claimBound: tc.bound}), "%+v", tc)
+		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand + p.asideHeld, claimBound: tc.bound}), "%+v", tc)
 	}
+	// The periodic claim from the front (bounds in use, its gap passed)
+	// starts beside claims ahead, which in a backlog follow one another
+	// without pause; not beside another claim from the front.
+	p := newFake(newFakeData(), newGate(), 4, 2).pools[0]
+	p.keys.after = map[string]store.Bound{"q": {}}
+	p.keys.fullCost = p.keys.cheap
+	p.aside, p.aheadOut = claimsAhead, claimsAhead
+	require.True(t, p.frontDue(), "beside the claims ahead")
+	require.Nil(t, p.keys.bounds(time.Now(), p.frontOut()), "the producer's own claim reads from the front while none runs beside")
+	p.aside++
+	require.False(t, p.frontDue(), "one claim from the front at a time")
+	require.NotNil(t, p.keys.bounds(time.Now(), p.frontOut()), "the producer's own claim reads after the bounds meanwhile")
 	// Bound by its claims: a batch's run across the executors is shorter
 	// than a claim (mean run × BatchSize < Concurrency × claim).
 	for _, tc := range []struct {
