@@ -165,9 +165,9 @@ type WorkerPool struct {
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's
 	// last one (twice as many while claims come back full, when the pool
-	// claims two batches in one), gives every visited tenant a job before any gets a second,
-	// and no tenant more than TenantCap jobs of the batch while other
-	// tenants have work; so every tenant is served within
+	// claims two batches in one), gives every visited tenant a job before
+	// any gets a second, and no tenant more than TenantCap jobs of the
+	// batch while other tenants have work; so every tenant is served within
 	// ceil(tenants / BatchSize) claims of the pool.
 	TenantCap int
 }

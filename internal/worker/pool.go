@@ -37,15 +37,15 @@ type pool struct {
 	// and up to claimsAhead next batches claimed ahead while claims come
 	// back full (aheadDue). Their results arrive on front.
 	front     chan frontResult
-	aside     int // claims beside in flight
-	asideHeld int // the slots they hold in hand for their batches
-	aheadOut  int // how many of them are claims ahead
+	frontOut  bool // the claim from the front is in flight
+	aheadOut  int  // claims ahead in flight
+	asideHeld int  // the slots the claims beside hold in hand for their batches
 
 	// What the executors tell the producer: an executor found no job
 	// waiting since the last claim ahead began (starved), and the time
-	// they spent running jobs, in all (execNanos).
-	starved   atomic.Bool
-	execNanos atomic.Int64
+	// their handlers ran, in all (ranNanos).
+	starved  atomic.Bool
+	ranNanos atomic.Int64
 
 	// tenantCursor is, per queue, the last tenant the capped claim visited
 	// (round-robin fair share; store.ClaimResult.Cursors); the producer's
@@ -123,9 +123,7 @@ func (p *pool) executeLoop() {
 		if !ok {
 			return
 		}
-		start := time.Now()
-		p.r.execute(j, p.stopping())
-		p.execNanos.Add(int64(time.Since(start)))
+		p.ranNanos.Add(int64(p.r.execute(j, p.stopping())))
 		p.done <- struct{}{}
 	}
 }
@@ -310,7 +308,7 @@ func (p *pool) await(s *producing) bool {
 // finish, holding it from every other process meanwhile), and waits for the
 // executors to finish what they hold.
 func (p *pool) handBack(s *producing) {
-	for p.aside > 0 { // their jobs are handed back below
+	for p.frontOut || p.aheadOut > 0 { // their jobs are handed back below
 		s.inflight -= p.frontEnded(s, <-p.front)
 	}
 	for handing := true; handing; {
@@ -390,15 +388,15 @@ func (p *pool) plan(n int, limits []string, now time.Time) store.ClaimRequest {
 	case len(limits) > 0:
 		r.Strategy, r.Limits = store.ClaimWithinRoom, limits
 		if p.cfg.TenantCap == 0 {
-			r.After = p.keys.bounds(now, p.frontOut())
+			r.After = p.keys.bounds(now, p.frontOut)
 		}
 	case p.cfg.TenantCap > 0:
 		r.Strategy, r.TenantCap, r.TenantCursor = store.ClaimCapped, p.cfg.TenantCap, p.tenantCursor
-		if p.keys.bounds(now, p.frontOut()) != nil {
+		if p.keys.bounds(now, p.frontOut) != nil {
 			r.Strategy, r.TenantAfter = store.ClaimCappedAfter, p.keys.tenantWindow(p.tenantCursor, max(4*n, keysetTenantWindow))
 		}
 	default:
-		r.After = p.keys.bounds(now, p.frontOut())
+		r.After = p.keys.bounds(now, p.frontOut)
 	}
 	return r
 }
@@ -456,12 +454,8 @@ type frontResult struct {
 // bounds (a higher priority, a hand-back) would wait for its end. Pools
 // covered by limits claim from the front in line, as before.
 func (p *pool) frontDue() bool {
-	return !p.frontOut() && len(p.limits) == 0 && p.keys.frontDue(time.Now())
+	return !p.frontOut && len(p.limits) == 0 && p.keys.frontDue(time.Now())
 }
-
-// frontOut reports whether the claim from the front runs beside the
-// producer: one of the claims beside is not a claim ahead.
-func (p *pool) frontOut() bool { return p.aside > p.aheadOut }
 
 // frontRequest is the claim from the front of n jobs that runs beside the
 // producer: a tenant-capped pool's (claim_capped) starts at a copy of the
@@ -512,18 +506,18 @@ func (p *pool) aheadDue(s *producing) bool {
 }
 
 // claimsAhead is the most claims ahead in flight at once (aheadDue): two,
-// with the producer's own three claims in flight. A third claim ahead
-// brought nothing more in a no-op drain (docs/performance-log.md).
+// with the producer's own three claims in flight (four while the claim from
+// the front runs too). A third claim ahead brought nothing more in a no-op
+// drain (docs/performance-log.md).
 const claimsAhead = 2
 
 // noteClaim records, after a claim of the producer's that took took,
-// whether the pool is bound by its claims: its executors ran the jobs
-// finished since the last claim in less time a job than a claim of
-// BatchSize takes across Concurrency executors (mean run × BatchSize <
-// Concurrency × took), so they finish a batch before the next claim
-// returns.
+// whether the pool is bound by its claims: the handlers of the jobs
+// finished since the last claim ran, on average, short enough that
+// Concurrency executors finish a batch before the next claim returns
+// (mean run × BatchSize < Concurrency × took).
 func (p *pool) noteClaim(s *producing, took time.Duration) {
-	ran := p.execNanos.Load()
+	ran := p.ranNanos.Load()
 	if n := s.finished - s.finishedAt; n > 0 {
 		mean := time.Duration((ran - s.ranAt) / n)
 		s.claimBound = mean*time.Duration(p.cfg.BatchSize) < time.Duration(p.cfg.Concurrency)*took
@@ -547,11 +541,12 @@ func (p *pool) aheadRequest(n int) store.ClaimRequest {
 // of them.
 func (p *pool) startAside(req store.ClaimRequest, ahead bool) {
 	start := time.Now()
-	p.aside++
 	p.asideHeld += req.Batch
 	if ahead {
 		p.aheadOut++
 		p.starved.Store(false)
+	} else {
+		p.frontOut = true
 	}
 	n := req.Batch
 	bounded := req.After != nil || req.TenantAfter != nil
@@ -579,10 +574,11 @@ func (p *pool) startAside(req store.ClaimRequest, ahead bool) {
 // again. A claim ahead that came back full keeps the next one coming.
 func (p *pool) frontEnded(s *producing, r frontResult) (freed int) {
 	n := r.n
-	p.aside--
 	p.asideHeld -= n
 	if r.ahead {
 		p.aheadOut--
+	} else {
+		p.frontOut = false
 	}
 	if r.err != nil && p.r.bgCtx.Err() == nil {
 		what := "skiplock: claim from the front failed; claims after the bounds go on"

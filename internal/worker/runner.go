@@ -500,18 +500,19 @@ func (r *Runner) untrack(jobs []*Job) {
 	r.mu.Unlock()
 }
 
-// execute runs one job's handler and hands its outcome to the completer.
-func (r *Runner) execute(j *Job, stopping bool) {
+// execute runs one job's handler and hands its outcome to the completer;
+// it returns how long the handler ran (0 for a job not run).
+func (r *Runner) execute(j *Job, stopping bool) (took time.Duration) {
 	r.mu.Lock()
 	t := r.jobs[j.ID]
 	if t == nil || t.lost {
 		r.mu.Unlock()
-		return
+		return 0
 	}
 	if stopping || r.hardCtx.Err() != nil {
 		r.mu.Unlock()
 		r.completer.add(result{job: j, out: Decide(j, Result{}, RunState{HandedBack: true})})
-		return
+		return 0
 	}
 	ctx, cancel := context.WithCancelCause(r.hardCtx)
 	t.cancel, t.started = cancel, true
@@ -523,7 +524,7 @@ func (r *Runner) execute(j *Job, stopping bool) {
 
 	began := time.Now()
 	res := r.cfg.Handler(context.WithValue(ctx, progressKey{}, r), j)
-	took := time.Since(began)
+	took = time.Since(began)
 	cause := context.Cause(ctx)
 	cancel(nil)
 
@@ -537,9 +538,10 @@ func (r *Runner) execute(j *Job, stopping bool) {
 		// completed it, which the heartbeat then missed): write nothing.
 		r.untrack([]*Job{j})
 		r.count(result{job: j, out: out, ran: true, took: took}, Settle(out, false))
-		return
+		return took
 	}
 	r.completer.add(result{job: j, out: out, ran: true, took: took})
+	return took
 }
 
 // markLost records that the lease of id is gone and cancels its handler.

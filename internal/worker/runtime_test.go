@@ -738,9 +738,9 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		{concurrency: 4, inHand: 3, aside: 2, front: true, full: true, bound: true, starved: true, want: false},
 	} {
 		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
-		p.aside, p.aheadOut, p.asideHeld = tc.aside, tc.aside, 2*tc.aside
+		p.aheadOut, p.asideHeld, p.frontOut = tc.aside, 2*tc.aside, tc.front
 		if tc.front {
-			p.aside, p.asideHeld = p.aside+1, p.asideHeld+2
+			p.asideHeld += 2
 		}
 		p.starved.Store(tc.starved)
 		require.Equal(t, tc.want, p.aheadDue(&producing{full: tc.full, inflight: tc.inHand + p.asideHeld, claimBound: tc.bound}), "%+v", tc)
@@ -751,12 +751,12 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	p := newFake(newFakeData(), newGate(), 4, 2).pools[0]
 	p.keys.after = map[string]store.Bound{"q": {}}
 	p.keys.fullCost = p.keys.cheap
-	p.aside, p.aheadOut = claimsAhead, claimsAhead
+	p.aheadOut = claimsAhead
 	require.True(t, p.frontDue(), "beside the claims ahead")
-	require.Nil(t, p.keys.bounds(time.Now(), p.frontOut()), "the producer's own claim reads from the front while none runs beside")
-	p.aside++
+	require.Nil(t, p.keys.bounds(time.Now(), p.frontOut), "the producer's own claim reads from the front while none runs beside")
+	p.frontOut = true
 	require.False(t, p.frontDue(), "one claim from the front at a time")
-	require.NotNil(t, p.keys.bounds(time.Now(), p.frontOut()), "the producer's own claim reads after the bounds meanwhile")
+	require.NotNil(t, p.keys.bounds(time.Now(), p.frontOut), "the producer's own claim reads after the bounds meanwhile")
 	// Bound by its claims: a batch's run across the executors is shorter
 	// than a claim (mean run × BatchSize < Concurrency × claim).
 	for _, tc := range []struct {
@@ -772,7 +772,7 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		p := newFake(newFakeData(), newGate(), 4, 2).pools[0]
 		s := &producing{}
 		p.noteClaim(s, time.Second) // the start: nothing run
-		p.execNanos.Store(int64(tc.ran))
+		p.ranNanos.Store(int64(tc.ran))
 		s.finished = tc.finished
 		p.noteClaim(s, tc.claim)
 		require.Equal(t, tc.want, s.claimBound, "%+v", tc)
