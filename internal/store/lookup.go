@@ -88,7 +88,7 @@ func (s *Store) jobsFinished(ctx context.Context, db DBTX, ids []int64, summariz
 	if summarize {
 		b.Queue(s.SQL("jobs_finished_summarize"))
 	}
-	b.Queue(s.SQL("jobs_finished_settings"))
+	b.Queue(s.SQL("jobs_finished_settings"), len(ids))
 	b.Queue(s.SQL("jobs_finished"), ids).Query(func(rows pgx.Rows) error {
 		var f Finished
 		var err error

@@ -2,7 +2,11 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stretchr/testify/require"
 
@@ -64,4 +68,83 @@ func TestJobsFinishedAcrossSpans(t *testing.T) {
 		require.Equal(t, w.result, string(got[id].Result), "job %d", id)
 	}
 	require.Equal(t, "it broke", *got[20000].LastError)
+}
+
+// A look-up of a few ids (a Wait for one job) runs the plan its connection
+// made once; a look-up of many, a plan made for its size each time. The
+// one plan is made here while jobs_done is empty, as on a fresh database,
+// and still reads it through its BRIN index once it holds rows: no
+// sequential scan of the history.
+func TestJobsFinishedPlanOnce(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	st := store.New("skiplock")
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+
+	fs, err := st.JobsFinished(ctx, conn, []int64{1})
+	require.NoError(t, err)
+	require.Equal(t, []string{"gone"}, states(fs), "nothing finished yet")
+	seed(t, db, `INSERT INTO skiplock.jobs_done (id, priority, attempts, run_at, created_at, finished_at, queue, kind, payload, result)
+		SELECT g, 0, 1, now(), now(), now(), 'q', 'k', jsonb_build_object('pad', repeat('x', 200)), to_jsonb(g)
+		FROM generate_series(1, 20000) AS g;
+		ANALYZE skiplock.jobs_done`)
+	for _, id := range []int64{1, 19999, 12345} {
+		fs, err := st.JobsFinished(ctx, conn, []int64{id})
+		require.NoError(t, err)
+		require.Equal(t, []string{"completed"}, states(fs), "job %d", id)
+		require.Equal(t, fmt.Sprint(id), string(fs[0].Result))
+	}
+	many := make([]int64, 40)
+	for i := range many {
+		many[i] = int64(500 * (i + 1))
+	}
+	fs, err = st.JobsFinished(ctx, conn, many)
+	require.NoError(t, err)
+	require.Len(t, fs, len(many))
+	for _, f := range fs {
+		require.Equal(t, "completed", f.State, "job %d", f.ID)
+	}
+
+	var generic, custom int64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+		WHERE statement LIKE '%Which of the jobs $1 have finished%'`).Scan(&generic, &custom))
+	require.Equal(t, int64(4), generic, "the four look-ups of one id: one plan, made once")
+	require.Equal(t, int64(1), custom, "the look-up of 40 ids: its own plan")
+
+	// The plan those four ran, made on the empty history: as a new
+	// connection would make it now, under the same settings.
+	_, err = conn.Exec(ctx, "TRUNCATE skiplock.jobs_done")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "ANALYZE skiplock.jobs_done")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "PREPARE finished_plan AS "+st.SQL("jobs_finished"))
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, st.SQL("jobs_finished_settings"), 1) // its settings hold to the transaction's end
+	require.NoError(t, err)
+	plan := explainText(t, tx, "EXPLAIN EXECUTE finished_plan('{1}')")
+	require.NotRegexp(t, `Seq Scan on jobs_done`, plan)
+	require.Regexp(t, `Bitmap Index Scan on jobs_done_\w+`, plan, "the history read through its BRIN index")
+}
+
+func explainText(t *testing.T, conn pgx.Tx, q string) string {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), q)
+	require.NoError(t, err)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return strings.Join(lines, "\n")
+}
+
+func states(fs []store.Finished) []string {
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.State
+	}
+	return out
 }

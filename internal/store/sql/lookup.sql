@@ -43,14 +43,23 @@ LIMIT 1;
 SELECT {{schema}}.summarize_done();
 
 -- name: jobs_finished_settings
--- Next in jobs_finished's pipeline (one implicit transaction): a plan made
--- for this array's size, never a generic one. The waiters run jobs_finished
--- many times on one connection, and once pgx's cached statement switched to
--- a generic plan (after five runs) a look-up of 1,000 finished jobs took
--- 0.7-1 s instead of ~30 ms. No JIT: the estimate for the spans' scans
--- of jobs_done passes jit_above_cost, and compiling took 38 ms of a
--- look-up that runs in 1.
-SELECT set_config('plan_cache_mode', 'force_custom_plan', true), set_config('jit', 'off', true);
+-- Next in jobs_finished's pipeline (one implicit transaction), given how
+-- many ids ($1) the look-up asks about. A few (a Wait for one job, a
+-- result's look-up): the generic plan, made once per connection and
+-- reused; planning each of them cost 0.9-1.0 ms for a look-up that ran in
+-- 0.07 (pg_stat_statements, `skiplock bench --latency`: 2,027 plans in
+-- 2,027 calls). Many: a plan made for this array's size, never a generic
+-- one. The waiters run jobs_finished many times on one connection, and
+-- once pgx's cached statement switched to a generic plan (after five runs)
+-- a look-up of 1,000 finished jobs took 0.7-1 s instead of ~30 ms. No
+-- sequential scan: the generic plan may be made while jobs_done is empty
+-- (a fresh database, a new day's partition) and is kept while it fills
+-- (TestJobsFinishedPlanOnce). No JIT: the estimate for the spans' scans of
+-- jobs_done passes jit_above_cost, and compiling took 38 ms of a look-up
+-- that runs in 1.
+--   $1 the number of ids
+SELECT set_config('plan_cache_mode', CASE WHEN $1::int <= 16 THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true),
+       set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true);
 
 -- name: jobs_finished
 -- Which of the jobs $1 have finished, and how (Client.Wait, JobResult): a
