@@ -160,15 +160,17 @@ type WorkerPool struct {
 	// beside its own, and a third when its executors run a batch sooner
 	// than a claim returns (two batches more in hand); a tenant-capped one
 	// (whose claims go round the tenants one after the other) claims two
-	// batches in one.
+	// batches in one instead, three under the same condition as the third
+	// claim.
 	BatchSize int
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's
-	// last one (twice as many while claims come back full, when the pool
-	// claims two batches in one), gives every visited tenant a job before
-	// any gets a second, and no tenant more than TenantCap jobs of the
-	// batch while other tenants have work; so every tenant is served within
-	// ceil(tenants / BatchSize) claims of the pool.
+	// last one (two or three times as many while claims come back full,
+	// when the pool claims two or three batches in one: BatchSize), gives
+	// every visited tenant a job before any gets a second, and no tenant
+	// more than TenantCap jobs of the batch while other tenants have work;
+	// so every tenant is served within ceil(tenants / BatchSize) claims of
+	// the pool.
 	TenantCap int
 }
 

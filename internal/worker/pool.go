@@ -166,7 +166,7 @@ type producing struct {
 	// from the front holds its batch's slots while it runs.
 	inflight    int
 	more        bool          // claim when slots are free: the last claim was full, or something woke the producer
-	full        bool          // the last claim that ended came back full: a backlog, claimed two claims at a time (aheadDue) or two batches in one (doubleDue)
+	full        bool          // the last claim that ended came back full: a backlog, claimed two claims at a time (aheadDue) or two batches in one (batchesInOne)
 	backoff     time.Duration // the wait after a failed claim, doubled by each failure in a row
 	entityRaces int           // claims in a row refused by an entity race (retried at once, 3 times)
 	cutRun      int           // capped claims in a row that came back short, their visits cut short
@@ -204,8 +204,8 @@ func (p *pool) countFinished(s *producing) {
 // The batch of each claim ahead in flight is in hand on top of the limit.
 func (p *pool) claimSize(s *producing) int {
 	free, most := s.limit-s.inflight+p.aheadOut*p.cfg.BatchSize, p.cfg.BatchSize
-	if p.doubleDue(s) {
-		free, most = free+p.cfg.BatchSize, 2*p.cfg.BatchSize
+	if k := p.batchesInOne(s); k > 1 {
+		free, most = free+(k-1)*p.cfg.BatchSize, k*p.cfg.BatchSize
 	}
 	if !s.more || free < s.threshold || p.stopping() {
 		return 0
@@ -213,16 +213,26 @@ func (p *pool) claimSize(s *producing) int {
 	return min(free, most)
 }
 
-// doubleDue reports whether a tenant-capped pool claims two batches in one:
-// while claims come back full. Its claims go round the tenants from the
-// cursor the last one returned, so two cannot be in flight at once (the
-// second would visit the first's tenants again); one claim of twice the
-// batch visits twice the tenants and halves the round trips: 20,000
-// tenants × 5 jobs, cap 5, drained 18-39 % faster in three pairs
-// (docs/performance-log.md, issue 40). In hand: one batch more, as with
-// claims ahead. A pool of one executor only holds more jobs waiting.
-func (p *pool) doubleDue(s *producing) bool {
-	return s.full && p.cfg.TenantCap > 0 && p.cfg.Concurrency > 1 && len(p.limits) == 0
+// batchesInOne is how many batches a tenant-capped pool claims in one: two
+// while claims come back full, 1 + claimsAhead while it is also bound by
+// its claims (noteClaim), else one. Its claims go round the tenants from
+// the cursor the last one returned, so two cannot be in flight at once
+// (the second would visit the first's tenants again); one claim of k
+// batches visits k times the tenants and divides the round trips by k,
+// where an uncapped pool keeps claims ahead in flight instead. 20,000
+// tenants × 5 jobs, cap 5: two batches drained 18-39 % faster than one in
+// three pairs, three 0-35 % faster than two in seven (median +18 %;
+// docs/performance-log.md, issue 40). In hand: k - 1 batches more, as
+// with claims ahead. A pool of one executor only holds more jobs waiting.
+func (p *pool) batchesInOne(s *producing) int {
+	switch {
+	case !s.full || p.cfg.TenantCap == 0 || p.cfg.Concurrency < 2 || len(p.limits) > 0:
+		return 1
+	case s.claimBound:
+		return 1 + claimsAhead
+	default:
+		return 2
+	}
 }
 
 // claimNext claims n jobs and hands them to the executors; it reports
@@ -490,8 +500,8 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 // handlers) gain nothing from claims ahead, and their batches would only
 // wait in this process, away from the others. Pools with limits or a
 // tenant cap have one claim in flight at a time: their claims decide
-// shares from what the last one took (a tenant-capped pool claims two
-// batches in one instead, doubleDue). So does a pool of one executor: two
+// shares from what the last one took (a tenant-capped pool claims two or
+// three batches in one instead, batchesInOne). So does a pool of one executor: two
 // claims in flight may end in either order, and one executor runs its jobs
 // one after the other in the order the claims took them.
 func (p *pool) aheadDue(s *producing) bool {

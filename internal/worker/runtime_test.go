@@ -777,20 +777,33 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		p.noteClaim(s, tc.claim)
 		require.Equal(t, tc.want, s.claimBound, "%+v", tc)
 	}
-	// When a capped pool claims two batches in one, by the pool alone.
+	// How many batches a capped pool claims in one, by the pool alone.
 	for _, tc := range []struct {
 		concurrency, tenantCap int
-		full, want             bool
+		full, bound            bool
+		want                   int
 	}{
-		{concurrency: 4, tenantCap: 1, full: true, want: true},
-		{concurrency: 4, tenantCap: 1, full: false, want: false},
-		{concurrency: 4, tenantCap: 0, full: true, want: false}, // uncapped: claims ahead instead
-		{concurrency: 1, tenantCap: 1, full: true, want: false},
+		{concurrency: 4, tenantCap: 1, full: true, want: 2},
+		{concurrency: 4, tenantCap: 1, full: true, bound: true, want: 1 + claimsAhead}, // bound by its claims
+		{concurrency: 4, tenantCap: 1, full: false, want: 1},
+		{concurrency: 4, tenantCap: 1, full: false, bound: true, want: 1}, // no backlog
+		{concurrency: 4, tenantCap: 0, full: true, bound: true, want: 1},  // uncapped: claims ahead instead
+		{concurrency: 1, tenantCap: 1, full: true, bound: true, want: 1},
 	} {
 		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
 		p.cfg.TenantCap = tc.tenantCap
-		require.Equal(t, tc.want, p.doubleDue(&producing{full: tc.full}), "%+v", tc)
+		require.Equal(t, tc.want, p.batchesInOne(&producing{full: tc.full, claimBound: tc.bound}), "%+v", tc)
 	}
+	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
+	p.cfg.TenantCap, p.limits = 1, []string{"l"}
+	require.Equal(t, 1, p.batchesInOne(&producing{full: true, claimBound: true}), "limits cover the pool: one batch, in order")
+	// In hand at most Concurrency + (1 + claimsAhead) × BatchSize, what
+	// the jobs channel holds: a claim of three batches fits beside nothing.
+	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
+	p.cfg.TenantCap = 1
+	ps := &producing{limit: 4 + 2, threshold: 1, more: true, full: true, claimBound: true}
+	require.Equal(t, 3*2, p.claimSize(ps))
+	require.Equal(t, cap(p.jobs), ps.limit+2*2)
 }
 
 // A waiter that starts listening tells the worker processes at once
