@@ -52,7 +52,7 @@ func TestFencedWritePlansUsePrimaryKey(t *testing.T) {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 				_, err := conn.Exec(ctx, "SET plan_cache_mode = "+mode)
 				require.NoError(t, err)
-				plan := explainLines(t, conn, "EXPLAIN "+w.SQL, w.Args...)
+				plan := dbtest.Explain(t, conn, "EXPLAIN "+w.SQL, w.Args...)
 				require.Regexp(t, primaryKey, plan, "%s, statistics %s, %s:\n%s", w.Name, stats, mode, plan)
 				require.NotRegexp(t, other, plan, "%s, statistics %s, %s:\n%s", w.Name, stats, mode, plan)
 				if os.Getenv("SKIPLOCK_SHOW_PLANS") != "" {
@@ -133,7 +133,7 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 		defer func() { _, err := conn.Exec(ctx, "ROLLBACK"); require.NoError(t, err) }()
 		_, err = conn.Exec(ctx, st.SQL(statements[i].settings))
 		require.NoError(t, err)
-		return explainLines(t, conn, fmt.Sprintf("EXPLAIN EXECUTE s%d(%s)", i, statements[i].args))
+		return dbtest.Explain(t, conn, fmt.Sprintf("EXPLAIN EXECUTE s%d(%s)", i, statements[i].args))
 	}
 	for i, c := range statements {
 		_, err = conn.Conn().Prepare(ctx, fmt.Sprintf("s%d", i), st.SQL(c.name))

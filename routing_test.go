@@ -731,7 +731,7 @@ func TestClaimPlansUsePartialIndex(t *testing.T) {
 			for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 				_, err = conn.Exec(ctx, "SET plan_cache_mode = "+mode)
 				require.NoError(t, err)
-				plan := explainLines(t, conn, "EXPLAIN EXECUTE claim_plan("+strings.Join(lits, ", ")+")")
+				plan := dbtest.Explain(t, conn, "EXPLAIN EXECUTE claim_plan("+strings.Join(lits, ", ")+")")
 				for _, idx := range want {
 					require.Contains(t, plan, idx, "%s, %s, %s:\n%s", stmt, p.name, mode, plan)
 				}
@@ -767,20 +767,4 @@ func sqlLiteral(a any) string {
 	default:
 		return fmt.Sprint(v)
 	}
-}
-
-func explainLines(t *testing.T, conn *pgxpool.Conn, sql string, args ...any) string {
-	t.Helper()
-	rows, err := conn.Query(context.Background(), sql, args...)
-	require.NoError(t, err)
-	defer rows.Close()
-	var b strings.Builder
-	for rows.Next() {
-		var line string
-		require.NoError(t, rows.Scan(&line))
-		b.WriteString(line)
-		b.WriteByte('\n')
-	}
-	require.NoError(t, rows.Err())
-	return dbtest.PlanText(b.String())
 }

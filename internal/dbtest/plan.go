@@ -1,6 +1,13 @@
 package dbtest
 
-import "regexp"
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // The jobs table is partitioned (migration 016): a plan scans jobs_g0 ..
 // jobs_g2 and jobs_keyed by their own indexes (jobs_pkey_g0,
@@ -16,4 +23,25 @@ var (
 // the plan tests hold every partition to the rule they hold the table to.
 func PlanText(plan string) string {
 	return partitionAlias.ReplaceAllString(partitionIndex.ReplaceAllString(plan, "$1"), "on jobs $1")
+}
+
+// Querier is what Explain runs its statement on: a pool, a connection or a
+// transaction (whose settings the plan is then made under).
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// Explain runs an EXPLAIN statement on q and returns its text, one line per
+// row, through PlanText.
+func Explain(t testing.TB, q Querier, explain string, args ...any) string {
+	t.Helper()
+	rows, err := q.Query(context.Background(), explain, args...)
+	if err != nil {
+		t.Fatalf("dbtest: %s: %v", explain, err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("dbtest: %s: %v", explain, err)
+	}
+	return PlanText(strings.Join(lines, "\n"))
 }

@@ -3,10 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/stretchr/testify/require"
 
@@ -127,18 +124,9 @@ func TestJobsFinishedPlanOnce(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.Exec(ctx, st.SQL("jobs_finished_settings"), 1) // its settings hold to the transaction's end
 	require.NoError(t, err)
-	plan := explainText(t, tx, "EXPLAIN EXECUTE finished_plan('{1}')")
+	plan := dbtest.Explain(t, tx, "EXPLAIN EXECUTE finished_plan('{1}')")
 	require.NotRegexp(t, `Seq Scan on jobs_done`, plan)
 	require.Regexp(t, `Bitmap Index Scan on jobs_done_\w+`, plan, "the history read through its BRIN index")
-}
-
-func explainText(t *testing.T, conn pgx.Tx, q string) string {
-	t.Helper()
-	rows, err := conn.Query(context.Background(), q)
-	require.NoError(t, err)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	return strings.Join(lines, "\n")
 }
 
 func states(fs []store.Finished) []string {
