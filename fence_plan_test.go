@@ -106,6 +106,7 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 		{"claim_settings", "claim_capped", base + `, 5, '{NULL}'::text[]`},
 		{"claim_settings", "claim_capped_after", base + `, 5, '{NULL}'::text[], '{q,q}'::text[], '{t1,""}'::text[], '{0,0}'::int[], ARRAY[now(), now()], '{1,2}'::bigint[]`},
 		{"claim_settings", "claim_limited", base + `, '{none}'::text[]`},
+		{"claim_settings", "claim_enqueued", `'q', NULL, 1, 'w', 30000000`},
 		{"write_settings", "heartbeat", leases + `, 30000000, 'w'`},
 		{"write_settings", "complete_delete", leases + `, 'w'`},
 		{"write_settings", "complete_archive", leases + `, 'w', true`},

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -350,6 +351,36 @@ func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker str
 	// back after: see fencedRowInTx.
 	var id int64
 	return s.fencedRowInTx(ctx, db, q, []any{l.ID, l.Token, worker}, &id)
+}
+
+// EnqueueClaimed is Enqueue followed, in the same round trip and
+// transaction, by claim_enqueued: the job it inserted, claimed for worker
+// (its kinds filter and lease as a claim of theirs would have them) and
+// returned, running, when the claim's conditions hold; claimed is nil when
+// they do not (the job stays ready for any claimer). For a plain job only
+// (no unique key or mode, no entity): those may insert nothing, and
+// claim_enqueued finds the job by the session's last jobs_id_seq value.
+func (s *Store) EnqueueClaimed(ctx context.Context, db DBTX, a EnqueueArgs, kinds []string, worker string,
+	lease time.Duration) (id int64, inserted bool, claimed *ClaimedJob, err error) {
+	if a.Keyed() || a.Entity != nil {
+		return 0, false, nil, errors.New("skiplock: EnqueueClaimed: a job with a unique key, mode or entity")
+	}
+	var k any
+	if kinds != nil {
+		k = kinds
+	}
+	var res ClaimResult
+	batch := &pgx.Batch{}
+	batch.Queue(s.SQL("enqueue"), a.Args()...).QueryRow(func(row pgx.Row) error { return row.Scan(&id, &inserted) })
+	batch.Queue(s.SQL("claim_settings"))
+	batch.Queue(s.SQL("claim_enqueued"), a.Queue, k, 1, worker, Micros(lease)).Query(res.scan(1))
+	if err := db.SendBatch(ctx, batch).Close(); err != nil {
+		return 0, false, nil, err
+	}
+	if len(res.Jobs) == 1 { // the job inserted: claim_enqueued's id is the sequence's value
+		claimed = &res.Jobs[0]
+	}
+	return id, inserted, claimed, nil
 }
 
 // Args returns the positional arguments of the "enqueue" statement.

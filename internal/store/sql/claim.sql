@@ -140,6 +140,31 @@ WITH picked AS (
 {{claim_pick}}
 {{claim_update}};
 
+-- name: claim_enqueued
+-- The hand-off (Store.EnqueueClaimed): the job the enqueue before it in the
+-- same pipeline inserted (this session's last value of jobs_id_seq, created
+-- in this transaction), claimed for the idle worker pool of the process that
+-- enqueued it, as the plain claim would: the same claimable condition, pick
+-- and update, so it is found only if it is due, of the pool's kinds, of no
+-- entity with a job running and of a queue not paused. Invisible to every
+-- other claimer until the commit, it needs no SKIP LOCKED; the pool gets it
+-- without a claim's round trip of its own. currval in a scalar subquery is
+-- evaluated once and probes the primary key of each generation.
+--   $1 queue text   $2 kinds text[] (NULL = any)   $3 batch (1)
+--   $4 worker id    $5 lease (microseconds)
+WITH picked AS (
+    SELECT j.id, j.priority, j.run_at, j.entity
+    FROM (SELECT $1::text AS name) AS q
+    JOIN {{schema}}.jobs AS j ON j.queue = q.name
+    WHERE j.id = (SELECT currval('{{schema}}.jobs_id_seq'::regclass))
+      AND j.created_at = now()
+      AND {{claimable}}
+      AND NOT {{queue_paused}}
+    FOR NO KEY UPDATE OF j
+),
+{{claim_pick}}
+{{claim_update}};
+
 -- name: claim_settings
 -- First in every claim's pipeline (one implicit transaction): the planner
 -- settings of the claim that follows. Also first before the reaper's and
