@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,6 +31,9 @@ type Client struct {
 	handlers map[string]*handlerEntry
 	fallback *handlerEntry
 	runner   *worker.Runner
+	// started is runner once Start has made it, for Enqueue's hand-off
+	// (enqueue.go) without taking mu.
+	started  atomic.Pointer[worker.Runner]
 	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard, priority aging
 
 	runHook worker.RunHook // called around each handler run: the workflow engine (workflow.go)
@@ -177,6 +181,7 @@ func (c *Client) start(ctx context.Context, extra ...service.Service) error {
 		return fmt.Errorf("skiplock: Start: %w", err)
 	}
 	c.runner, c.services = runner, services
+	c.started.Store(runner)
 	return nil
 }
 
@@ -248,6 +253,10 @@ type Stats struct {
 	// written by this process). Failed counts every failed attempt, retried
 	// or dead-lettered.
 	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
+	// HandedOff counts, of Claimed, the jobs this client's Enqueue claimed
+	// in its own transaction for one of its idle worker pools, which ran
+	// them without a claim of their own (see Client.Enqueue).
+	HandedOff int64
 	// Running is the number of handlers running now.
 	Running int
 	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.

@@ -60,6 +60,10 @@ type pool struct {
 	limitsTight bool                             // they had no room for a batch at the last look (store.ClaimResult.Tight)
 	heldBack    bool                             // the last claim was limited and short: completions wake claimers
 	capAside    bool                             // logged that limits set the tenant cap aside
+
+	// offers: the executors this pool, idle, holds open to jobs its own
+	// process enqueues (handoff.go).
+	offers offers
 }
 
 // limitsRefresh is how soon a limit set or removed anywhere is obeyed.
@@ -201,9 +205,11 @@ func (p *pool) countFinished(s *producing) {
 
 // claimSize is how many jobs to claim now (0: none): while more work is
 // probably waiting, enough slots are free and the pool is not stopping.
-// The batch of each claim ahead in flight is in hand on top of the limit.
+// The batch of each claim ahead in flight is in hand on top of the limit;
+// the slots reserved by offers (handoff.go) are in hand already.
 func (p *pool) claimSize(s *producing) int {
-	free, most := s.limit-s.inflight+p.aheadOut*p.cfg.BatchSize, p.cfg.BatchSize
+	reserved := p.offers.count(s)
+	free, most := s.limit-s.inflight-reserved+p.aheadOut*p.cfg.BatchSize, p.cfg.BatchSize
 	if k := p.batchesInOne(s); k > 1 {
 		free, most = free+(k-1)*p.cfg.BatchSize, k*p.cfg.BatchSize
 	}
@@ -290,9 +296,11 @@ func (p *pool) claimOn(s *producing, got claimResult, n int) bool {
 
 // await waits for what makes the producer look again: a finished job, a
 // claim from the front that ended, a wake-up or the poll timer (each starts
-// a new round of claims), or the stop, after which it hands back what the
-// pool holds and reports false.
+// a new round of claims), or the stop, after which it hands back what the pool holds and reports
+// false. While it waits idle, its free executors are open to offers.
 func (p *pool) await(s *producing) bool {
+	p.openIdle(s)
+	defer p.offers.closeAll()
 	select {
 	case <-p.stopCh:
 		p.handBack(s)
@@ -318,6 +326,7 @@ func (p *pool) await(s *producing) bool {
 // finish, holding it from every other process meanwhile), and waits for the
 // executors to finish what they hold.
 func (p *pool) handBack(s *producing) {
+	p.stopOffers(s)                    // delivered jobs are in hand, handed back below if not started
 	for p.frontOut || p.aheadOut > 0 { // their jobs are handed back below
 		s.inflight -= p.frontEnded(s, <-p.front)
 	}

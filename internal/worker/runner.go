@@ -197,7 +197,10 @@ type tracked struct {
 // skiplock.Stats (Client.Stats).
 type Stats struct {
 	Claimed, Completed, Failed, DeadLettered, LeaseLost int64
-	Running                                             int
+	// HandedOff counts, of Claimed, the jobs this process's enqueues
+	// claimed for its idle pools (handoff.go).
+	HandedOff int64
+	Running   int
 	// ClaimP50 and ClaimP99 are over the last 1,024 claim statements.
 	ClaimP50, ClaimP99 time.Duration
 	ListenerUp         bool
@@ -244,6 +247,7 @@ type Runner struct {
 	stopped             chan struct{}
 
 	claimed, completed, failed, dead, leaseLost atomic.Int64
+	handedOff                                   atomic.Int64 // of claimed: jobs this process's enqueues claimed for its idle pools (handoff.go)
 	reaps                                       atomic.Int64 // reaper turns taken
 	listenerUp                                  atomic.Bool
 	pollOnly                                    atomic.Bool
@@ -422,7 +426,7 @@ func (r *Runner) Stats() Stats {
 	counts, claims, sum := r.claimLat.histogram()
 	return Stats{
 		Claimed: r.claimed.Load(), Completed: r.completed.Load(), Failed: r.failed.Load(),
-		DeadLettered: r.dead.Load(), LeaseLost: r.leaseLost.Load(), Running: running,
+		DeadLettered: r.dead.Load(), LeaseLost: r.leaseLost.Load(), HandedOff: r.handedOff.Load(), Running: running,
 		ClaimP50: p50, ClaimP99: p99, ListenerUp: r.listenerUp.Load(),
 		Claims: claims, ClaimCounts: counts, ClaimSum: sum, Reaps: r.reaps.Load(),
 		ProgressRows: r.progressRows.Load(),

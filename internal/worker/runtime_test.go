@@ -161,6 +161,20 @@ func (f *fakeData) nextWrite(t *testing.T) store.Outcomes {
 	return recv(t, f.writes, "the completer wrote nothing")
 }
 
+// nextDone waits for the completer's writes until n completions are
+// written, and returns their ids, sorted.
+func (f *fakeData) nextDone(t *testing.T, n int) []int64 {
+	t.Helper()
+	var done []int64
+	for len(done) < n {
+		for _, l := range f.nextWrite(t).Done {
+			done = append(done, l.ID)
+		}
+	}
+	slices.Sort(done)
+	return done
+}
+
 func jobs(ids ...int64) []store.ClaimedJob {
 	out := make([]store.ClaimedJob, len(ids))
 	for i, id := range ids {
@@ -249,14 +263,7 @@ func TestProduceClaimsWhatIsFreeAndWritesOutcomes(t *testing.T) {
 
 	close(g.release[2])
 	close(g.release[3])
-	var done []int64
-	for len(done) < 2 {
-		for _, l := range f.nextWrite(t).Done {
-			done = append(done, l.ID)
-		}
-	}
-	slices.Sort(done)
-	require.Equal(t, []int64{2, 3}, done)
+	require.Equal(t, []int64{2, 3}, f.nextDone(t, 2))
 	require.NoError(t, r.Stop(context.Background()))
 	s := r.Stats()
 	require.EqualValues(t, 3, s.Claimed)
@@ -434,14 +441,7 @@ func TestFrontClaimRunsBesideClaimsAfterTheBound(t *testing.T) {
 	require.Equal(t, int64(2), g.waitStarted(t), "the front claim's job runs once it ends")
 	close(g.release[1])
 	close(g.release[2])
-	var done []int64
-	for len(done) < 2 {
-		for _, l := range f.nextWrite(t).Done {
-			done = append(done, l.ID)
-		}
-	}
-	slices.Sort(done)
-	require.Equal(t, []int64{1, 2}, done)
+	require.Equal(t, []int64{1, 2}, f.nextDone(t, 2))
 	require.NoError(t, r.Stop(context.Background()))
 	require.EqualValues(t, 2, r.Stats().Claimed)
 }

@@ -1,0 +1,127 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// offerSoon takes an offer for a job of queue "q" and kind "k" once the
+// producer waits idle (it parks a moment after its claim is answered).
+func offerSoon(t *testing.T, r *Runner) *Offer {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if o := r.Offer("q", "k", false); o != nil {
+			return o
+		}
+	}
+	t.Fatal("no offer: the pool never waited idle")
+	return nil
+}
+
+// An idle pool offers its free executors, one offer each, to jobs of its
+// queues and kinds; a delivered job runs at once and is written like a
+// claimed one; a released offer frees its executor again.
+func TestIdlePoolOffersItsFreeExecutors(t *testing.T) {
+	f := newFakeData()
+	g := newGate(10, 11)
+	r := newFake(f, g, 2, 4)
+	require.Nil(t, r.Offer("q", "k", false), "not started")
+	require.NoError(t, r.Start(context.Background()))
+
+	c := f.nextClaim(t)
+	require.Nil(t, r.Offer("q", "k", false), "claiming, not idle")
+	c.give(nil) // short: the queue is empty
+	f.nextClaim(t).give(nil)
+
+	o1, o2 := offerSoon(t, r), offerSoon(t, r)
+	require.Nil(t, r.Offer("q", "k", false), "two executors, both reserved")
+	require.Nil(t, r.Offer("other", "k", false), "not a queue of the pool")
+	require.Equal(t, "w", o1.WorkerID())
+	require.Equal(t, time.Minute, o1.Lease())
+	require.Nil(t, o1.Kinds())
+
+	o1.Deliver(jobs(10)[0])
+	require.EqualValues(t, 10, g.waitStarted(t), "the delivered job runs without a claim")
+	o2.Release()
+	o2.Release() // answered once: the second does nothing
+	o3 := offerSoon(t, r)
+	require.Nil(t, r.Offer("q", "k", false), "one executor runs job 10, the other is reserved")
+	o3.Deliver(jobs(11)[0])
+	require.EqualValues(t, 11, g.waitStarted(t))
+	f.noClaim(t)
+
+	close(g.release[10])
+	close(g.release[11])
+	require.Equal(t, []int64{10, 11}, f.nextDone(t, 2))
+	require.NoError(t, r.Stop(context.Background()))
+	s := r.Stats()
+	require.EqualValues(t, 2, s.Claimed)
+	require.EqualValues(t, 2, s.HandedOff)
+	require.EqualValues(t, 2, s.Completed)
+	require.Nil(t, r.Offer("q", "k", false), "stopped")
+}
+
+// A tenant-capped pool is offered only jobs without a tenant, a pool with a
+// kinds filter only its kinds, and a pool covered by a limit nothing.
+func TestOffersFollowWhatThePoolWouldClaim(t *testing.T) {
+	f := newFakeData()
+	g := newGate()
+	r := New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
+		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Kinds: []string{"k"}, Concurrency: 2, BatchSize: 2, TenantCap: 1}}})
+	require.NoError(t, r.Start(context.Background()))
+	f.nextClaim(t).give(nil)
+	f.nextClaim(t).give(nil)
+	o := offerSoon(t, r)
+	o.Release()
+	require.Nil(t, r.Offer("q", "other", false), "a kind the pool does not claim")
+	require.Nil(t, r.Offer("q", "k", true), "a tenant's job: the cap is counted by claims")
+	require.NoError(t, r.Stop(context.Background()))
+
+	f = newFakeData()
+	f.limits = []store.CoveringLimit{{Name: "l"}}
+	r = startFake(t, f, g, 2, 2)
+	f.nextClaim(t).give(nil)
+	f.nextClaim(t).give(nil)
+	time.Sleep(20 * time.Millisecond) // the producer parks
+	require.Nil(t, r.Offer("q", "k", false), "a limit covers the pool: its claims count it")
+	require.NoError(t, r.Stop(context.Background()))
+}
+
+// Stop waits for an offer taken before it to be answered, and a job
+// delivered once the pool is stopping is handed back to ready (attempt
+// refunded), never run.
+func TestStopHandsBackAJobDeliveredLate(t *testing.T) {
+	f := newFakeData()
+	g := newGate(20)
+	r := startFake(t, f, g, 1, 1)
+	f.nextClaim(t).give(nil)
+	f.nextClaim(t).give(nil)
+	o := offerSoon(t, r)
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) with an offer unanswered", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	o.Deliver(jobs(20)[0])
+	w := f.nextWrite(t)
+	require.Empty(t, w.Done)
+	require.Equal(t, []store.Reschedule{{Lease: store.Lease{ID: 20, Token: 20}, Refund: true}}, w.Resched,
+		"handed back, attempt refunded")
+	require.NoError(t, <-stopped)
+	select {
+	case id := <-g.started:
+		t.Fatalf("job %d ran after the stop", id)
+	default:
+	}
+}
