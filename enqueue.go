@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/worker"
 )
 
 // DefaultQueue is the queue a job goes to when EnqueueParams.Queue is empty.
@@ -248,6 +249,16 @@ func marshalPayload(v any) ([]byte, error) {
 }
 
 // Enqueue inserts one job using the client's pool, in one round trip.
+//
+// When this client is started and one of its worker pools would claim the
+// job and waits idle (its last claim found nothing; no limit covers it; a
+// tenant-capped pool only for a job without a tenant), the same round trip
+// and transaction also claim the job for that pool, as its next claim
+// would, and the pool runs it at once: it starts without a claim's round
+// trip after the commit (Stats.HandedOff counts these). Only a plain job
+// due now is handed off: one with a UniqueKey, a mode or uniqueness option,
+// an Entity or a later run time is enqueued for any claimer. A paused
+// queue's job, or one whose kind the pool does not handle, stays ready.
 func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
 	return c.EnqueueTx(ctx, c.pool, p)
 }
@@ -276,10 +287,45 @@ func (c *Client) enqueueTx(ctx context.Context, tx Tx, p EnqueueParams) (Enqueue
 	if err != nil {
 		return EnqueueResult{}, err
 	}
+	if o := c.offer(tx, a); o != nil {
+		return c.enqueueHandedOff(ctx, o, a)
+	}
 	var r EnqueueResult
 	if r.ID, r.Inserted, err = c.store.Enqueue(ctx, tx, a); err != nil {
 		return r, enqueueError(err)
 	}
+	return r, nil
+}
+
+// offer reserves an executor of one of this client's idle pools for the
+// job a (worker.Runner.Offer) when it can be handed off (see Enqueue): it
+// is enqueued on the client's own pool, so its commit is this call's; it
+// is plain (store.EnqueueClaimed); and it is due now.
+func (c *Client) offer(tx Tx, a store.EnqueueArgs) *worker.Offer {
+	r := c.started.Load()
+	if r == nil || tx != Tx(c.pool) || a.Keyed() || a.Entity != nil || a.Delay > 0 ||
+		a.RunAt != nil && a.RunAt.After(time.Now()) {
+		return nil
+	}
+	return r.Offer(a.Queue, a.Kind, a.Tenant != nil)
+}
+
+// enqueueHandedOff enqueues a and claims it for the pool that offered o,
+// in one round trip and transaction, and gives the pool the job; when the
+// claim found it not claimable (a paused queue, say), the job stays ready
+// and the offer is released. An error means neither happened.
+func (c *Client) enqueueHandedOff(ctx context.Context, o *worker.Offer, a store.EnqueueArgs) (EnqueueResult, error) {
+	var r EnqueueResult
+	id, inserted, j, err := c.store.EnqueueClaimed(ctx, c.pool, a, o.Kinds(), o.WorkerID(), o.Lease())
+	if err != nil || j == nil {
+		o.Release()
+		if err != nil {
+			return r, enqueueError(err)
+		}
+	} else {
+		o.Deliver(*j)
+	}
+	r.ID, r.Inserted = id, inserted
 	return r, nil
 }
 

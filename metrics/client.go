@@ -11,6 +11,7 @@ import (
 // database query):
 //
 //	skiplock_process_jobs_claimed_total        jobs this process claimed
+//	skiplock_process_jobs_handed_off_total     of those, jobs its own Enqueue claimed for its idle pools
 //	skiplock_process_jobs_completed_total      jobs it completed
 //	skiplock_process_jobs_failed_total         failed attempts (retried or dead-lettered)
 //	skiplock_process_jobs_dead_lettered_total  jobs it moved to the dead-letter table (handlers and its reaper)
@@ -33,6 +34,7 @@ func NewClientCollector(c *skiplock.Client) prometheus.Collector {
 	}
 	return &clientCollector{c: c,
 		claimed:   d("process_jobs_claimed_total", "Jobs claimed by this process."),
+		handedOff: d("process_jobs_handed_off_total", "Of the jobs claimed by this process, those its own Enqueue claimed for one of its idle worker pools (no claim of the pool's)."),
 		completed: d("process_jobs_completed_total", "Jobs completed by this process."),
 		failed:    d("process_jobs_failed_total", "Failed attempts in this process (retried or dead-lettered)."),
 		dead:      d("process_jobs_dead_lettered_total", "Jobs this process moved to the dead-letter table (a handler's final failure, or its reaper)."),
@@ -48,14 +50,15 @@ func NewClientCollector(c *skiplock.Client) prometheus.Collector {
 }
 
 type clientCollector struct {
-	c                                                    *skiplock.Client
-	claimed, completed, failed, dead, leaseLost, running *prometheus.Desc
-	listener, claimDur, reaps, runs, runDur              *prometheus.Desc
+	c                                                      *skiplock.Client
+	claimed, handedOff, completed, failed, dead, leaseLost *prometheus.Desc
+	running                                                *prometheus.Desc
+	listener, claimDur, reaps, runs, runDur                *prometheus.Desc
 }
 
 // Describe sends the collector's metric descriptions.
 func (cc *clientCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{cc.claimed, cc.completed, cc.failed, cc.dead, cc.leaseLost,
+	for _, d := range []*prometheus.Desc{cc.claimed, cc.handedOff, cc.completed, cc.failed, cc.dead, cc.leaseLost,
 		cc.running, cc.listener, cc.claimDur, cc.reaps, cc.runs, cc.runDur} {
 		ch <- d
 	}
@@ -68,6 +71,7 @@ func (cc *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
 	}
 	counter(cc.claimed, s.Claimed)
+	counter(cc.handedOff, s.HandedOff)
 	counter(cc.completed, s.Completed)
 	counter(cc.failed, s.Failed)
 	counter(cc.dead, s.DeadLettered)
