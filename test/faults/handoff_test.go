@@ -1,0 +1,66 @@
+package faults
+
+import (
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestKill9AfterHandOff kills, with SIGKILL, a worker that enqueues its own
+// jobs (Client.Enqueue while its pool waits idle claims each for the pool
+// in the enqueue's transaction: the hand-off) while handed-off jobs run.
+// Those jobs are running, leased to the dead process, with no claim of
+// its own ever made; the survivor's reaper hands them back once their
+// leases expire and it runs them. Nothing may be lost, every write is
+// fenced, and every job completes.
+func TestKill9AfterHandOff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	h := e.worker("h", "-archive", "-self", "12", "-self-sleep", "600", "-self-gap", "40ms")
+	enqueued := regexp.MustCompile(`faultworker: enqueued (\d+) self (\d+) handed (\d+)`)
+	handed := func() int {
+		m := enqueued.FindAllStringSubmatch(h.logText(), -1)
+		if len(m) == 0 {
+			return 0
+		}
+		n, _ := strconv.Atoi(m[len(m)-1][3])
+		return n
+	}
+	waitFor(t, 15*time.Second, "jobs handed off and running", func() bool {
+		return handed() >= 2 && e.inFlight(h.app) > 0
+	})
+	h.kill9(t)
+
+	// The jobs the dead worker committed, with their payloads, for the
+	// checker (each one's marker is rebuilt from its index).
+	var ids []int64
+	for _, m := range enqueued.FindAllStringSubmatch(h.logText(), -1) {
+		id, _ := strconv.ParseInt(m[1], 10, 64)
+		i, _ := strconv.Atoi(m[2])
+		raw, err := json.Marshal(job{Sleep: []int{600}, Marker: plainMarker + "self-" + h.app + "-" + strconv.Itoa(i)})
+		require.NoError(t, err)
+		e.mu.Lock()
+		e.enqueued[id] = enqueuedPayload{json: raw}
+		e.mu.Unlock()
+		ids = append(ids, id)
+	}
+	require.GreaterOrEqual(t, handed(), 2)
+	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL")
+	require.Positive(t, cut, "no handed-off run was cut by the kill")
+
+	b := e.worker("b", "-archive")
+	e.waitDrained(60 * time.Second)
+	b.signal(syscall.SIGTERM)
+	require.True(t, b.wait(15*time.Second), "b did not drain")
+	require.NoError(t, b.err)
+
+	r := checkInvariants(t, e, checkOpts{committed: ids, archive: true})
+	require.Equal(t, len(ids), r.Completed)
+	require.GreaterOrEqual(t, r.Reaped, 1, "the dead worker's leases were reaped")
+	require.GreaterOrEqual(t, r.Reruns, 1, "a cut run ran again")
+}
