@@ -21,12 +21,24 @@ type LatencyResult struct {
 	Queue   string `json:"queue"`
 	Samples int    `json:"samples"`
 	// Latency is from just before Enqueue is called to the first line of the
-	// handler: the enqueue's round trip and commit, NOTIFY delivery, the claim
-	// and the hand-off to an executor.
+	// handler, the job enqueued by the client whose pool runs it (a
+	// process that both enqueues and works): the enqueue claims the job
+	// for the idle pool in its own round trip and transaction (HandedOff
+	// of the samples; Client.Enqueue), and an executor starts it.
 	LatencyP50MS  float64 `json:"latency_p50_ms"`
 	LatencyP99MS  float64 `json:"latency_p99_ms"`
 	LatencyMaxMS  float64 `json:"latency_max_ms"`
 	LatencyMeanMS float64 `json:"latency_mean_ms"`
+	HandedOff     int     `json:"handed_off"`
+	// Remote is the same, the job enqueued by another client (no worker
+	// pools, as a web server's): its enqueue's round trip and commit,
+	// NOTIFY delivery, the pool's claim and the hand-off to an executor.
+	// RemoteEnqueue is that enqueue alone, a plain one.
+	RemoteP50MS        float64 `json:"remote_latency_p50_ms"`
+	RemoteP99MS        float64 `json:"remote_latency_p99_ms"`
+	RemoteMaxMS        float64 `json:"remote_latency_max_ms"`
+	RemoteEnqueueP50MS float64 `json:"remote_enqueue_p50_ms"`
+	RemoteEnqueueP99MS float64 `json:"remote_enqueue_p99_ms"`
 	// WakeUp is from the handler's return to the return of a Client.Wait
 	// for the job, called by another client (no worker pools, its own
 	// LISTEN connection, as a web server that waits for jobs its workers
@@ -35,7 +47,8 @@ type LatencyResult struct {
 	WakeUpP50MS float64 `json:"wake_up_p50_ms"`
 	WakeUpP99MS float64 `json:"wake_up_p99_ms"`
 	WakeUpMaxMS float64 `json:"wake_up_max_ms"`
-	// Enqueue is the Enqueue call alone (one round trip, commit included).
+	// Enqueue is the Enqueue call alone of Latency's samples (one round
+	// trip, commit included, the claim of those handed off with it).
 	EnqueueP50MS float64 `json:"enqueue_p50_ms"`
 	EnqueueP99MS float64 `json:"enqueue_p99_ms"`
 	// ListenerUp says whether the LISTEN connection was up (false: every
@@ -48,9 +61,10 @@ type LatencyResult struct {
 const latencyWarmup = 20
 
 // RunLatency enqueues o.Samples jobs one at a time into an idle queue of its
-// own and times each from enqueue to handler start; then as many again,
-// each timed from the handler's return to a waiting client's Wait
-// returning. The next job is enqueued only after the previous one's
+// own and times each from enqueue to handler start, enqueued by the client
+// whose pool runs them; then as many enqueued by another client; then as
+// many again, each timed from the handler's return to a waiting client's
+// Wait returning. The next job is enqueued only after the previous one's
 // completion is written (and its wait returned), and a millisecond later,
 // so every sample finds the queue and the worker idle.
 func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (LatencyResult, error) {
@@ -117,17 +131,29 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 		at  time.Time
 		err error
 	}
-	var lat, enq, wake measure.Hist
+	var lat, enq, remote, remoteEnq, wake measure.Hist
 	last := time.Now()
-	// Two passes of the same samples: enqueue → handler start with nothing
-	// else running, then the wake-up, whose Wait (its look-up, its
-	// connection) would otherwise run beside the pickup it times.
+	// Three passes of the same samples: enqueue → handler start with
+	// nothing else running, enqueued by the worker's client, then by the
+	// other; then the wake-up, whose Wait (its look-up, its connection)
+	// would otherwise run beside the pickup it times.
 	n := latencyWarmup + o.Samples
-	for i := 0; i < 2*n; i++ {
-		waiting, timed := i >= n, i%n >= latencyWarmup
+	var handedAt int64
+	for i := 0; i < 3*n; i++ {
+		fromOther, waiting, timed := i/n == 1, i >= 2*n, i%n >= latencyWarmup
+		if i == latencyWarmup {
+			handedAt = c.Stats().HandedOff
+		}
+		if i == n {
+			res.HandedOff = int(c.Stats().HandedOff - handedAt)
+		}
+		enqueuer := c
+		if fromOther {
+			enqueuer = waiter
+		}
 		woke := make(chan waited, 1)
 		toStart, call, err := measure.TimeStart(ctx, started, 30*time.Second, func(ctx context.Context) error {
-			r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Queue: queue, Kind: "bench_latency"})
+			r, err := enqueuer.Enqueue(ctx, skiplock.EnqueueParams{Queue: queue, Kind: "bench_latency"})
 			if err == nil && waiting {
 				go func() {
 					wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -156,6 +182,9 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 			if timed {
 				wake.Add(w.at.Sub(ret))
 			}
+		case timed && fromOther:
+			remote.Add(toStart)
+			remoteEnq.Add(call)
 		case timed:
 			lat.Add(toStart)
 			enq.Add(call)
@@ -169,14 +198,17 @@ func RunLatency(ctx context.Context, pool *pgxpool.Pool, o LatencyOptions) (Late
 		time.Sleep(time.Millisecond)
 		if time.Since(last) >= time.Second {
 			last = time.Now()
-			fmt.Fprintf(progress, "bench: latency %d/%d samples  p50 %.2f ms  p99 %.2f ms  wake-up %d/%d  p50 %.2f ms  p99 %.2f ms\n",
-				lat.Count(), o.Samples, lat.QuantileMS(0.5), lat.QuantileMS(0.99), wake.Count(), o.Samples, wake.QuantileMS(0.5), wake.QuantileMS(0.99))
+			fmt.Fprintf(progress, "bench: latency %d/%d samples  p50 %.2f ms  p99 %.2f ms  from another client %d/%d  p50 %.2f ms  p99 %.2f ms  wake-up %d/%d  p50 %.2f ms  p99 %.2f ms\n",
+				lat.Count(), o.Samples, lat.QuantileMS(0.5), lat.QuantileMS(0.99), remote.Count(), o.Samples, remote.QuantileMS(0.5), remote.QuantileMS(0.99),
+				wake.Count(), o.Samples, wake.QuantileMS(0.5), wake.QuantileMS(0.99))
 		}
 	}
 	res.ListenerUp = res.ListenerUp && c.Stats().ListenerUp
 	res.LatencyP50MS, res.LatencyP99MS = lat.QuantileMS(0.50), lat.QuantileMS(0.99)
 	res.LatencyMaxMS, res.LatencyMeanMS = lat.MaxMS(), lat.MeanMS()
 	res.EnqueueP50MS, res.EnqueueP99MS = enq.QuantileMS(0.50), enq.QuantileMS(0.99)
+	res.RemoteP50MS, res.RemoteP99MS, res.RemoteMaxMS = remote.QuantileMS(0.50), remote.QuantileMS(0.99), remote.MaxMS()
+	res.RemoteEnqueueP50MS, res.RemoteEnqueueP99MS = remoteEnq.QuantileMS(0.50), remoteEnq.QuantileMS(0.99)
 	res.WakeUpP50MS, res.WakeUpP99MS, res.WakeUpMaxMS = wake.QuantileMS(0.50), wake.QuantileMS(0.99), wake.MaxMS()
 	return res, nil
 }

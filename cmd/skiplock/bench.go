@@ -52,9 +52,11 @@ steps:N (N checkpointed no-op steps, skiplock.Step), steps:N:D (N steps sleeping
 sleep:MIN-MAX (uniform).
 
 --latency instead enqueues --samples jobs one at a time into an idle queue and times enqueue →
-handler start with the client's default settings (LISTEN/NOTIFY wake-up), then as many again, each
-timed from the handler's return to the return of a Wait for it by another client (as a web server
-waits for jobs its workers run). Behind a
+handler start with the client's default settings: enqueued by the client whose pool runs them (its
+Enqueue claims each for the idle pool in the same round trip), then as many enqueued by another
+client (LISTEN/NOTIFY wake-up, then the pool's claim), then as many again, each timed from the
+handler's return to the return of a Wait for it by another client (as a web server waits for jobs
+its workers run). Behind a
 transaction-mode pooler, --listen-url gives LISTEN a direct connection (without it the
 client polls and the figure is about the poll interval).
 
@@ -390,9 +392,13 @@ func printBench(w io.Writer, r bench.Result) {
 func printLatency(w io.Writer, r bench.LatencyResult) {
 	fmt.Fprintf(w, "skiplock bench --latency: %d samples, idle queue %s, default settings (listener up: %t)\n",
 		r.Samples, r.Queue, r.ListenerUp)
-	fmt.Fprintf(w, "  enqueue → handler start   p50 %.2f ms  p99 %.2f ms  max %.2f ms  mean %.2f ms\n",
+	fmt.Fprintf(w, "  enqueued by the worker's client (%d of %d handed off to its idle pool)\n", r.HandedOff, r.Samples)
+	fmt.Fprintf(w, "    enqueue → handler start p50 %.2f ms  p99 %.2f ms  max %.2f ms  mean %.2f ms\n",
 		r.LatencyP50MS, r.LatencyP99MS, r.LatencyMaxMS, r.LatencyMeanMS)
-	fmt.Fprintf(w, "  enqueue call alone        p50 %.2f ms  p99 %.2f ms\n", r.EnqueueP50MS, r.EnqueueP99MS)
+	fmt.Fprintf(w, "    enqueue call alone      p50 %.2f ms  p99 %.2f ms\n", r.EnqueueP50MS, r.EnqueueP99MS)
+	fmt.Fprintln(w, "  enqueued by another client (NOTIFY, then the pool's claim)")
+	fmt.Fprintf(w, "    enqueue → handler start p50 %.2f ms  p99 %.2f ms  max %.2f ms\n", r.RemoteP50MS, r.RemoteP99MS, r.RemoteMaxMS)
+	fmt.Fprintf(w, "    enqueue call alone      p50 %.2f ms  p99 %.2f ms\n", r.RemoteEnqueueP50MS, r.RemoteEnqueueP99MS)
 	fmt.Fprintf(w, "  handler return → Wait     p50 %.2f ms  p99 %.2f ms  max %.2f ms\n", r.WakeUpP50MS, r.WakeUpP99MS, r.WakeUpMaxMS)
 }
 
