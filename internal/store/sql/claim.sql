@@ -56,17 +56,26 @@ one_per_entity AS (
 )
 
 -- fragment: claim_update
--- What claim_pick chose becomes running: the attempt counted, the lease and
--- a fresh fencing token set. The RETURNING order is what store.scanClaimed
--- reads.
+-- What claim_pick chose becomes running.
 UPDATE {{schema}}.jobs AS j
+{{claim_set}}
+WHERE j.id = ANY (ARRAY(SELECT o.id FROM one_per_entity AS o))
+{{claim_returning}}
+
+-- fragment: claim_set
+-- How a job j becomes running, in every claim and the hand-off alike: the
+-- attempt counted, the lease and a fresh fencing token set ($4 the worker
+-- id, $5 the lease in microseconds).
 SET state            = 'running',
     attempts         = j.attempts + 1,
     locked_by        = $4,
     lease_token      = nextval('{{schema}}.lease_tokens'::regclass),
     lease_expires_at = now() + $5::bigint * interval '1 microsecond',
     attempted_at     = now()
-WHERE j.id = ANY (ARRAY(SELECT o.id FROM one_per_entity AS o))
+
+-- fragment: claim_returning
+-- What a claim returns of each job it made running, in the order
+-- store.scanClaimed reads.
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attempts,
           j.run_at, j.created_at, j.attempted_at, j.lease_token, j.tenant, j.entity, j.unique_key, j.metadata,
           j.task_id IS NOT NULL AS durable, j.sealed
@@ -144,26 +153,24 @@ WITH picked AS (
 -- The hand-off (Store.EnqueueClaimed): the job the enqueue before it in the
 -- same pipeline inserted (this session's last value of jobs_id_seq, created
 -- in this transaction), claimed for the idle worker pool of the process that
--- enqueued it, as the plain claim would: the same claimable condition, pick
--- and update, so it is found only if it is due, of the pool's kinds, of no
--- entity with a job running and of a queue not paused. Invisible to every
--- other claimer until the commit, it needs no SKIP LOCKED; the pool gets it
--- without a claim's round trip of its own. currval in a scalar subquery is
--- evaluated once and probes the primary key of each generation.
---   $1 queue text   $2 kinds text[] (NULL = any)   $3 batch (1)
+-- enqueued it, as the plain claim would claim it: the same claimable
+-- condition, set and returning, so it is found only if it is due, of the
+-- pool's kinds, of no entity with a job running and of a queue not paused.
+-- Invisible to every other claimer until the commit, it needs no pick, no
+-- lock before the update and no SKIP LOCKED; the pool gets it without a
+-- claim's round trip of its own. currval in a scalar subquery is evaluated
+-- once and probes the primary key of each generation.
+--   $1 queue text   $2 kinds text[] (NULL = any)   $3 unused (the batch: 1)
 --   $4 worker id    $5 lease (microseconds)
-WITH picked AS (
-    SELECT j.id, j.priority, j.run_at, j.entity
-    FROM (SELECT $1::text AS name) AS q
-    JOIN {{schema}}.jobs AS j ON j.queue = q.name
-    WHERE j.id = (SELECT currval('{{schema}}.jobs_id_seq'::regclass))
-      AND j.created_at = now()
-      AND {{claimable}}
-      AND NOT {{queue_paused}}
-    FOR NO KEY UPDATE OF j
-),
-{{claim_pick}}
-{{claim_update}};
+UPDATE {{schema}}.jobs AS j
+{{claim_set}}
+FROM (SELECT $1::text AS name, $3::integer AS batch) AS q
+WHERE j.id = (SELECT currval('{{schema}}.jobs_id_seq'::regclass))
+  AND j.created_at = now()
+  AND j.queue = q.name
+  AND {{claimable}}
+  AND NOT {{queue_paused}}
+{{claim_returning}};
 
 -- name: claim_settings
 -- First in every claim's pipeline (one implicit transaction): the planner
