@@ -67,7 +67,8 @@ func (o *Offer) Lease() time.Duration { return o.p.r.cfg.Lease }
 
 // Deliver gives the pool the job claimed for it: it is tracked (its lease
 // heartbeated) from now on and goes to the executor reserved for it, or,
-// if the pool stopped meanwhile, back to ready.
+// if the pool is stopping, back to ready; after a hard stop that did not
+// wait for the offer, to the reaper once its lease expires.
 func (o *Offer) Deliver(j Job) {
 	o.once.Do(func() {
 		p := o.p
@@ -76,8 +77,8 @@ func (o *Offer) Deliver(j Job) {
 		p.r.handedOff.Add(1)
 		p.offers.mu.Lock()
 		p.offers.reserved--
-		queued := false
-		if !p.offers.closed {
+		closed, queued := p.offers.closed, false
+		if !closed {
 			select {
 			case p.jobs <- job: // its executor was reserved: room by construction
 				p.offers.delivered++
@@ -86,7 +87,13 @@ func (o *Offer) Deliver(j Job) {
 			}
 		}
 		p.offers.mu.Unlock()
-		if !queued {
+		switch {
+		case closed:
+			// After a hard stop that did not wait for this offer, the
+			// runner may have stopped writing: no heartbeat keeps the
+			// lease, which expires, and a reaper hands the job back.
+			p.r.untrack([]*Job{job})
+		case !queued:
 			p.r.execute(job, true) // not run: released, its attempt refunded
 		}
 	})

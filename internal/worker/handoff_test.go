@@ -125,3 +125,28 @@ func TestStopHandsBackAJobDeliveredLate(t *testing.T) {
 	default:
 	}
 }
+
+// A hard stop does not wait for an offer's answer; a job delivered after it
+// is neither run nor written (the runner has stopped writing): untracked, its
+// lease left to expire for a reaper to hand it back.
+func TestJobDeliveredAfterAHardStopIsLeftToTheReaper(t *testing.T) {
+	f := newFakeData()
+	g := newGate()
+	r := startFake(t, f, g, 1, 1)
+	f.nextClaim(t).give(nil)
+	f.nextClaim(t).give(nil)
+	o := offerSoon(t, r)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no drain: the hard stop at once
+	require.NoError(t, r.Stop(ctx))
+	o.Deliver(jobs(30)[0])
+	require.Zero(t, r.Stats().Running, "not tracked: no heartbeat keeps its lease")
+	select {
+	case w := <-f.writes:
+		t.Fatalf("written after the stop: %+v", w)
+	case id := <-g.started:
+		t.Fatalf("job %d ran after the stop", id)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
