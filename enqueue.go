@@ -315,18 +315,15 @@ func (c *Client) offer(tx Tx, a store.EnqueueArgs) *worker.Offer {
 // claim found it not claimable (a paused queue, say), the job stays ready
 // and the offer is released. An error means neither happened.
 func (c *Client) enqueueHandedOff(ctx context.Context, o *worker.Offer, a store.EnqueueArgs) (EnqueueResult, error) {
-	var r EnqueueResult
+	defer o.Release() // whatever happens: after Deliver, a no-op (an offer is answered once)
 	id, inserted, j, err := c.store.EnqueueClaimed(ctx, c.pool, a, o.Kinds(), o.WorkerID(), o.Lease())
-	if err != nil || j == nil {
-		o.Release()
-		if err != nil {
-			return r, enqueueError(err)
-		}
-	} else {
+	if err != nil {
+		return EnqueueResult{}, enqueueError(err)
+	}
+	if j != nil {
 		o.Deliver(*j)
 	}
-	r.ID, r.Inserted = id, inserted
-	return r, nil
+	return EnqueueResult{ID: id, Inserted: inserted}, nil
 }
 
 // sqlArgs adapts pointer arguments for database/sql drivers, which want
