@@ -207,3 +207,36 @@ func TestReapThroughPgBouncer(t *testing.T) {
 	require.Equal(t, 7, total)
 	require.Equal(t, 7, countJobs(t, db.Pool, "state = 'ready'"))
 }
+
+// Through a transaction-mode pooler without a listen URL, the pools poll;
+// a job enqueued by the client whose pool waits idle is handed off all the
+// same (its enqueue and the claim of it are one pipeline, one transaction,
+// one server connection), so it does not wait for the poll.
+func TestHandOffThroughPgBouncer(t *testing.T) {
+	db := dbtest.New(t)
+	b := pgbouncertest.Start(t)
+	ctx := context.Background()
+	pool := pooled(t, b.URL(t, db.URL))
+	c := newClient(t, pool, skiplock.Config{Schema: db.Schema, PollInterval: time.Hour, Logger: quietLogger()})
+	ran := make(chan int64, 8)
+	require.NoError(t, skiplock.Handle(c, "k", func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error {
+		ran <- j.ID
+		return nil
+	}))
+	require.NoError(t, c.Start(ctx))
+	require.Eventually(t, func() bool { return c.Stats().Claims >= 1 }, 20*time.Second, 10*time.Millisecond,
+		"the pool's first claim (then it waits idle: no LISTEN, an hour's poll)")
+	for i := 0; i < 3; i++ {
+		time.Sleep(50 * time.Millisecond) // the pool parks after the first claim, and after each job
+		r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k"})
+		require.NoError(t, err)
+		select {
+		case id := <-ran:
+			require.Equal(t, r.ID, id)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("job %d did not run: not handed off, and the poll is an hour away", r.ID)
+		}
+	}
+	require.EqualValues(t, 3, c.Stats().HandedOff)
+	require.False(t, c.Stats().ListenerUp)
+}
