@@ -296,8 +296,9 @@ func (p *pool) claimOn(s *producing, got claimResult, n int) bool {
 
 // await waits for what makes the producer look again: a finished job, a
 // claim from the front that ended, a wake-up or the poll timer (each starts
-// a new round of claims), or the stop, after which it hands back what the pool holds and reports
-// false. While it waits idle, its free executors are open to offers.
+// a new round of claims), or the stop, after which it hands back what the
+// pool holds and reports false. While it waits idle, its free executors
+// are open to offers (handoff.go).
 func (p *pool) await(s *producing) bool {
 	p.openIdle(s)
 	defer p.offers.closeAll()
