@@ -139,15 +139,15 @@ func (o *offers) count(s *producing) (reserved int) {
 
 // openIdle opens the pool's free executors to offers while the producer
 // waits with nothing to claim (its last claim came back short) and no
-// limit covers it: those not running or holding a job, nor reserved.
-// closeAll closes them again.
+// limit covers it: those not running or holding a job. Offers already
+// taken hold some of them (take counts them); closeAll closes them again.
 func (p *pool) openIdle(s *producing) {
-	reserved := p.offers.count(s)
+	p.offers.count(s)
 	o := &p.offers
 	o.mu.Lock()
 	o.open = 0
 	if !s.more && len(p.limits) == 0 && !o.closed && !p.stopping() {
-		o.open = max(0, p.cfg.Concurrency-s.inflight-reserved)
+		o.open = max(0, p.cfg.Concurrency-s.inflight)
 	}
 	o.mu.Unlock()
 }
@@ -158,9 +158,9 @@ func (o *offers) closeAll() {
 	o.mu.Unlock()
 }
 
-// stop closes the offers for good once those taken are answered (a hard
-// stop ends the wait: a late delivery then goes back to ready itself) and
-// counts the jobs delivered.
+// stopOffers closes the offers for good once those taken are answered (a
+// hard stop ends the wait: a late delivery is then left to the reaper, see
+// Deliver) and counts the jobs delivered.
 func (p *pool) stopOffers(s *producing) {
 	p.offers.closeAll()
 	for p.offers.count(s) > 0 && p.r.hardCtx.Err() == nil {

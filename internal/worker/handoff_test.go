@@ -150,3 +150,31 @@ func TestJobDeliveredAfterAHardStopIsLeftToTheReaper(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 }
+
+// An offer taken before the producer woke and parked again still holds its
+// executor, and the other one is open: the producer's reopening counts the
+// free executors, and take counts the offers taken against them.
+func TestOffersSurviveTheProducerParkingAgain(t *testing.T) {
+	f := newFakeData()
+	g := newGate(40, 41)
+	r := startFake(t, f, g, 2, 2)
+	f.nextClaim(t).give(nil)
+	f.nextClaim(t).give(nil)
+	o1 := offerSoon(t, r)
+
+	r.pools[0].wake() // a NOTIFY: the producer claims, finds nothing, parks again
+	c := f.nextClaim(t)
+	require.Equal(t, 2, c.req.Batch, "three of four slots free; the claim is one batch")
+	c.give(nil)
+	o2 := offerSoon(t, r) // the second executor, open again
+	require.Nil(t, r.Offer("q", "k", false), "both reserved")
+	o1.Deliver(jobs(40)[0])
+	o2.Deliver(jobs(41)[0])
+	started := []int64{g.waitStarted(t), g.waitStarted(t)}
+	require.ElementsMatch(t, []int64{40, 41}, started)
+	close(g.release[40])
+	close(g.release[41])
+	require.Equal(t, []int64{40, 41}, f.nextDone(t, 2))
+	require.NoError(t, r.Stop(context.Background()))
+	require.EqualValues(t, 2, r.Stats().HandedOff)
+}
