@@ -96,6 +96,12 @@ type Config struct {
 	// PollInterval. Not needed behind a pooler: a started client notices
 	// one by itself (and then polls, saying so once at warn level).
 	PollOnly bool
+	// NoHandOff turns the hand-off off: Enqueue then never claims a job for
+	// one of this client's idle pools in its own transaction (see
+	// Client.Enqueue), and every job waits for a pool's claim, this
+	// process's or another's. For a fleet that wants each job to go to
+	// whichever process claims first, not to the one that enqueued it.
+	NoHandOff bool
 	// ListenURL, when set, is a connection string used only for the one
 	// LISTEN connection of a started client. Set it to a direct connection
 	// to PostgreSQL when the pool goes through a transaction-mode pooler

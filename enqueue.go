@@ -259,6 +259,7 @@ func marshalPayload(v any) ([]byte, error) {
 // due now is handed off: one with a UniqueKey, a mode or uniqueness option,
 // an Entity or a later run time is enqueued for any claimer. A paused
 // queue's job, or one whose kind the pool does not handle, stays ready.
+// Config.NoHandOff turns this off.
 func (c *Client) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
 	return c.EnqueueTx(ctx, c.pool, p)
 }
@@ -303,7 +304,7 @@ func (c *Client) enqueueTx(ctx context.Context, tx Tx, p EnqueueParams) (Enqueue
 // is plain (store.EnqueueClaimed); and it is due now.
 func (c *Client) offer(tx Tx, a store.EnqueueArgs) *worker.Offer {
 	r := c.started.Load()
-	if r == nil || tx != Tx(c.pool) || a.Keyed() || a.Entity != nil || a.Delay > 0 ||
+	if r == nil || c.cfg.NoHandOff || tx != Tx(c.pool) || a.Keyed() || a.Entity != nil || a.Delay > 0 ||
 		a.RunAt != nil && a.RunAt.After(time.Now()) {
 		return nil
 	}

@@ -166,3 +166,18 @@ func TestJobHandedOffToADeadProcessIsReapedAndRun(t *testing.T) {
 	require.Equal(t, id, got.id)
 	require.Equal(t, 2, got.attempt, "the dead process's attempt is counted")
 }
+
+// Config.NoHandOff: the same idle pool, and every job waits for its claim.
+func TestNoHandOff(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	c, runs := handOffClient(t, db, skiplock.Config{NoHandOff: true}, []string{"run"})
+	for i := 0; i < 3; i++ {
+		time.Sleep(50 * time.Millisecond) // the pool waits idle
+		r, err := c.Enqueue(context.Background(), skiplock.EnqueueParams{Queue: "q", Kind: "run"})
+		require.NoError(t, err)
+		require.Equal(t, r.ID, recvRun(t, runs).id)
+	}
+	require.Zero(t, c.Stats().HandedOff)
+	require.GreaterOrEqual(t, c.Stats().Claimed, int64(3))
+}
