@@ -27,13 +27,12 @@ type Client struct {
 	cfg   Config
 	store *store.Store
 
-	mu       sync.Mutex // guards handlers, fallback and runner
+	mu       sync.Mutex // guards handlers and fallback, and orders Start with Handle
 	handlers map[string]*handlerEntry
 	fallback *handlerEntry
-	runner   *worker.Runner
-	// started is runner once Start has made it, for Enqueue's hand-off
-	// (enqueue.go) without taking mu.
-	started  atomic.Pointer[worker.Runner]
+	// runner is set by Start (under mu, which orders it with Handle);
+	// read without mu by Stop, Stats and Enqueue's hand-off.
+	runner   atomic.Pointer[worker.Runner]
 	services []service.Service // maintenance: retention, partitions, scheduler, vacuum guard, priority aging
 
 	runHook worker.RunHook // called around each handler run: the workflow engine (workflow.go)
@@ -115,7 +114,7 @@ func (c *Client) Start(ctx context.Context) error { return c.start(ctx) }
 func (c *Client) start(ctx context.Context, extra ...service.Service) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.runner != nil {
+	if c.runner.Load() != nil {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -180,8 +179,8 @@ func (c *Client) start(ctx context.Context, extra ...service.Service) error {
 		_ = runner.StopAndCancel(stopCtx)
 		return fmt.Errorf("skiplock: Start: %w", err)
 	}
-	c.runner, c.services = runner, services
-	c.started.Store(runner)
+	c.services = services
+	c.runner.Store(runner)
 	return nil
 }
 
@@ -214,9 +213,7 @@ func (c *Client) stopServices(ctx context.Context) {
 // last awaited job (at once when none is).
 func (c *Client) Stop(ctx context.Context) error {
 	c.waits().endLinger()
-	c.mu.Lock()
-	r := c.runner
-	c.mu.Unlock()
+	r := c.runner.Load()
 	if r == nil {
 		return nil
 	}
@@ -233,9 +230,7 @@ func (c *Client) Stop(ctx context.Context) error {
 // their jobs handed back to ready. The wait loop ends as with Stop.
 func (c *Client) StopAndCancel(ctx context.Context) error {
 	c.waits().endLinger()
-	c.mu.Lock()
-	r := c.runner
-	c.mu.Unlock()
+	r := c.runner.Load()
 	if r == nil {
 		return nil
 	}
@@ -288,9 +283,7 @@ func claimBuckets() []float64 { return slices.Clone(worker.ClaimBuckets) }
 
 // Stats returns this process's worker counters (zero before Start).
 func (c *Client) Stats() Stats {
-	c.mu.Lock()
-	r := c.runner
-	c.mu.Unlock()
+	r := c.runner.Load()
 	if r == nil {
 		return Stats{}
 	}
@@ -336,9 +329,7 @@ const OtherKind = "_other"
 // KindStats returns this process's handler runs and outcomes per (queue,
 // kind) since Start, sorted by queue and kind (nil before Start).
 func (c *Client) KindStats() []KindStats {
-	c.mu.Lock()
-	r := c.runner
-	c.mu.Unlock()
+	r := c.runner.Load()
 	if r == nil {
 		return nil
 	}

@@ -303,7 +303,7 @@ func (c *Client) enqueueTx(ctx context.Context, tx Tx, p EnqueueParams) (Enqueue
 // is enqueued on the client's own pool, so its commit is this call's; it
 // is plain (store.EnqueueClaimed); and it is due now.
 func (c *Client) offer(tx Tx, a store.EnqueueArgs) *worker.Offer {
-	r := c.started.Load()
+	r := c.runner.Load()
 	if r == nil || c.cfg.NoHandOff || tx != Tx(c.pool) || a.Keyed() || a.Entity != nil || a.Delay > 0 ||
 		a.RunAt != nil && a.RunAt.After(time.Now()) {
 		return nil

@@ -149,7 +149,7 @@ func Handle[T any](c *Client, kind string, fn HandlerFunc[T], opts ...HandlerOpt
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.runner != nil {
+	if c.runner.Load() != nil {
 		return errors.New("skiplock: Handle: client already started")
 	}
 	if _, dup := c.handlers[kind]; dup {
@@ -164,7 +164,7 @@ func Handle[T any](c *Client, kind string, fn HandlerFunc[T], opts ...HandlerOpt
 func HandleFallback(c *Client, fn HandlerFunc[json.RawMessage], opts ...HandlerOption) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.runner != nil {
+	if c.runner.Load() != nil {
 		return errors.New("skiplock: HandleFallback: client already started")
 	}
 	c.fallback = newEntry(c, fn, opts)

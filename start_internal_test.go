@@ -63,7 +63,7 @@ func TestStartFailureStopsWhatItStarted(t *testing.T) {
 	require.ErrorIs(t, err, errStartFailed)
 	require.True(t, first.started)
 	require.True(t, first.stopped, "a service started before the failure is stopped")
-	require.Nil(t, c.runner, "the client is not left half started")
+	require.Nil(t, c.runner.Load(), "the client is not left half started")
 	verifyNoLeak(t, c, before)
 
 	// It starts cleanly afterwards, and stops.
@@ -80,7 +80,7 @@ func TestStartContextIsForStartUp(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	require.ErrorIs(t, c.Start(cancelled), context.Canceled)
-	require.Nil(t, c.runner)
+	require.Nil(t, c.runner.Load())
 	verifyNoLeak(t, c, before)
 
 	ctx, cancel := context.WithCancel(context.Background())
