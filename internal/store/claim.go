@@ -207,11 +207,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, r ClaimRequest) (ClaimResult
 	if err := r.check(); err != nil {
 		return ClaimResult{}, err
 	}
-	var kinds any
-	if r.Kinds != nil {
-		kinds = r.Kinds
-	}
-	args := []any{r.Queues, kinds, r.Batch, r.WorkerID, Micros(r.Lease)}
+	args := []any{r.Queues, kindsArg(r.Kinds), r.Batch, r.WorkerID, Micros(r.Lease)}
 	var res ClaimResult
 	batch := &pgx.Batch{}
 	batch.Queue(s.SQL("claim_settings"))

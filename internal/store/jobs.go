@@ -365,15 +365,11 @@ func (s *Store) EnqueueClaimed(ctx context.Context, db DBTX, a EnqueueArgs, kind
 	if a.Keyed() || a.Entity != nil {
 		return 0, false, nil, errors.New("skiplock: EnqueueClaimed: a job with a unique key, mode or entity")
 	}
-	var k any
-	if kinds != nil {
-		k = kinds
-	}
 	var res ClaimResult
 	batch := &pgx.Batch{}
 	batch.Queue(s.SQL("enqueue"), a.Args()...).QueryRow(func(row pgx.Row) error { return row.Scan(&id, &inserted) })
 	batch.Queue(s.SQL("claim_settings"))
-	batch.Queue(s.SQL("claim_enqueued"), a.Queue, k, 1, worker, Micros(lease)).Query(res.scan(1))
+	batch.Queue(s.SQL("claim_enqueued"), a.Queue, kindsArg(kinds), 1, worker, Micros(lease)).Query(res.scan(1))
 	if err := db.SendBatch(ctx, batch).Close(); err != nil {
 		return 0, false, nil, err
 	}
@@ -439,6 +435,15 @@ func (s *Store) AdvanceLeaseTokens(ctx context.Context, db DBTX) (int64, error) 
 	return v, err
 }
 
+// kindsArg is a kinds filter as a statement's text[] argument: NULL (any
+// kind) for nil, the array otherwise, an empty one included.
+func kindsArg(kinds []string) any {
+	if kinds == nil {
+		return nil
+	}
+	return kinds
+}
+
 // CoveringLimit is a limit that covers a claimer's work (LimitsCovering).
 type CoveringLimit struct {
 	Name string
@@ -448,11 +453,7 @@ type CoveringLimit struct {
 // LimitsCovering returns the limits that cover work a claimer of queues
 // and kinds (nil: any kind) may take, by name.
 func (s *Store) LimitsCovering(ctx context.Context, db DBTX, queues, kinds []string) ([]CoveringLimit, error) {
-	var k any
-	if kinds != nil {
-		k = kinds
-	}
-	rows, err := db.Query(ctx, s.SQL("limits_covering"), queues, k)
+	rows, err := db.Query(ctx, s.SQL("limits_covering"), queues, kindsArg(kinds))
 	if err != nil {
 		return nil, err
 	}
