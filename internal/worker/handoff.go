@@ -24,7 +24,7 @@ type offers struct {
 	open      int  // executors free to a hand-off: set while the producer waits idle, else 0
 	reserved  int  // offers taken and not yet answered
 	delivered int  // jobs delivered to the executors that the producer has not counted yet
-	closed    bool // the pool stopped: a late delivery is handed back to ready
+	closed    bool // the pool stopped: a late delivery is left to the reaper (Deliver)
 }
 
 // Offer is one executor of an idle pool reserved for a job the caller is
@@ -139,19 +139,25 @@ func (o *offers) count(s *producing) (reserved int) {
 
 // openIdle opens the pool's free executors to offers while the producer
 // waits with nothing to claim (its last claim came back short) and no
-// limit covers it: those not running or holding a job. Offers already
-// taken hold some of them (take counts them); closeAll closes them again.
-func (p *pool) openIdle(s *producing) {
+// limit covers it: those not running or holding a job (offers already
+// taken hold some of them: take counts them). It reports whether it
+// opened any; closeAll closes them again. Outside openIdle and closeAll
+// the offers are closed, so a busy producer does nothing here.
+func (p *pool) openIdle(s *producing) bool {
+	if s.more || len(p.limits) > 0 || p.stopping() {
+		return false
+	}
 	p.offers.count(s)
 	o := &p.offers
 	o.mu.Lock()
-	o.open = 0
-	if !s.more && len(p.limits) == 0 && !o.closed && !p.stopping() {
+	defer o.mu.Unlock()
+	if !o.closed {
 		o.open = max(0, p.cfg.Concurrency-s.inflight)
 	}
-	o.mu.Unlock()
+	return o.open > 0
 }
 
+// closeAll closes the offers: none can be taken until openIdle.
 func (o *offers) closeAll() {
 	o.mu.Lock()
 	o.open = 0

@@ -84,15 +84,40 @@ func TestOffersFollowWhatThePoolWouldClaim(t *testing.T) {
 	require.Nil(t, r.Offer("q", "other", false), "a kind the pool does not claim")
 	require.Nil(t, r.Offer("q", "k", true), "a tenant's job: the cap is counted by claims")
 	require.NoError(t, r.Stop(context.Background()))
+}
 
-	f = newFakeData()
-	f.limits = []store.CoveringLimit{{Name: "l"}}
-	r = startFake(t, f, g, 2, 2)
-	f.nextClaim(t).give(nil)
-	f.nextClaim(t).give(nil)
-	time.Sleep(20 * time.Millisecond) // the producer parks
-	require.Nil(t, r.Offer("q", "k", false), "a limit covers the pool: its claims count it")
-	require.NoError(t, r.Stop(context.Background()))
+// The producer opens its executors to offers only while it waits with
+// nothing to claim, no limit covering it, and only those not running or
+// holding a job.
+func TestOpenIdleOpensOnlyAnIdlePoolsFreeExecutors(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		more     bool
+		inflight int
+		limits   []string
+		open     int
+	}{
+		{"idle", false, 0, nil, 3},
+		{"idle, one running", false, 1, nil, 2},
+		{"idle, all running", false, 3, nil, 0},
+		{"about to claim", true, 0, nil, 0},
+		{"covered by a limit: its claims count it", false, 0, []string{"l"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newFake(newFakeData(), newGate(), 3, 2).pools[0]
+			p.limits = c.limits
+			opened := p.openIdle(&producing{more: c.more, inflight: c.inflight})
+			require.Equal(t, c.open > 0, opened)
+			require.Equal(t, c.open, p.offers.open)
+			for range c.open {
+				require.True(t, p.offers.take())
+			}
+			require.False(t, p.offers.take(), "no more than open")
+			p.offers.closeAll()
+			p.offers.reserved = 0
+			require.False(t, p.offers.take(), "closed")
+		})
+	}
 }
 
 // Stop waits for an offer taken before it to be answered, and a job

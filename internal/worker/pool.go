@@ -300,8 +300,9 @@ func (p *pool) claimOn(s *producing, got claimResult, n int) bool {
 // pool holds and reports false. While it waits idle, its free executors
 // are open to offers (handoff.go).
 func (p *pool) await(s *producing) bool {
-	p.openIdle(s)
-	defer p.offers.closeAll()
+	if p.openIdle(s) {
+		defer p.offers.closeAll()
+	}
 	select {
 	case <-p.stopCh:
 		p.handBack(s)
