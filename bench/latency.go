@@ -29,7 +29,10 @@ type LatencyResult struct {
 	LatencyP99MS  float64 `json:"latency_p99_ms"`
 	LatencyMaxMS  float64 `json:"latency_max_ms"`
 	LatencyMeanMS float64 `json:"latency_mean_ms"`
-	HandedOff     int     `json:"handed_off"`
+	// HandedOff is how many of those samples the enqueue handed off (the
+	// others found the pool claiming after the previous job's NOTIFY, and
+	// were claimed by it).
+	HandedOff int `json:"handed_off"`
 	// Remote is the same, the job enqueued by another client (no worker
 	// pools, as a web server's): its enqueue's round trip and commit,
 	// NOTIFY delivery, the pool's claim and the hand-off to an executor.

@@ -21,7 +21,8 @@ import (
 func TestKill9AfterHandOff(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	h := e.worker("h", "-archive", "-self", "12", "-self-sleep", "600", "-self-gap", "40ms")
+	marker := plainMarker + "self-"
+	h := e.worker("h", "-archive", "-self", "12", "-self-marker", marker, "-self-sleep", "600", "-self-gap", "40ms")
 	enqueued := regexp.MustCompile(`faultworker: enqueued (\d+) self (\d+) handed (\d+)`)
 	handed := func() int {
 		m := enqueued.FindAllStringSubmatch(h.logText(), -1)
@@ -42,7 +43,7 @@ func TestKill9AfterHandOff(t *testing.T) {
 	for _, m := range enqueued.FindAllStringSubmatch(h.logText(), -1) {
 		id, _ := strconv.ParseInt(m[1], 10, 64)
 		i, _ := strconv.Atoi(m[2])
-		raw, err := json.Marshal(job{Sleep: []int{600}, Marker: plainMarker + "self-" + h.app + "-" + strconv.Itoa(i)})
+		raw, err := json.Marshal(job{Sleep: []int{600}, Marker: marker + strconv.Itoa(i)})
 		require.NoError(t, err)
 		e.mu.Lock()
 		e.enqueued[id] = enqueuedPayload{json: raw}

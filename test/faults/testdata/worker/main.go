@@ -145,6 +145,7 @@ func work(args []string) error {
 	wfQueue := fs.String("wf-queue", "", "a queue of workflow tasks served by a second pool of 3 (empty: none)")
 	keys := fs.String("encryption-keys", os.Getenv("SKIPLOCK_ENCRYPTION_KEYS"), "keyring file: open sealed payloads")
 	self := fs.Int("self", 0, "jobs this worker enqueues itself after Start, one at a time (Enqueue hands them to its idle pool)")
+	selfMarker := fs.String("self-marker", "", "the marker of self-enqueued jobs, followed by each one's index")
 	selfSleep := fs.Int("self-sleep", 400, "each self-enqueued job's sleep (ms)")
 	selfGap := fs.Duration("self-gap", 30*time.Millisecond, "the pause between self-enqueued jobs")
 	if err := fs.Parse(args); err != nil {
@@ -247,7 +248,7 @@ func work(args []string) error {
 	}
 	fmt.Fprintln(os.Stderr, "faultworker: started", *id)
 	if *self > 0 {
-		go enqueueSelf(ctx, c, *id, *self, *selfSleep, *selfGap)
+		go enqueueSelf(ctx, c, *selfMarker, *self, *selfSleep, *selfGap)
 	}
 	<-sigs
 	stopped := make(chan error, 1)
@@ -485,20 +486,15 @@ type selfJob struct {
 	Marker string `json:"marker,omitempty"`
 }
 
-// selfMarker is the marker of the i-th job worker id enqueues itself
-// (faults.plainMarker, then "self-", the id and i).
-func selfMarker(id string, i int) string {
-	return "fault-plaintext-marker-self-" + id + "-" + strconv.Itoa(i)
-}
-
 // enqueueSelf enqueues n jobs one at a time through this worker's own
 // client, as a process that both enqueues and works: while its pool waits
 // idle, each is claimed for it in the enqueue's transaction and handed off.
 // Each committed job is logged (its id and index, and the hand-offs so far)
-// for the test, which rebuilds its payload from the index.
-func enqueueSelf(ctx context.Context, c *skiplock.Client, id string, n, sleepMS int, gap time.Duration) {
+// for the test, which rebuilds its payload from the index: its marker is
+// marker and the index.
+func enqueueSelf(ctx context.Context, c *skiplock.Client, marker string, n, sleepMS int, gap time.Duration) {
 	for i := range n {
-		raw, _ := json.Marshal(selfJob{Sleep: []int{sleepMS}, Marker: selfMarker(id, i)})
+		raw, _ := json.Marshal(selfJob{Sleep: []int{sleepMS}, Marker: marker + strconv.Itoa(i)})
 		r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "job", Payload: json.RawMessage(raw), MaxAttempts: 10})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "faultworker: self enqueue failed:", err)
