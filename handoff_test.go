@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock"
@@ -41,8 +42,8 @@ func handOffClient(t *testing.T, db *dbtest.DB, cfg skiplock.Config, kinds []str
 
 // enqueueHandedOff enqueues plain "run" jobs into q, one at a time, each
 // after the last ran and the pool had a moment to wait idle again, until one
-// is handed off (a pool that has just been woken by the previous job's
-// NOTIFY is claiming, and takes none); it returns that job's id.
+// is handed off (a pool still claiming, or finishing the last job, takes
+// none); it returns that job's id.
 func enqueueHandedOff(t *testing.T, c *skiplock.Client, runs chan ran) int64 {
 	t.Helper()
 	ctx := context.Background()
@@ -165,6 +166,58 @@ func TestJobHandedOffToADeadProcessIsReapedAndRun(t *testing.T) {
 	got := recvRun(t, runs)
 	require.Equal(t, id, got.id)
 	require.Equal(t, 2, got.attempt, "the dead process's attempt is counted")
+}
+
+// The hand-off sends no wake-up for the job it claims (every listening pool
+// would claim and find nothing), and sends it when its claim finds nothing
+// (here: the queue paused), so that the job waits for no poll. A listener
+// sees notifications in commit order: a marker sent after each enqueue
+// commits is the first it sees when the enqueue sent none.
+func TestHandOffWakesNoPoolForTheJobItClaims(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	st := store.New("skiplock")
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `LISTEN "skiplock.jobs"`)
+	require.NoError(t, err)
+	next := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := conn.WaitForNotification(wctx)
+		require.NoError(t, err)
+		return n.Payload
+	}
+	marker := func() {
+		t.Helper()
+		_, err := db.Pool.Exec(ctx, `SELECT pg_notify('skiplock.jobs', 'marker')`)
+		require.NoError(t, err)
+	}
+	args := store.EnqueueArgs{Queue: "q", Kind: "run", Payload: "{}"}
+
+	_, _, j, err := st.EnqueueClaimed(ctx, db.Pool, args, []string{"run"}, "w", time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, j)
+	marker()
+	require.Equal(t, "marker", next(), "a handed-off job wakes no pool")
+
+	require.NoError(t, st.SetQueuePaused(ctx, db.Pool, "q", true))
+	id, inserted, j, err := st.EnqueueClaimed(ctx, db.Pool, args, []string{"run"}, "w", time.Minute)
+	require.NoError(t, err)
+	require.True(t, inserted)
+	require.Nil(t, j, "a paused queue's job is not claimed")
+	require.Equal(t, 1, countJobs(t, db.Pool, "id = $1 AND state = 'ready'", id))
+	marker()
+	require.Equal(t, "q", next(), "a job the hand-off did not claim wakes its queue")
+	require.Equal(t, "marker", next())
+
+	// The setting is the pipeline's: a plain enqueue on the same pool wakes its queue.
+	_, err = db.Pool.Exec(ctx, st.SQL("enqueue"), args.Args()...)
+	require.NoError(t, err)
+	require.Equal(t, "q", next())
 }
 
 // Config.NoHandOff: the same idle pool, and every job waits for its claim.

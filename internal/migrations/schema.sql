@@ -987,7 +987,12 @@ BEGIN
         END IF;
     END IF;
 
-    IF inserted AND v_run_at <= now() THEN
+    -- Not when the enqueue hands its job to its own process's idle pool
+    -- (internal/store/sql/enqueue.sql, handoff_quiet): that pool claims it
+    -- in the same transaction, and the wake-up would send every listening
+    -- pool to a claim that finds nothing.
+    IF inserted AND v_run_at <= now()
+       AND current_setting('skiplock.handoff', true) IS DISTINCT FROM 'on' THEN
         PERFORM pg_notify('skiplock' || '.jobs', p_queue);
     END IF;
 END

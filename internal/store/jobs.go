@@ -360,6 +360,9 @@ func (s *Store) CompleteOne(ctx context.Context, db Querier, l Lease, worker str
 // they do not (the job stays ready for any claimer). For a plain job only
 // (no unique key or mode, no entity): those may insert nothing, and
 // claim_enqueued finds the job by the session's last jobs_id_seq value.
+// db must not be in a transaction of the caller's: the pipeline holds back
+// the enqueue's wake-up (handoff_quiet) for the rest of its transaction, and
+// sends it itself when the claim finds nothing.
 func (s *Store) EnqueueClaimed(ctx context.Context, db DBTX, a EnqueueArgs, kinds []string, worker string,
 	lease time.Duration) (id int64, inserted bool, claimed *ClaimedJob, err error) {
 	if a.Keyed() || a.Entity != nil {
@@ -367,6 +370,7 @@ func (s *Store) EnqueueClaimed(ctx context.Context, db DBTX, a EnqueueArgs, kind
 	}
 	var res ClaimResult
 	batch := &pgx.Batch{}
+	batch.Queue(s.SQL("handoff_quiet"))
 	batch.Queue(s.SQL("enqueue"), a.Args()...).QueryRow(func(row pgx.Row) error { return row.Scan(&id, &inserted) })
 	batch.Queue(s.SQL("claim_settings"))
 	batch.Queue(s.SQL("claim_enqueued"), a.Queue, kindsArg(kinds), 1, worker, Micros(lease)).Query(res.scan(1))
@@ -374,9 +378,17 @@ func (s *Store) EnqueueClaimed(ctx context.Context, db DBTX, a EnqueueArgs, kind
 		return 0, false, nil, err
 	}
 	if len(res.Jobs) == 1 { // the job inserted: claim_enqueued's id is the sequence's value
-		claimed = &res.Jobs[0]
+		return id, inserted, &res.Jobs[0], nil
 	}
-	return id, inserted, claimed, nil
+	if inserted {
+		// Not claimed (its queue paused, say): the wake-up handoff_quiet
+		// held back, sent now so that
+		// the job waits for no poll. The job is committed: a failed
+		// wake-up is not the enqueue's error (a caller would enqueue it
+		// again); the job is claimed at the pools' next poll.
+		_ = s.NotifyQueues(ctx, db, []string{a.Queue})
+	}
+	return id, inserted, nil, nil
 }
 
 // Args returns the positional arguments of the "enqueue" statement.

@@ -14,6 +14,13 @@ FROM {{schema}}.enqueue_one($1, $2, $3::jsonb, $4,
                             $14::text, $15::text[], $16::bigint * interval '1 microsecond',
                             $17::text, $18::bigint * interval '1 microsecond', $19::bytea) AS e;
 
+-- name: handoff_quiet
+-- First in the hand-off's pipeline (Store.EnqueueClaimed), never in a
+-- caller's transaction: enqueue_one sends no wake-up for the job the
+-- pipeline's claim_enqueued then claims for its own process's pool. Local
+-- to the pipeline's implicit transaction.
+SELECT set_config('skiplock.handoff', 'on', true);
+
 -- name: notify_queues
 -- Wake-up for a bulk load, sent inside its transaction (delivered on commit).
 --   $1 queues

@@ -1,6 +1,6 @@
 -- Enqueues one job (version 24: enqueue_job's body, with p_sealed), after validating it as the Go API does (validate_job,
 -- validate_metadata, validate_limit_weight), and wakes its queue when it is
--- due. A plain job goes to the ring's current generation (ring_gen(),
+-- due (unless the transaction hands it off: skiplock.handoff). A plain job goes to the ring's current generation (ring_gen(),
 -- docs/generations.md); a unique one to jobs_keyed directly (its unique index
 -- is the ON CONFLICT arbiter, and only a partition carries it): the job in
 -- flight with that key is returned instead (inserted false), its run_at
@@ -123,7 +123,12 @@ BEGIN
         END IF;
     END IF;
 
-    IF inserted AND v_run_at <= now() THEN
+    -- Not when the enqueue hands its job to its own process's idle pool
+    -- (internal/store/sql/enqueue.sql, handoff_quiet): that pool claims it
+    -- in the same transaction, and the wake-up would send every listening
+    -- pool to a claim that finds nothing.
+    IF inserted AND v_run_at <= now()
+       AND current_setting('skiplock.handoff', true) IS DISTINCT FROM 'on' THEN
         PERFORM pg_notify({{schema_lit}} || '.jobs', p_queue);
     END IF;
 END
