@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"os"
+	"slices"
+	"sort"
 	"testing"
 	"time"
 
@@ -50,6 +53,63 @@ func TestCappedClaimServesEveryTenantInTurn(t *testing.T) {
 	t.Logf("%d small tenants behind a burst of 3,000: all served within %d claims of %d (bound %d)", len(first), claims, batch, bound)
 	require.Len(t, first, small)
 	require.LessOrEqual(t, claims, bound+1)
+}
+
+// A visit reads the next tenants after the cursor in one pass of the tenant
+// index where they hold few jobs and probes on from the last one it found
+// where they hold many: either way, each claim (cap 1) takes one job from
+// each of exactly the next batch tenants in name order that have ready
+// jobs, wrapping around. Tenants of 1 to 400 jobs, mixed so that some
+// visits find all their tenants in the one read, some few, and some none
+// (a tenant of 400 jobs right after the cursor).
+func TestCappedClaimVisitsTheNextTenantsWhateverTheirDepth(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	depths := []int{1, 3, 1, 2, 40, 1, 1, 5, 400, 1, 2, 1, 1, 90, 1, 3}
+	const tenants, batch = 240, 20
+	left := map[string]int{}
+	var names []string
+	for i := range tenants {
+		name := fmt.Sprintf("t%04d", i)
+		names = append(names, name)
+		left[name] = depths[i%len(depths)]
+		seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority, run_at)
+			SELECT 'q', 'k', $1, g % 3, now() - interval '1 hour' + g * interval '1 millisecond' FROM generate_series(1, $2) AS g`,
+			name, left[name])
+	}
+	seed(t, db, `ANALYZE skiplock.jobs`)
+	st := store.New("skiplock")
+	cursor := map[string]string{}
+	for claim := 0; claim < 40; claim++ {
+		// The next batch tenants with jobs after the cursor, wrapping.
+		var want []string
+		start := sort.SearchStrings(names, cursor["q"])
+		if start < len(names) && names[start] == cursor["q"] {
+			start++
+		}
+		for i := 0; i < len(names) && len(want) < batch; i++ {
+			if n := names[(start+i)%len(names)]; left[n] > 0 {
+				want = append(want, n)
+			}
+		}
+		res, err := st.Claim(ctx, db.Pool, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Batch: batch,
+			WorkerID: benchWorker, Lease: time.Minute, TenantCap: 1, TenantCursor: cursor})
+		require.NoError(t, err)
+		var got []string
+		for _, j := range res.Jobs {
+			got = append(got, j.Tenant)
+			left[j.Tenant]--
+		}
+		sort.Strings(got)
+		sorted := slices.Clone(want)
+		sort.Strings(sorted)
+		require.Equal(t, sorted, got, "claim %d after %q", claim, cursor["q"])
+		require.Equal(t, want[len(want)-1], res.Cursors["q"], "claim %d: the cursor is the last tenant visited", claim)
+		maps.Copy(cursor, res.Cursors)
+		// The jobs finish (cap 1: a running job would hold its tenant back).
+		seed(t, db, `DELETE FROM skiplock.jobs WHERE state = 'running'`)
+	}
 }
 
 // With a cap above one, shares are taken in rounds: every visited tenant's
