@@ -57,6 +57,32 @@ func TestKeysetClaimsFromTheFrontWhileCheap(t *testing.T) {
 	require.Equal(t, int64(30), k.bounds(now, false)["q"].ID)
 }
 
+// One slow claim from the front among cheap ones (a connection planning the
+// statement, a stall) keeps a pool at the front; slow ones in a row, as
+// under a pin, send it after its bounds.
+func TestKeysetOneSlowClaimKeepsThePoolAtTheFront(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	k := keyset{cheap: keysetCheapCapped}
+	now := t0
+	claim := func(took time.Duration) {
+		now = now.Add(time.Millisecond)
+		k.observe(false, took, true, []store.ClaimedJob{job("q", 0, t0, now.UnixMilli())}, now)
+	}
+	claim(200 * time.Millisecond) // the first: planned
+	require.Nil(t, k.bounds(now, false))
+	for i := 0; i < 20; i++ {
+		claim(3 * time.Millisecond)
+		if i%4 == 0 {
+			claim(150 * time.Millisecond)
+		}
+		require.Nil(t, k.bounds(now, false), "claim %d", i)
+	}
+	for i := 0; i < 3; i++ {
+		claim(150 * time.Millisecond)
+	}
+	require.NotNil(t, k.bounds(now, false), "slow claims in a row: after the bounds")
+}
+
 func TestKeysetBoundsAfterAClaimFromTheFront(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	k := keyset{cheap: keysetCheap, fullCost: time.Second, after: map[string]store.Bound{"q": {Priority: 0, RunAt: t0, ID: 100}}}

@@ -380,6 +380,14 @@ func serveClaims(f *fakeData, replies ...[]store.ClaimedJob) (front <-chan claim
 // startPinned starts a pool whose claims from the front are expensive (a
 // pinned horizon) and due: it claims after its bound, and from the front
 // beside those claims.
+// slowFront has k observe claims from the front that cost a second each,
+// enough in a row to send the pool after its bounds (frontTypical).
+func slowFront(k *keyset, now time.Time) {
+	for range 3 {
+		k.observe(false, time.Second, true, nil, now)
+	}
+}
+
 func startPinned(t *testing.T, f *fakeData, g *gate) *Runner {
 	t.Helper()
 	r := newFake(f, g, 2, 2)
@@ -403,8 +411,8 @@ func TestCappedFrontClaimRunsBesideClaimsAfterTheBounds(t *testing.T) {
 		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: 2, BatchSize: 2, TenantCap: 1}}})
 	p := r.pools[0]
 	p.keys.observe(false, time.Second, true, []store.ClaimedJob{tenantJob("q", "t1", time.Unix(0, 0), 10)}, time.Now())
-	p.keys.observe(false, time.Second, true, nil, time.Now()) // a second's claims from the front: a pinned horizon
-	p.keys.lastFull = time.Time{}                             // and one is due
+	slowFront(&p.keys, time.Now()) // a second's claims from the front: a pinned horizon
+	p.keys.lastFull = time.Time{}  // and one is due
 	p.tenantCursor["q"] = "t1"
 	require.NoError(t, r.Start(context.Background()))
 
@@ -488,7 +496,7 @@ func TestCappedClaimsGoRoundTheTenantsWhenVisitsAreCutShort(t *testing.T) {
 		known = append(known, tenantJob("q", fmt.Sprintf("t%02d", i), time.Unix(0, 0), int64(100+i)))
 	}
 	p.keys.observe(false, time.Second, true, known, time.Now())
-	p.keys.observe(false, time.Second, true, nil, time.Now()) // claims from the front cost a second: a pin
+	slowFront(&p.keys, time.Now()) // claims from the front cost a second: a pin
 	require.Equal(t, 3, p.keys.ringClaims(2))
 	require.NoError(t, r.Start(context.Background()))
 	defer func() { require.NoError(t, r.Stop(context.Background())) }()
@@ -565,7 +573,7 @@ func TestPlanChoosesTheClaim(t *testing.T) {
 			p.tenantCursor["q"] = "t0"
 			if tc.pinned {
 				p.keys.observe(false, time.Second, true, []store.ClaimedJob{tenantJob("q", "t1", time.Unix(0, 0), 10)}, now)
-				p.keys.observe(false, time.Second, true, nil, now)
+				slowFront(&p.keys, now)
 			}
 			req := p.plan(2, tc.limits, now)
 			require.Equal(t, tc.want, req.Strategy)
