@@ -792,7 +792,7 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		want                   int
 	}{
 		{concurrency: 4, tenantCap: 1, full: true, want: 2},
-		{concurrency: 4, tenantCap: 1, full: true, bound: true, want: 1 + claimsAhead}, // bound by its claims
+		{concurrency: 4, tenantCap: 1, full: true, bound: true, want: cappedBatchesBound}, // bound by its claims
 		{concurrency: 4, tenantCap: 1, full: false, want: 1},
 		{concurrency: 4, tenantCap: 1, full: false, bound: true, want: 1}, // no backlog
 		{concurrency: 4, tenantCap: 0, full: true, bound: true, want: 1},  // uncapped: claims ahead instead
@@ -805,13 +805,17 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
 	p.cfg.TenantCap, p.limits = 1, []string{"l"}
 	require.Equal(t, 1, p.batchesInOne(&producing{full: true, claimBound: true}), "limits cover the pool: one batch, in order")
-	// In hand at most Concurrency + (1 + claimsAhead) × BatchSize, what
-	// the jobs channel holds: a claim of three batches fits beside nothing.
+	// In hand at most Concurrency + cappedBatchesBound × BatchSize, what
+	// the jobs channel of a capped pool holds: a claim of five batches fits
+	// beside nothing.
 	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
 	p.cfg.TenantCap = 1
+	p = newPool(p.r, p.cfg)
 	ps := &producing{limit: 4 + 2, threshold: 1, more: true, full: true, claimBound: true}
-	require.Equal(t, 3*2, p.claimSize(ps))
-	require.Equal(t, cap(p.jobs), ps.limit+2*2)
+	require.Equal(t, cappedBatchesBound*2, p.claimSize(ps))
+	require.Equal(t, cap(p.jobs), ps.limit+(cappedBatchesBound-1)*2)
+	// An uncapped pool's: its own claim and claimsAhead batches.
+	require.Equal(t, 4+(1+claimsAhead)*2, cap(newFake(newFakeData(), newGate(), 4, 2).pools[0].jobs))
 }
 
 // A waiter that starts listening tells the worker processes at once
