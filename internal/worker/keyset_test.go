@@ -83,6 +83,16 @@ func TestKeysetOneSlowClaimKeepsThePoolAtTheFront(t *testing.T) {
 	require.NotNil(t, k.bounds(now, false), "slow claims in a row: after the bounds")
 }
 
+// A capped pool's claim of more than three batches is weighed pro rata:
+// keysetCheapCapped holds for claims of three, and a healthy claim's cost
+// grows with the jobs it takes.
+func TestFrontCostOfALargeClaimIsPerThreeBatches(t *testing.T) {
+	p := newFake(newFakeData(), newGate(), 4, 50).pools[0]
+	require.Equal(t, 30*time.Millisecond, p.frontCost(30*time.Millisecond, 150))
+	require.Equal(t, 30*time.Millisecond*150/time.Duration(cappedBatchesBound*50), p.frontCost(30*time.Millisecond, cappedBatchesBound*50))
+	require.Equal(t, 3*time.Millisecond, p.frontCost(3*time.Millisecond, 10))
+}
+
 func TestKeysetBoundsAfterAClaimFromTheFront(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	k := keyset{cheap: keysetCheap, fullCost: time.Second, after: map[string]store.Bound{"q": {Priority: 0, RunAt: t0, ID: 100}}}

@@ -402,9 +402,21 @@ func (p *pool) claim(n int) (claimResult, error) {
 		}
 	}
 	bounded := (req.After != nil || req.TenantAfter != nil) && !res.Tight // a tight claim read from the front
-	p.keys.observe(bounded, took, len(res.Jobs) == n, res.Jobs, start.Add(took))
+	p.keys.observe(bounded, p.frontCost(took, n), len(res.Jobs) == n, res.Jobs, start.Add(took))
 	out.jobs = p.took(res.Jobs, took)
 	return out, nil
+}
+
+// frontCost is the cost of a claim of n jobs that took took as the keyset
+// weighs it: as it came for up to three batches, pro rata for more (a
+// capped pool's claim of cappedBatchesBound batches, whose healthy cost
+// grows with the jobs it takes, where a pin's dead entries cost each claim
+// from the front the same). keysetCheapCapped was set on claims of three.
+func (p *pool) frontCost(took time.Duration, n int) time.Duration {
+	if most := 3 * p.cfg.BatchSize; n > most {
+		return took * time.Duration(most) / time.Duration(n)
+	}
+	return took
 }
 
 // plan chooses the next claim of n jobs: the one place the claim's strategy
@@ -626,7 +638,7 @@ func (p *pool) frontEnded(s *producing, r frontResult) (freed int) {
 	if r.ahead {
 		s.full = r.err == nil && len(r.claimed) == n
 	}
-	p.keys.observe(r.bounded, r.took, len(r.claimed) == n, r.claimed, r.start.Add(r.took))
+	p.keys.observe(r.bounded, p.frontCost(r.took, n), len(r.claimed) == n, r.claimed, r.start.Add(r.took))
 	for _, j := range r.jobs {
 		p.jobs <- j // never blocks: its slots were held
 	}
