@@ -166,13 +166,13 @@ type WorkerPool struct {
 	// beside its own, and a third when its executors run a batch sooner
 	// than a claim returns (two batches more in hand); a tenant-capped one
 	// (whose claims go round the tenants one after the other) claims two
-	// batches in one instead, three under the same condition as the third
-	// claim.
+	// batches in one instead, five under the same condition as the third
+	// claim (four batches more in hand).
 	BatchSize int
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's
-	// last one (two or three times as many while claims come back full,
-	// when the pool claims two or three batches in one: BatchSize), gives
+	// last one (two or five times as many while claims come back full,
+	// when the pool claims two or five batches in one: BatchSize), gives
 	// every visited tenant a job before any gets a second, and no tenant
 	// more than TenantCap jobs of the batch while other tenants have work;
 	// so every tenant is served within ceil(tenants / BatchSize) claims of

@@ -176,7 +176,7 @@ type producing struct {
 	// from the front holds its batch's slots while it runs.
 	inflight    int
 	more        bool          // claim when slots are free: the last claim was full, or something woke the producer
-	full        bool          // the last claim that ended came back full: a backlog, claimed two or three claims at a time (aheadDue) or two or three batches in one (batchesInOne)
+	full        bool          // the last claim that ended came back full: a backlog, claimed two or three claims at a time (aheadDue) or two or five batches in one (batchesInOne)
 	backoff     time.Duration // the wait after a failed claim, doubled by each failure in a row
 	entityRaces int           // claims in a row refused by an entity race (retried at once, 3 times)
 	cutRun      int           // capped claims in a row that came back short, their visits cut short
@@ -539,7 +539,7 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 // wait in this process, away from the others. Pools with limits or a
 // tenant cap have one claim in flight at a time: their claims decide
 // shares from what the last one took (a tenant-capped pool claims two or
-// three batches in one instead, batchesInOne). So does a pool of one
+// five batches in one instead, batchesInOne). So does a pool of one
 // executor: two claims in flight may end in either order, and one executor
 // runs its jobs one after the other in the order the claims took them.
 func (p *pool) aheadDue(s *producing) bool {
