@@ -149,67 +149,56 @@ tenants (queue, tenant, n, cursor, wrapped, weighted, w, wsum, id, priority, run
     -- The tenants after the cursor, in one read of the tenant index: the
     -- first job (in claim order, the index's order within a tenant) of
     -- each tenant among the queue's next 8 × $3 ready jobs, up to $3
-    -- tenants; w each one's weight, wsum the weights visited so far, kept
-    -- while the weights before each are under $3. ok when that first job
-    -- is claimable as it stands (due, of a kind taken, no entity), which
-    -- makes it the tenant's first share without a second read of the
-    -- tenant's jobs (candidates). Tenants with few jobs each (the many
-    -- small tenants of a SaaS queue) are all visited by this read: a probe
-    -- per tenant (the steps below) cost 10-12 us each, 2.2 ms for 150
-    -- tenants of five jobs, the read 0.4 ms. Deeper tenants leave fewer
-    -- found; the steps probe on from the last one (last). Tenants are never
-    -- '' (enqueue_job), so '' is "before all": a plain range, an index
+    -- tenants; else, when no tenant follows the cursor, wrapping, the first
+    -- tenant of all. w each one's weight, wsum the weights visited so far,
+    -- kept while the weights before each are under $3. ok when that first
+    -- job is claimable as it stands (due, of a kind taken, no entity),
+    -- which makes it the tenant's first share without a second read of the
+    -- tenant's jobs (candidates). Tenants with few jobs each (the many small
+    -- tenants of a SaaS queue) are all visited by this read: a probe per
+    -- tenant (the steps below) cost 10-12 us each, 2.2 ms for 150 tenants
+    -- of five jobs, the read 0.4 ms. Deeper tenants leave fewer found; the
+    -- steps probe on from the last one (last). Tenants are never ''
+    -- (enqueue_job), so '' is "before all": a plain range, an index
     -- condition (an OR would be a filter).
-    SELECT o.name, f.tenant, f.n, o.cursor, false, o.weighted, f.w, f.wsum,
+    SELECT o.name, f.tenant, f.n, o.cursor, f.wrapped, o.weighted, f.w, f.wsum,
            f.id, f.priority, f.run_at, f.entity, f.ok, f.last
     FROM open_queues AS o
     CROSS JOIN LATERAL (
         SELECT r.*, row_number() OVER v AS n, sum(r.w) OVER v AS wsum,
                row_number() OVER v = count(*) OVER () AS last
         FROM (
-            SELECT d.tenant, d.id, d.priority, d.run_at, d.entity,
+            SELECT d.tenant, d.wrapped, d.id, d.priority, d.run_at, d.entity,
                    CASE WHEN o.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
                                                        WHERE tw.queue = o.name AND tw.tenant = d.tenant), 1)
                         ELSE 1 END AS w,
                    (d.entity IS NULL AND d.run_at <= now() AND ($2::text[] IS NULL OR d.kind = ANY ($2::text[]))) AS ok
             FROM (
-                SELECT DISTINCT ON (s.tenant) s.* FROM (
-                    SELECT j.tenant, j.id, j.priority, j.run_at, j.entity, j.kind
-                    FROM {{schema}}.jobs AS j
-                    WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
-                      AND j.tenant > coalesce(o.cursor, '')
-                    ORDER BY j.tenant, j.priority DESC, j.run_at, j.id
-                    LIMIT 8 * $3
-                ) AS s
-                ORDER BY s.tenant, s.priority DESC, s.run_at, s.id
-                LIMIT $3
+                (SELECT DISTINCT ON (s.tenant) s.*, false AS wrapped FROM (
+                     SELECT j.tenant, j.id, j.priority, j.run_at, j.entity, j.kind
+                     FROM {{schema}}.jobs AS j
+                     WHERE j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
+                       AND j.tenant > coalesce(o.cursor, '')
+                     ORDER BY j.tenant, j.priority DESC, j.run_at, j.id
+                     LIMIT 8 * $3
+                 ) AS s
+                 ORDER BY s.tenant, s.priority DESC, s.run_at, s.id
+                 LIMIT $3)
+              UNION ALL
+                (SELECT j.tenant, j.id, j.priority, j.run_at, j.entity, j.kind, true
+                 FROM {{schema}}.jobs AS j
+                 WHERE o.cursor IS NOT NULL AND j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
+                   AND j.tenant <= o.cursor
+                   AND NOT EXISTS (SELECT 1 FROM {{schema}}.jobs AS a
+                                   WHERE a.state = 'ready' AND a.tenant IS NOT NULL AND a.queue = o.name
+                                     AND a.tenant > o.cursor)
+                 ORDER BY j.tenant, j.priority DESC, j.run_at, j.id LIMIT 1)
             ) AS d
         ) AS r
+        -- The two reads exclude each other: one of them gives rows.
         WINDOW v AS (ORDER BY r.tenant)
     ) AS f
     WHERE f.wsum - f.w < $3
-  UNION ALL
-    -- No tenant after the cursor: wrapping, the first of all.
-    SELECT o.name, f.tenant, 1, o.cursor, true, o.weighted, f.w, f.w,
-           f.id, f.priority, f.run_at, f.entity, f.ok, true
-    FROM open_queues AS o
-    CROSS JOIN LATERAL (
-        SELECT j.tenant, j.id, j.priority, j.run_at, j.entity, j.kind
-        FROM {{schema}}.jobs AS j
-        WHERE o.cursor IS NOT NULL AND j.state = 'ready' AND j.tenant IS NOT NULL AND j.queue = o.name
-          AND j.tenant <= o.cursor
-          AND NOT EXISTS (SELECT 1 FROM {{schema}}.jobs AS a
-                          WHERE a.state = 'ready' AND a.tenant IS NOT NULL AND a.queue = o.name
-                            AND a.tenant > o.cursor)
-        ORDER BY j.tenant, j.priority DESC, j.run_at, j.id LIMIT 1
-    ) AS f0
-    CROSS JOIN LATERAL (
-        SELECT f0.tenant, CASE WHEN o.weighted THEN coalesce((SELECT tw.weight FROM {{schema}}.tenant_weights AS tw
-                                                              WHERE tw.queue = o.name AND tw.tenant = f0.tenant), 1)
-                               ELSE 1 END AS w,
-               f0.id, f0.priority, f0.run_at, f0.entity,
-               (f0.entity IS NULL AND f0.run_at <= now() AND ($2::text[] IS NULL OR f0.kind = ANY ($2::text[]))) AS ok
-    ) AS f
   UNION ALL
     -- The next one, wrapping once, up to the cursor, until the weights
     -- visited reach $3 (without weights: $3 tenants).
