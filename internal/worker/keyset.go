@@ -49,9 +49,8 @@ type keyset struct {
 	seen      map[[2]string]bool       // observeTenants' scratch: (queue, tenant) met in this claim
 	lastFull  time.Time
 	fullCost  time.Duration          // moving average of claims from the front (of frontTypical's)
-	recent    [3]time.Duration       // the last claims from the front's costs (frontTypical)
-	nRecent   int                    // claims from the front in recent so far
-	seenFront bool                   // the first claim from the front (planned: not in recent) is over
+	recent    [3]time.Duration       // the costs of the last claims from the front but the first (frontTypical)
+	fronts    int                    // claims from the front observed
 	last      map[string]store.Bound // observe's scratch: this claim's last job per queue
 }
 
@@ -194,17 +193,16 @@ func (k *keyset) ringClaims(n int) int {
 // row count, as every one does under a pin, whose claims from the front
 // only grow.
 func (k *keyset) frontTypical() time.Duration {
-	n := min(k.nRecent, len(k.recent))
-	r := k.recent
-	s := r[:n]
-	slices.Sort(s)
-	switch n {
-	case 0, 1:
+	n := max(0, min(k.fronts-1, len(k.recent))) // the first is not in recent
+	sorted := k.recent                          // a copy: recent keeps its order
+	slices.Sort(sorted[:n])
+	switch {
+	case n < 2:
 		return 0
-	case 2:
-		return s[0]
+	case n == 2:
+		return sorted[0]
 	}
-	return s[1]
+	return sorted[1]
 }
 
 // observe records a claim: whether it was from the front (bounded false),
@@ -216,11 +214,10 @@ func (k *keyset) observe(bounded bool, took time.Duration, filled bool, jobs []s
 		// claim plans the statement (tens of ms for the capped claim's
 		// generic plan), which no later claim pays; taken as the cost, it
 		// sent a healthy pool's claims after its bounds for seconds.
-		if k.seenFront {
-			k.recent[k.nRecent%len(k.recent)] = took
-			k.nRecent++
+		if k.fronts > 0 {
+			k.recent[(k.fronts-1)%len(k.recent)] = took
 		}
-		k.seenFront = true
+		k.fronts++
 		k.fullCost = (3*k.fullCost + k.frontTypical()) / 4
 	}
 	if k.after == nil {
