@@ -30,8 +30,8 @@ type LatencyResult struct {
 	LatencyMaxMS  float64 `json:"latency_max_ms"`
 	LatencyMeanMS float64 `json:"latency_mean_ms"`
 	// HandedOff is how many of those samples the enqueue handed off (the
-	// others found the pool claiming after the previous job's NOTIFY, and
-	// were claimed by it).
+	// others found the pool not yet waiting idle, still finishing the last
+	// job, and were claimed after their NOTIFY).
 	HandedOff int `json:"handed_off"`
 	// Remote is the same, the job enqueued by another client (no worker
 	// pools, as a web server's): its enqueue's round trip and commit,

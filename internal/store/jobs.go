@@ -382,10 +382,9 @@ func (s *Store) EnqueueClaimed(ctx context.Context, db DBTX, a EnqueueArgs, kind
 	}
 	if inserted {
 		// Not claimed (its queue paused, say): the wake-up handoff_quiet
-		// held back, sent now so that
-		// the job waits for no poll. The job is committed: a failed
-		// wake-up is not the enqueue's error (a caller would enqueue it
-		// again); the job is claimed at the pools' next poll.
+		// held back, sent now so that the job waits for no poll. The job
+		// is committed: a failed wake-up is not the enqueue's error (a
+		// caller would enqueue it again); the pools' next poll finds it.
 		_ = s.NotifyQueues(ctx, db, []string{a.Queue})
 	}
 	return id, inserted, nil, nil

@@ -1,7 +1,7 @@
 -- Enqueues one job (version 24: enqueue_job's body, with p_sealed), after validating it as the Go API does (validate_job,
 -- validate_metadata, validate_limit_weight), and wakes its queue when it is
--- due (unless the transaction hands it off: skiplock.handoff). A plain job goes to the ring's current generation (ring_gen(),
--- docs/generations.md); a unique one to jobs_keyed directly (its unique index
+-- due (unless the transaction hands it off: skiplock.handoff). A plain job
+-- goes to the ring's current generation (ring_gen(), docs/generations.md); a unique one to jobs_keyed directly (its unique index
 -- is the ON CONFLICT arbiter, and only a partition carries it): the job in
 -- flight with that key is returned instead (inserted false), its run_at
 -- brought forward when p_bump; an entity one to jobs_keyed by gen. Called by
