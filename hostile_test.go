@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -18,24 +17,6 @@ import (
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
 )
-
-// syncBuffer is a log sink safe for concurrent writes and reads.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // deadErrors returns the stored error text of every dead letter.
 func deadErrors(t *testing.T, pool *pgxpool.Pool) []string {
@@ -61,7 +42,7 @@ func TestHostileErrorTextFailsOnlyItsJob(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	logs := &syncBuffer{}
+	logs := &skiplock.LogBuffer{}
 	c := newClient(t, db.Pool, skiplock.Config{
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Backoff: func(int) time.Duration { return time.Millisecond },
@@ -127,7 +108,7 @@ func TestUndecodablePayloadIsLogged(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	logs := &syncBuffer{}
+	logs := &skiplock.LogBuffer{}
 	c := newClient(t, db.Pool, skiplock.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	type args struct{ N int }
 	require.NoError(t, skiplock.Handle(c, "typed", func(context.Context, *skiplock.Job[args]) error { return nil }))

@@ -1,12 +1,10 @@
 package skiplock_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +16,6 @@ import (
 	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/skiplock/skiplock/internal/pgbouncertest"
 )
-
-// syncBuf is a log sink safe for the client's goroutines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func pooled(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
@@ -99,7 +79,7 @@ func TestClientThroughPgBouncerWithListenURL(t *testing.T) {
 	b := pgbouncertest.Start(t)
 	ctx := context.Background()
 	pool := pooled(t, b.URL(t, db.URL))
-	logs := &syncBuf{}
+	logs := &skiplock.LogBuffer{}
 	// The poll interval is an hour: once the listener is up, only NOTIFY
 	// can deliver a job in time.
 	c := newClient(t, pool, skiplock.Config{Schema: db.Schema, ListenURL: db.URL, PollInterval: time.Hour,
@@ -171,7 +151,7 @@ func TestClientThroughPgBouncerPollsAndSaysSo(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer pool.Close()
-	logs := &syncBuf{}
+	logs := &skiplock.LogBuffer{}
 	c := newClient(t, pool, skiplock.Config{Schema: db.Schema, PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, skiplock.Handle(c, "k", func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error { return nil }))

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // announcedWithin is how soon after a waiter starts listening every
@@ -202,13 +203,20 @@ type waiters struct {
 	running  bool               // the loop runs (or lingers)
 	noLinger bool               // the loop ends with the last awaited job (Client.Stop); cleared when it ends
 	kick     chan struct{}      // wakes the loop; capacity 1
+
+	// lookUp reads which of ids ended (store.JobsFinished on the client's
+	// pool); a field so that a test can make one read wrong.
+	lookUp func(ctx context.Context, ids []int64) ([]store.Finished, error)
 }
 
 // waits returns the client's waiters, made on first use.
 func (c *Client) waits() *waiters {
 	c.waitOnce.Do(func() {
 		c.waiters = &waiters{c: c, byID: map[int64][]*waitCall{}, heard: map[int64]struct{}{},
-			kick: make(chan struct{}, 1)}
+			kick: make(chan struct{}, 1),
+			lookUp: func(ctx context.Context, ids []int64) ([]store.Finished, error) {
+				return c.store.JobsFinished(ctx, c.pool, ids)
+			}}
 	})
 	return c.waiters
 }
@@ -501,10 +509,24 @@ func (w *waiters) heardLocked() []int64 {
 
 // look reads which of ids ended. A failed look-up is retried by the next
 // poll (the ids stay awaited).
+//
+// A job the look-up found in no table (gone) is read again, in a statement
+// and snapshot of its own, before its callers are told: gone is an end a
+// caller cannot take back, while every other answer of a look-up is either
+// final or looked up again. The second read decides; when it finds the job
+// ended (or in flight) after all, a warning names the ids, so that whatever
+// made the first read miss them is seen. (TestAwaitUnderFaults once got
+// jobs reported gone that the database had completed, at the first
+// completions of its drain, and no run since has shown it again.) A
+// client that deletes completed jobs (Config.DeleteCompleted) reads each
+// of its awaited jobs twice.
 func (w *waiters) look(ctx context.Context, ids []int64) {
 	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	fs, err := w.c.store.JobsFinished(qctx, w.c.pool, ids)
+	fs, err := w.lookUp(qctx, ids)
+	if err == nil {
+		fs, err = w.confirmGone(qctx, fs)
+	}
 	if err != nil {
 		w.c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: wait: looking up awaited jobs failed; retrying at the next poll",
 			slog.String("error", err.Error()), slog.Int("jobs", len(ids)))
@@ -515,6 +537,54 @@ func (w *waiters) look(ctx context.Context, ids []int64) {
 		ends[i] = outcomeOf(f)
 	}
 	w.ended(ends)
+}
+
+// confirmGone reads the jobs fs reports gone again and returns fs with the
+// second read's answer for them: gone again, ended, or left out when the
+// job is in flight (it stays awaited).
+func (w *waiters) confirmGone(ctx context.Context, fs []store.Finished) ([]store.Finished, error) {
+	var gone []int64
+	for _, f := range fs {
+		if f.State == string(JobStateGone) {
+			gone = append(gone, f.ID)
+		}
+	}
+	if len(gone) == 0 {
+		return fs, nil
+	}
+	again, err := w.lookUp(ctx, gone)
+	if err != nil {
+		return nil, err
+	}
+	second := make(map[int64]store.Finished, len(again))
+	var found []int64
+	for _, f := range again {
+		second[f.ID] = f
+		if f.State != string(JobStateGone) {
+			found = append(found, f.ID)
+		}
+	}
+	for _, id := range gone {
+		if _, ok := second[id]; !ok {
+			found = append(found, id) // in flight after all
+		}
+	}
+	if len(found) > 0 {
+		slices.Sort(found)
+		w.c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "skiplock: wait: a look-up found jobs in no table that a second found ended or in flight; reporting the second",
+			slog.Any("ids", found))
+	}
+	out := fs[:0]
+	for _, f := range fs {
+		if f.State == string(JobStateGone) {
+			var ok bool
+			if f, ok = second[f.ID]; !ok {
+				continue
+			}
+		}
+		out = append(out, f)
+	}
+	return out, nil
 }
 
 // subscription is the waiters' part of the client's LISTEN connection

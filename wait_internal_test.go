@@ -1,11 +1,19 @@
 package skiplock
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // The finished jobs' channel carries three forms (heardDone): ids to look
@@ -48,3 +56,74 @@ func TestHeardDoneForms(t *testing.T) {
 }
 
 func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// A look-up that reports a job gone is read again before a caller is told
+// (waiters.confirmGone): a completed job the first read missed is reported
+// completed, one in flight stays awaited, one truly gone (deleted while
+// ready) is reported gone; the disagreement is logged with the ids. The
+// first read is made wrong here, on purpose, in front of a real database.
+func TestWaitReadsAGoneJobAgain(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	var logs LogBuffer
+	c, err := NewClient(db.Pool, Config{Schema: db.Schema, PollOnly: true, PollInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	require.NoError(t, Handle(c, "k", func(context.Context, *Job[struct{}]) error { return nil }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	done, err := c.Enqueue(ctx, EnqueueParams{Kind: "k"})
+	require.NoError(t, err)
+	deleted, err := c.Enqueue(ctx, EnqueueParams{Kind: "k", RunAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	waiting, err := c.Enqueue(ctx, EnqueueParams{Kind: "k", Queue: "nobody-works-this-queue"})
+	require.NoError(t, err)
+	was, err := c.JobDelete(ctx, deleted.ID)
+	require.NoError(t, err)
+	require.Equal(t, JobStateScheduled, was)
+	require.NoError(t, c.Start(ctx))
+	defer func() { require.NoError(t, c.Stop(context.Background())) }()
+
+	// The first read that finds `done` completed reports it gone instead,
+	// and every read until then reports `waiting` gone as well.
+	w := c.waits()
+	real := w.lookUp
+	var mu sync.Mutex
+	lied, reads := false, 0
+	w.lookUp = func(ctx context.Context, ids []int64) ([]store.Finished, error) {
+		fs, err := real(ctx, ids)
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		if err != nil || lied {
+			return fs, err
+		}
+		for i, f := range fs {
+			if f.ID == done.ID && f.State == string(JobStateCompleted) {
+				fs[i] = store.Finished{ID: f.ID, State: string(JobStateGone)}
+				lied = true
+			}
+		}
+		if slices.Contains(ids, waiting.ID) {
+			fs = append(fs, store.Finished{ID: waiting.ID, State: string(JobStateGone)})
+		}
+		return fs, err
+	}
+
+	ends, err := c.Wait(ctx, done.ID, deleted.ID)
+	require.NoError(t, err)
+	require.Equal(t, JobStateCompleted, ends[0].State, "the second read found the job completed")
+	require.Equal(t, JobStateGone, ends[1].State, "a job deleted while ready is gone, twice over")
+	mu.Lock()
+	require.True(t, lied, "the first read was made wrong")
+	mu.Unlock()
+
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancelShort()
+	ends, err = c.Wait(short, waiting.ID)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "a job in flight stays awaited, whatever one read said")
+	require.Empty(t, ends[0].State)
+	require.Contains(t, logs.String(), "a look-up found jobs in no table that a second found ended or in flight")
+	require.Contains(t, logs.String(), fmt.Sprint(done.ID))
+}

@@ -133,6 +133,6 @@ faults:
 	if !pollOnly {
 		require.Positive(t, listenerKills, "the awaiter's LISTEN connection was killed")
 	}
-	t.Logf("awaited %d jobs through %d Wait calls (poll only: %v) across %d kill -9, %d terminated LISTEN connections, %d terminated pool connections; %s",
-		n, len(calls), pollOnly, kills, listenerKills, poolKills, r)
+	t.Logf("awaited %d jobs through %d Wait calls (poll only: %v) across %d kill -9, %d terminated LISTEN connections, %d terminated pool connections; %d look-ups reported jobs gone that a second read found; %s",
+		n, len(calls), pollOnly, kills, listenerKills, poolKills, a.reReads.Load(), r)
 }

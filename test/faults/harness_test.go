@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"net/url"
@@ -16,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -311,9 +311,22 @@ func (e *env) enqueueTo(queue string, n int, j job, maxAttempts int) []int64 {
 // PollOnly). Each caller's Wait calls are recorded for the checker
 // (checkOpts.awaits).
 type awaiter struct {
-	client *skiplock.Client
-	wg     sync.WaitGroup
-	calls  []*awaitCall // each written by its caller's goroutine until wg.Wait returns
+	client  *skiplock.Client
+	wg      sync.WaitGroup
+	calls   []*awaitCall // each written by its caller's goroutine until wg.Wait returns
+	reReads atomic.Int64 // look-ups whose "gone" a second read contradicted (the client's warnings)
+}
+
+// reReadCounter counts the client's warnings that a second read found jobs
+// the first reported gone (wait.go, confirmGone): each is a look-up that
+// would have told a caller something untrue.
+type reReadCounter struct{ n *atomic.Int64 }
+
+func (r reReadCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("a second found ended or in flight")) {
+		r.n.Add(1)
+	}
+	return len(p), nil
 }
 
 func (e *env) awaiter(pollOnly bool) *awaiter {
@@ -325,10 +338,12 @@ func (e *env) awaiter(pollOnly bool) *awaiter {
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(e.t, err)
 	e.t.Cleanup(pool.Close)
+	a := &awaiter{}
 	c, err := skiplock.NewClient(pool, skiplock.Config{PollOnly: pollOnly, PollInterval: poll,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(reReadCounter{&a.reReads}, nil))})
 	require.NoError(e.t, err)
-	return &awaiter{client: c}
+	a.client = c
+	return a
 }
 
 // wait starts a caller that awaits ids with one Wait call.
