@@ -22,7 +22,14 @@ func TestKill9AfterHandOff(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	marker := plainMarker + "self-"
-	h := e.worker("h", "-archive", "-self", "12", "-self-marker", marker, "-self-sleep", "600", "-self-gap", "40ms")
+	// Executors to spare and a gap longer than a claim: a job is handed
+	// off only while the pool waits idle with an executor free, and with 4
+	// executors, 40 ms between enqueues and a slow CI machine, the jobs
+	// enqueued while the pool was still claiming the one before (after its
+	// NOTIFY) filled the executors before a second hand-off (CI,
+	// 2026-11-30: 1 of 12 handed off in 15 s).
+	h := e.worker("h", "-archive", "-concurrency", "16", "-self", "12", "-self-marker", marker,
+		"-self-sleep", "600", "-self-gap", "150ms")
 	enqueued := regexp.MustCompile(`faultworker: enqueued (\d+) self (\d+) handed (\d+)`)
 	handed := func() int {
 		m := enqueued.FindAllStringSubmatch(h.logText(), -1)
