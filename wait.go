@@ -577,10 +577,11 @@ func (w *waiters) confirmGone(ctx context.Context, fs []store.Finished) ([]store
 	out := fs[:0]
 	for _, f := range fs {
 		if f.State == string(JobStateGone) {
-			var ok bool
-			if f, ok = second[f.ID]; !ok {
-				continue
+			s, ok := second[f.ID]
+			if !ok {
+				continue // in flight: still awaited
 			}
+			f = s
 		}
 		out = append(out, f)
 	}
