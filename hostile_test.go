@@ -42,7 +42,7 @@ func TestHostileErrorTextFailsOnlyItsJob(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	logs := &skiplock.LogBuffer{}
+	logs := &dbtest.LogBuffer{}
 	c := newClient(t, db.Pool, skiplock.Config{
 		Logger:  slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Backoff: func(int) time.Duration { return time.Millisecond },
@@ -108,7 +108,7 @@ func TestUndecodablePayloadIsLogged(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	logs := &skiplock.LogBuffer{}
+	logs := &dbtest.LogBuffer{}
 	c := newClient(t, db.Pool, skiplock.Config{Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	type args struct{ N int }
 	require.NoError(t, skiplock.Handle(c, "typed", func(context.Context, *skiplock.Job[args]) error { return nil }))

@@ -79,7 +79,7 @@ func TestClientThroughPgBouncerWithListenURL(t *testing.T) {
 	b := pgbouncertest.Start(t)
 	ctx := context.Background()
 	pool := pooled(t, b.URL(t, db.URL))
-	logs := &skiplock.LogBuffer{}
+	logs := &dbtest.LogBuffer{}
 	// The poll interval is an hour: once the listener is up, only NOTIFY
 	// can deliver a job in time.
 	c := newClient(t, pool, skiplock.Config{Schema: db.Schema, ListenURL: db.URL, PollInterval: time.Hour,
@@ -151,7 +151,7 @@ func TestClientThroughPgBouncerPollsAndSaysSo(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer pool.Close()
-	logs := &skiplock.LogBuffer{}
+	logs := &dbtest.LogBuffer{}
 	c := newClient(t, pool, skiplock.Config{Schema: db.Schema, PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	require.NoError(t, skiplock.Handle(c, "k", func(ctx context.Context, j *skiplock.Job[json.RawMessage]) error { return nil }))

@@ -65,7 +65,7 @@ func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
 func TestWaitReadsAGoneJobAgain(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
-	var logs LogBuffer
+	var logs dbtest.LogBuffer
 	c, err := NewClient(db.Pool, Config{Schema: db.Schema, PollOnly: true, PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)

@@ -1,46 +1,27 @@
 package dashboard
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/dbtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// syncBuffer is a log destination safe for concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // fakeClock is a clock the test moves.
 type fakeClock struct{ t time.Time }
 
 func (c *fakeClock) now() time.Time { return c.t }
 
-func testGate(t *testing.T, o Options) (*gate, *fakeClock, *syncBuffer) {
+func testGate(t *testing.T, o Options) (*gate, *fakeClock, *dbtest.LogBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &dbtest.LogBuffer{}
 	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	g := newGate(o.withDefaults())
 	clock := &fakeClock{t: time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)}

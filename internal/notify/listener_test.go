@@ -16,24 +16,6 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// syncBuffer is a log sink the listener's goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestListenerReconnects kills the listener's backend and refuses the next
 // connection attempts, as a failover does (the old primary gone, the new
 // one not promoted yet): the listener retries with backoff, logs each
@@ -49,7 +31,7 @@ func TestListenerReconnects(t *testing.T) {
 	refuse := 0
 	connects := make(chan bool, 10)
 	got := make(chan string, 10)
-	logs := &syncBuffer{}
+	logs := &dbtest.LogBuffer{}
 	st := store.New("reconnect_test") // channels reconnect_test.jobs and .cancel
 	l := notify.New(notify.Config{
 		Connect: func(ctx context.Context) (*pgx.Conn, error) {

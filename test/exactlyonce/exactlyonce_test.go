@@ -12,7 +12,6 @@
 package exactlyonce
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -21,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,29 +68,11 @@ func envInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// lockedBuffer collects the workers' stderr, shown if the test fails.
-type lockedBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // fleet is the worker processes: slot i runs incarnation after incarnation.
 type fleet struct {
 	t     *testing.T
 	url   string
-	logs  *lockedBuffer
+	logs  *dbtest.LogBuffer
 	procs []*exec.Cmd
 	runs  []int
 }
@@ -139,7 +119,7 @@ func TestExactlyOnceUnderKillsAndFrozenWorkers(t *testing.T) {
 	require.EqualValues(t, jobs, n)
 
 	const slots = 3
-	f := &fleet{t: t, url: db.URL, logs: &lockedBuffer{}, procs: make([]*exec.Cmd, slots), runs: make([]int, slots)}
+	f := &fleet{t: t, url: db.URL, logs: &dbtest.LogBuffer{}, procs: make([]*exec.Cmd, slots), runs: make([]int, slots)}
 	t.Cleanup(func() {
 		for _, p := range f.procs {
 			if p != nil && p.ProcessState == nil {
