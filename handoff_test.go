@@ -63,6 +63,15 @@ func enqueueHandedOff(t *testing.T, c *skiplock.Client, runs chan ran) int64 {
 	return 0
 }
 
+// waitIdle waits until the pool of q's "run" jobs waits idle, so a job
+// enqueued next finds it parked: one not handed off then was refused by
+// the hand-off's rules, not missed by a pool still busy.
+func waitIdle(t *testing.T, c *skiplock.Client) {
+	t.Helper()
+	require.Eventually(t, func() bool { return skiplock.IdleFor(c, "q", "run") }, 15*time.Second, 5*time.Millisecond,
+		"the pool never waited idle")
+}
+
 func recvRun(t *testing.T, runs chan ran) ran {
 	t.Helper()
 	select {
@@ -95,7 +104,7 @@ func TestEnqueueHandsOffToAnIdlePool(t *testing.T) {
 
 	notHanded := func(p skiplock.EnqueueParams) int64 {
 		t.Helper()
-		time.Sleep(50 * time.Millisecond) // the pool waits idle
+		waitIdle(t, c)
 		before := c.Stats().HandedOff
 		r, err := c.Enqueue(ctx, p)
 		require.NoError(t, err)
@@ -113,7 +122,7 @@ func TestEnqueueHandsOffToAnIdlePool(t *testing.T) {
 	require.Greater(t, c.Stats().Claimed, claimed)
 
 	// In the caller's transaction: the commit is the caller's.
-	time.Sleep(50 * time.Millisecond)
+	waitIdle(t, c)
 	before := c.Stats().HandedOff
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -226,7 +235,7 @@ func TestNoHandOff(t *testing.T) {
 	db := dbtest.New(t)
 	c, runs := handOffClient(t, db, skiplock.Config{NoHandOff: true}, []string{"run"})
 	for i := 0; i < 3; i++ {
-		time.Sleep(50 * time.Millisecond) // the pool waits idle
+		waitIdle(t, c)
 		r, err := c.Enqueue(context.Background(), skiplock.EnqueueParams{Queue: "q", Kind: "run"})
 		require.NoError(t, err)
 		require.Equal(t, r.ID, recvRun(t, runs).id)

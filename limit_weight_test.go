@@ -249,5 +249,7 @@ func TestHeavyJobWakesWhenItsWeightFits(t *testing.T) {
 	late := heavy.Sub(light.Add(per))
 	t.Logf("the weight-3 job started %v after the light start left the window", late.Round(time.Millisecond))
 	require.GreaterOrEqual(t, late, time.Duration(0), "started while the window had no room for it")
-	require.Less(t, late, 500*time.Millisecond, "woke late (poll interval 10 s)")
+	// Woken by the limit's next start, not the poll (10 s away): the bound is
+	// far from both, so a loaded machine's scheduling does not decide it.
+	require.Less(t, late, 3*time.Second, "woke late: by the poll (interval 10 s), not at the limit's next start")
 }
