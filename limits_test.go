@@ -383,7 +383,9 @@ func TestRateLimitWakesWhenTheWindowFrees(t *testing.T) {
 		late := starts[k].Sub(starts[k-rate].Add(per))
 		t.Logf("start %d: %v after the window freed", k+1, late.Round(time.Millisecond))
 		require.GreaterOrEqual(t, late, time.Duration(0), "start %d within the window: the limit is exceeded", k+1)
-		require.Less(t, late, 500*time.Millisecond, "start %d: the pool woke late (poll interval 10 s)", k+1)
+		// Woken by the window, not the poll (10 s away); the bound is far
+		// from both, so a loaded machine's scheduling does not decide it.
+		require.Less(t, late, 3*time.Second, "start %d: the pool woke late: by the poll (interval 10 s), not the window", k+1)
 	}
 	// Three windows: a claim each, and a few more (the start-up claim, a
 	// wake-up per enqueue notification), not one per completion or a loop.
