@@ -63,13 +63,13 @@ func enqueueHandedOff(t *testing.T, c *skiplock.Client, runs chan ran) int64 {
 	return 0
 }
 
-// waitIdle waits until the pool of q's "run" jobs waits idle, so a job
+// waitIdle waits until c's pool of queue's kind jobs waits idle, so a job
 // enqueued next finds it parked: one not handed off then was refused by
 // the hand-off's rules, not missed by a pool still busy.
-func waitIdle(t *testing.T, c *skiplock.Client) {
+func waitIdle(t *testing.T, c *skiplock.Client, queue, kind string) {
 	t.Helper()
-	require.Eventually(t, func() bool { return skiplock.IdleFor(c, "q", "run") }, 15*time.Second, 5*time.Millisecond,
-		"the pool never waited idle")
+	require.Eventually(t, func() bool { return skiplock.IdleFor(c, queue, kind) }, 20*time.Second, 5*time.Millisecond,
+		"the pool of %s/%s never waited idle", queue, kind)
 }
 
 func recvRun(t *testing.T, runs chan ran) ran {
@@ -104,7 +104,7 @@ func TestEnqueueHandsOffToAnIdlePool(t *testing.T) {
 
 	notHanded := func(p skiplock.EnqueueParams) int64 {
 		t.Helper()
-		waitIdle(t, c)
+		waitIdle(t, c, "q", "run")
 		before := c.Stats().HandedOff
 		r, err := c.Enqueue(ctx, p)
 		require.NoError(t, err)
@@ -122,7 +122,7 @@ func TestEnqueueHandsOffToAnIdlePool(t *testing.T) {
 	require.Greater(t, c.Stats().Claimed, claimed)
 
 	// In the caller's transaction: the commit is the caller's.
-	waitIdle(t, c)
+	waitIdle(t, c, "q", "run")
 	before := c.Stats().HandedOff
 	tx, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)
@@ -235,7 +235,7 @@ func TestNoHandOff(t *testing.T) {
 	db := dbtest.New(t)
 	c, runs := handOffClient(t, db, skiplock.Config{NoHandOff: true}, []string{"run"})
 	for i := 0; i < 3; i++ {
-		waitIdle(t, c)
+		waitIdle(t, c, "q", "run")
 		r, err := c.Enqueue(context.Background(), skiplock.EnqueueParams{Queue: "q", Kind: "run"})
 		require.NoError(t, err)
 		require.Equal(t, r.ID, recvRun(t, runs).id)

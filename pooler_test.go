@@ -207,9 +207,7 @@ func TestHandOffThroughPgBouncer(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Stats().Claims >= 1 }, 20*time.Second, 10*time.Millisecond,
 		"the pool's first claim (then it waits idle: no LISTEN, an hour's poll)")
 	for i := 0; i < 3; i++ {
-		// The pool parks after the first claim, and after each job.
-		require.Eventually(t, func() bool { return skiplock.IdleFor(c, "default", "k") }, 20*time.Second, 5*time.Millisecond,
-			"the pool waits idle")
+		waitIdle(t, c, "default", "k") // the pool parks after the first claim, and after each job
 		r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "k"})
 		require.NoError(t, err)
 		select {
