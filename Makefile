@@ -113,24 +113,21 @@ chaos-failover:
 	SKIPLOCK_CHAOS_FAILOVER=1 SKIPLOCK_CHAOS=$${SKIPLOCK_CHAOS:-3m} $(GO) test -count=1 -run '^TestChaos$$' -v -timeout 20m ./test/faults/
 
 # Every fuzz target for FUZZTIME each, except the two that run a job through
-# PostgreSQL per input (FUZZTIME_DB each, a count: 500 by default); corpora
-# under testdata/fuzz are also replayed by make test. The database-backed
-# targets use TEST_DATABASE_URL. FUZZTIME=1x FUZZTIME_DB=1x builds what the
-# fuzzers need (the instrumented packages, cached) and runs one input each:
-# CI does that beside the fault tier (.ci/run).
+# PostgreSQL per input (a fixed count of 500 and 300); corpora under
+# testdata/fuzz are also replayed by make test. The database-backed targets
+# use TEST_DATABASE_URL.
 # FUZZTIME is a duration or a count of executions per target (CI: 30000x).
 # Go 1.26's fuzz coordinator can fail a duration run with a bare "context
 # deadline exceeded" when a worker is busy (minimizing) at the deadline,
 # with no failing input (golang/go#75804, fixed in Go 1.27): a count has no
 # deadline to race, and a real finding still fails and writes its input.
 FUZZTIME ?= 20s
-FUZZTIME_DB ?= 500x
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzValidate$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/cron/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseNDJSONLine$$' -fuzztime $(FUZZTIME) ./cmd/skiplock/
 	$(GO) test -run '^$$' -fuzz '^FuzzHTTPInputs$$' -fuzztime $(FUZZTIME) ./dashboard/
 	$(GO) test -run '^$$' -fuzz '^FuzzErrorText$$' -fuzztime $(FUZZTIME) ./internal/worker/
-	@# A job through PostgreSQL (and a child process) per input: a short count.
-	$(GO) test -run '^$$' -fuzz '^FuzzHandlerErrorText$$' -fuzztime $(FUZZTIME_DB) .
-	$(GO) test -run '^$$' -fuzz '^FuzzExecStderr$$' -fuzztime $(FUZZTIME_DB) ./cmd/skiplock/
+	@# A job through PostgreSQL (and a child process) per input: a fixed short count.
+	$(GO) test -run '^$$' -fuzz '^FuzzHandlerErrorText$$' -fuzztime 500x .
+	$(GO) test -run '^$$' -fuzz '^FuzzExecStderr$$' -fuzztime 300x ./cmd/skiplock/
