@@ -226,3 +226,17 @@ func TestSpreadOf(t *testing.T) {
 	require.Equal(t, Spread{Min: 1, Median: 2.5, Max: 4, Ratio: 4}, spreadOf([]float64{4, 1, 2, 3}))
 	require.Equal(t, Spread{Min: 5, Median: 5, Max: 5, Ratio: 1}, spreadOf([]float64{5}))
 }
+
+// tenantIndex reads back exactly the names tenantName gives, within the
+// seeded count, and nothing else.
+func TestTenantIndexReadsTenantName(t *testing.T) {
+	for _, i := range []int{0, 1, 9, 10, 19999} {
+		got, ok := tenantIndex(tenantName(i), 20000)
+		require.True(t, ok, tenantName(i))
+		require.Equal(t, i, got)
+	}
+	for _, name := range []string{"", "t", "t20000", "t-1", "t+1", "t01", "x1", "a-burst", "t1a", "T1"} {
+		_, ok := tenantIndex(name, 20000)
+		require.False(t, ok, name)
+	}
+}
