@@ -449,24 +449,24 @@ func orQuiet(l *slog.Logger, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// seed loads n due jobs into queue with EnqueueMany (COPY), SeedChunk per
-// transaction, priorities 0..10 like the articles' seed; spread round-robin
-// over tenants tenants when tenants > 0, else all of tenant (may be "").
 // tenantName is the name of the i-th of the tenants seed spreads jobs over.
 func tenantName(i int) string { return "t" + strconv.Itoa(i) }
 
 // tenantIndex is the i of tenantName(i) for a name seed gave one of n
-// tenants; false for any other name.
+// tenants; false for any other name (a sign, a leading zero, the burst's).
 func tenantIndex(name string, n int) (int, bool) {
-	digits := name[min(1, len(name)):]
-	if len(name) < 2 || name[0] != 't' || (digits[0] == '0' && len(digits) > 1) ||
-		strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+	digits, ok := strings.CutPrefix(name, "t")
+	if !ok || digits == "" || (digits[0] == '0' && digits != "0") ||
+		strings.ContainsFunc(digits, func(r rune) bool { return r < '0' || r > '9' }) {
 		return 0, false
 	}
 	i, err := strconv.Atoi(digits)
 	return i, err == nil && i < n
 }
 
+// seed loads n due jobs into queue with EnqueueMany (COPY), SeedChunk per
+// transaction, priorities 0..10 like the articles' seed; spread round-robin
+// over tenants tenants when tenants > 0, else all of tenant (may be "").
 func seed(ctx context.Context, c *skiplock.Client, queue string, n, tenants int, tenant string, progress io.Writer) error {
 	ps := make([]skiplock.EnqueueParams, 0, min(n, SeedChunk))
 	last := time.Now()
