@@ -33,6 +33,11 @@ const (
 	// DefaultWorkflowBatch bounds the finished workflows one purge
 	// transaction deletes (each with its tasks, edges and signals).
 	DefaultWorkflowBatch = 200
+	// DefaultSummarizeInterval is how often the history's BRIN index is
+	// summarized over the ranges filled since (SummarizeHistory): the
+	// pages a look-up of a finished job by id reads beyond the ranges
+	// that hold it are those written in about this long.
+	DefaultSummarizeInterval = 10 * time.Second
 	// retentionStatementTimeout bounds every statement of a pass.
 	retentionStatementTimeout = 30 * time.Second
 	// retentionLockTimeout bounds how long partition DDL waits for its table
@@ -93,6 +98,9 @@ type RetentionConfig struct {
 	// ExportTimeout bounds the export and drop (or purge) of one day.
 	// Default DefaultExportTimeout.
 	ExportTimeout time.Duration
+	// SummarizeInterval is how often the history's BRIN index is
+	// summarized (archive mode). Default DefaultSummarizeInterval.
+	SummarizeInterval time.Duration
 }
 
 // DefaultExportTimeout bounds one day's export before its drop.
@@ -114,6 +122,12 @@ type Retention struct {
 	dead       *service.Periodic
 	workflows  *service.Periodic
 	keys       *service.Periodic
+	summarize  *service.Periodic
+
+	// cannotSummarize is set once the role turned out unable to run
+	// summarize_done (a reader): the pass stops trying. The summarize
+	// loop's alone.
+	cannotSummarize bool
 }
 
 // NewRetention returns a stopped Retention with defaults filled in.
@@ -135,6 +149,9 @@ func NewRetention(cfg RetentionConfig) *Retention {
 	}
 	if cfg.ExportTimeout <= 0 {
 		cfg.ExportTimeout = DefaultExportTimeout
+	}
+	if cfg.SummarizeInterval <= 0 {
+		cfg.SummarizeInterval = DefaultSummarizeInterval
 	}
 	r := &Retention{cfg: cfg, st: store.New(cfg.Schema)}
 	r.partitions = &service.Periodic{Name: "partitions", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
@@ -160,18 +177,27 @@ func NewRetention(cfg RetentionConfig) *Retention {
 			_, err := r.PurgeUniqueKeys(ctx)
 			return err
 		}}
+	r.summarize = &service.Periodic{Name: "history_summarize", Interval: cfg.SummarizeInterval, Logger: cfg.Logger,
+		Tick: func(ctx context.Context) error {
+			_, err := r.SummarizeHistory(ctx)
+			return err
+		}}
 	return r
 }
 
 // Services returns the passes that have work to do as services: the
 // partition pass when archiving or when old partitions are to be dropped,
 // the dead-letter pass when dead letters expire, and the workflow pass when
-// finished workflows do. The held-keys pass always runs: a unique period's
-// or a throttle's key leaves unique_keys only through it.
+// finished workflows do, and the history's summaries when archiving. The
+// held-keys pass always runs: a unique period's or a throttle's key leaves
+// unique_keys only through it.
 func (r *Retention) Services() []service.Service {
 	out := []service.Service{r.keys}
 	if r.cfg.Archive || r.cfg.CompletedRetention > 0 {
 		out = append(out, r.partitions)
+	}
+	if r.cfg.Archive {
+		out = append(out, r.summarize)
 	}
 	if r.cfg.DeadLetterRetention > 0 {
 		out = append(out, r.dead)
@@ -229,6 +255,37 @@ func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, err
 			slog.Duration("completed_retention", r.cfg.CompletedRetention))
 	}
 	return st, nil
+}
+
+// SummarizeHistory summarizes jobs_done's BRIN index on id over the whole
+// page ranges filled since the last time (summarize_done, in today's
+// partition and the default one) and returns how many it summarized. The
+// index leaves them to it (migration 025): asked of autovacuum, one
+// request per range, they overflowed its work-item list at a few thousand
+// completions a second, and each request dropped was a LOG line in the
+// server's log. One session at a time summarizes (the others return 0 at
+// once); a role that may not run summarize_done (a reader) is told once
+// and the pass stops trying.
+func (r *Retention) SummarizeHistory(ctx context.Context) (int, error) {
+	if r.cannotSummarize {
+		return 0, nil
+	}
+	sctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout)
+	defer cancel()
+	n, err := r.st.SummarizeDone(sctx, r.cfg.DB)
+	if store.CannotSummarize(err) {
+		r.cannotSummarize = true
+		if r.cfg.Logger != nil {
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn,
+				"skiplock: this role may not summarize the history's index; look-ups of finished jobs read more of it until autovacuum vacuums it",
+				slog.String("error", err.Error()))
+		}
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("retention: summarizing jobs_done's index: %w", err)
+	}
+	return n, nil
 }
 
 // PurgeStats counts what one batched purge pass did.
@@ -367,7 +424,7 @@ func (r *Retention) Start(ctx context.Context) error {
 // Stop stops every pass and waits for the current ones.
 func (r *Retention) Stop(ctx context.Context) error {
 	var err error
-	for _, p := range []*service.Periodic{r.partitions, r.dead, r.workflows, r.keys} {
+	for _, p := range []*service.Periodic{r.partitions, r.dead, r.workflows, r.keys, r.summarize} {
 		if err2 := p.Stop(ctx); err == nil {
 			err = err2
 		}

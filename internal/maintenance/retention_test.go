@@ -3,6 +3,8 @@ package maintenance
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -275,7 +277,7 @@ func TestRetentionService(t *testing.T) {
 	insertDeadAt(t, db, 5, 1, 40*24*time.Hour)
 	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Archive: true,
 		CompletedRetention: 7 * 24 * time.Hour, DeadLetterRetention: 30 * 24 * time.Hour})
-	require.Len(t, r.Services(), 3, "partitions, dead letters and held keys")
+	require.Len(t, r.Services(), 4, "partitions, dead letters, held keys and the history's summaries")
 	require.NoError(t, r.Stop(ctx), "Stop before Start is a no-op")
 	require.NoError(t, r.Start(ctx))
 	require.NoError(t, r.Start(ctx), "Start is idempotent")
@@ -325,4 +327,50 @@ func TestPurgeUniqueKeysTakesOnlyEndedHolds(t *testing.T) {
 	var left []string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(unique_key) FROM skiplock.unique_keys`).Scan(&left))
 	require.Equal(t, []string{"held"}, left, "a hold that has not ended stays")
+}
+
+// The history's BRIN index is summarized by the retention's own pass
+// (migration 025 took the job from autovacuum): the whole ranges filled
+// since the last pass, once; a pass over nothing new summarizes nothing. A
+// role that may not run summarize_done is told once, and the pass stops
+// trying without failing.
+func TestSummarizeHistory(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	r := NewRetention(RetentionConfig{DB: db.Pool, Schema: db.Schema, Archive: true})
+	_, err := r.MaintainPartitions(ctx)
+	require.NoError(t, err)
+	// About 3,000 rows of 250 B today: a few ranges of 16 pages.
+	retExec(t, db, `INSERT INTO skiplock.jobs_done (id, priority, attempts, run_at, created_at, finished_at, queue, kind, payload)
+		SELECT g, 0, 1, now(), now(), now(), 'q', 'k', jsonb_build_object('pad', repeat('x', 200)) FROM generate_series(1, 3000) AS g`)
+	n, err := r.SummarizeHistory(ctx)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, 3, "the whole ranges filled")
+	unsummarized := retCount(t, db, fmt.Sprintf(`SELECT count(*) FROM generate_series(0, %d) AS r
+		WHERE brin_summarize_range(format('skiplock.jobs_done_%%s_id_idx', to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD'))::regclass, r * 16) > 0`, n-1))
+	require.Zero(t, unsummarized, "every range the pass counted is summarized")
+	n, err = r.SummarizeHistory(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing new")
+
+	role := fmt.Sprintf("skiplock_summarize_%d", time.Now().UnixNano()) // roles are the cluster's
+	retExec(t, db, `CREATE ROLE `+role)
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), `DROP ROLE IF EXISTS `+role) })
+	retExec(t, db, `GRANT USAGE ON SCHEMA skiplock TO `+role)
+	conn, err := db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, `SET ROLE `+role)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(context.Background(), `RESET ROLE`) }()
+	var logs strings.Builder
+	reader := NewRetention(RetentionConfig{DB: conn, Schema: db.Schema, Archive: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 2 {
+		n, err = reader.SummarizeHistory(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "may not summarize"), logs.String())
 }

@@ -310,6 +310,51 @@ func TestJobsTableSettings(t *testing.T) {
 	require.Equal(t, size+1, parts, "jobs_g0..jobs_g<ring_size()-1> and jobs_keyed")
 }
 
+// jobs_done's BRIN index on id leaves its ranges to summarize_done
+// (migration 025): no partition's index asks autovacuum to summarize a
+// range it fills, neither one there before 25 nor a day
+// ensure_done_partitions attaches later, which adopts the index it built
+// (one index per day). Down to 24 they ask again.
+func TestHistoryIndexLeavesRangesToSummarizeDone(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	leaves := func() map[string]string {
+		rows, err := db.Pool.Query(ctx, `SELECT c.relname, coalesce(array_to_string(c.reloptions, ','), '')
+			FROM pg_partition_tree('skiplock.jobs_done_id') AS t JOIN pg_class AS c ON c.oid = t.relid
+			WHERE t.isleaf`)
+		require.NoError(t, err)
+		out := map[string]string{}
+		var name, opts string
+		_, err = pgx.ForEachRow(rows, []any{&name, &opts}, func() error { out[name] = opts; return nil })
+		require.NoError(t, err)
+		return out
+	}
+	var created int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT skiplock.ensure_done_partitions(2)`).Scan(&created))
+	require.Equal(t, 3, created, "today and two days ahead")
+	got := leaves()
+	require.Len(t, got, 4, "the default partition's index and the three days'")
+	for name, opts := range got {
+		require.Equal(t, "pages_per_range=16,autosummarize=off", opts, name)
+	}
+	var indexes int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_index
+		WHERE indrelid = format('skiplock.jobs_done_%s', to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD'))::regclass`).Scan(&indexes))
+	require.Equal(t, 1, indexes, "the ATTACH adopted the day's index")
+
+	_, err := down(ctx, db.Pool, "skiplock", 24)
+	require.NoError(t, err)
+	for name, opts := range leaves() {
+		require.Equal(t, "pages_per_range=16,autosummarize=on", opts, name)
+	}
+	_, err = up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	for name, opts := range leaves() {
+		require.Equal(t, "pages_per_range=16,autosummarize=off", opts, name)
+	}
+}
+
 // The ring's size has one home, ring_size(): the partitions the schema has
 // are the ones it names, and ring_gen never names another.
 func TestRingSizeIsThePartitions(t *testing.T) {

@@ -74,19 +74,37 @@ func (s *Store) JobsFinished(ctx context.Context, db DBTX, ids []int64) ([]Finis
 		summarize = s.summarizedAt.CompareAndSwap(last, now)
 	}
 	out, err := s.jobsFinished(ctx, db, ids, summarize)
-	var pe *pgconn.PgError
-	if summarize && errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "42883") {
+	if summarize && CannotSummarize(err) {
 		s.noSummarize.Store(true)
 		return s.jobsFinished(ctx, db, ids, false)
 	}
 	return out, err
 }
 
+// SummarizeDone summarizes jobs_done's BRIN index on id over the whole page
+// ranges filled since it last was, and returns how many ranges it
+// summarized (summarize_done: 0 when another session is summarizing, or
+// holds a partition). An error with SQLSTATE 42501 or 42883 means the role
+// may not (a reader) or the schema has no such function yet.
+func (s *Store) SummarizeDone(ctx context.Context, db DBTX) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, s.SQL("summarize_done")).Scan(&n)
+	return n, err
+}
+
+// CannotSummarize reports the errors of SummarizeDone that calling again
+// will not cure: the role may not run summarize_done (42501), or the
+// schema is older than the function (42883).
+func CannotSummarize(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42501" || pe.Code == "42883")
+}
+
 func (s *Store) jobsFinished(ctx context.Context, db DBTX, ids []int64, summarize bool) ([]Finished, error) {
 	var out []Finished
 	b := &pgx.Batch{}
 	if summarize {
-		b.Queue(s.SQL("jobs_finished_summarize"))
+		b.Queue(s.SQL("summarize_done"))
 	}
 	b.Queue(s.SQL("jobs_finished_settings"), len(ids))
 	b.Queue(s.SQL("jobs_finished"), ids).Query(func(rows pgx.Rows) error {

@@ -33,13 +33,16 @@ UNION ALL
  ORDER BY f.finished_at DESC LIMIT 1)
 LIMIT 1;
 
--- name: jobs_finished_summarize
--- First in jobs_finished's pipeline when the role may run it: jobs_done's
--- BRIN index summarized over the ranges filled since the last look-up
--- (summarize_done), so the look-up reads the pages of the ranges that hold
--- its ids and the range being filled, not every page written since
--- autovacuum last came by (TestWaitForTenThousandJobs: 4-10 ms look-ups of
--- a few hundred ids, growing with the drain, each reading all of it).
+-- name: summarize_done
+-- jobs_done's BRIN index summarized over the whole ranges filled since it
+-- last was (summarize_done; how many it summarized), when the role may run
+-- it. First in jobs_finished's pipeline, so the look-up reads the pages of
+-- the ranges that hold its ids and the range being filled, not every page
+-- written since the ranges were last summarized (TestWaitForTenThousandJobs:
+-- 4-10 ms look-ups of a few hundred ids, growing with the drain, each
+-- reading all of it); and every 10 s on its own in every client that keeps
+-- the history (maintenance.Retention), since the index leaves its ranges
+-- to it (migration 025).
 SELECT {{schema}}.summarize_done();
 
 -- name: jobs_finished_settings

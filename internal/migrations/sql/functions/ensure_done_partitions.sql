@@ -2,7 +2,13 @@
 -- today through days_ahead, moving the rows of each day out of
 -- jobs_done_default first. Completions and this pass meet every day (history
 -- is kept by default), so it locks jobs_done_default (until its transaction
--- ends) only when it has a day to attach. Returns how many it created.
+-- ends) only when it has a day to attach. Each day's BRIN index on id is
+-- built before the ATTACH, which adopts it, with autosummarize off (version
+-- 25): the ATTACH would otherwise give the day jobs_done_id's own options,
+-- autosummarize on, whose requests to autovacuum overflow its list at a few
+-- thousand completions a second, each dropped one a LOG line;
+-- summarize_done() summarizes the ranges instead. Returns how many it
+-- created.
 CREATE OR REPLACE FUNCTION {{schema}}.ensure_done_partitions(days_ahead integer DEFAULT 7)
 RETURNS integer
 LANGUAGE plpgsql AS $$
@@ -37,6 +43,8 @@ BEGIN
         EXECUTE format('CREATE TABLE {{schema}}.%I (LIKE {{schema}}.jobs_done INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', part);
         EXECUTE format('WITH m AS (DELETE FROM {{schema}}.jobs_done_default WHERE finished_at >= %L AND finished_at < %L RETURNING *) '
                        'INSERT INTO {{schema}}.%I SELECT * FROM m', lo, hi, part);
+        EXECUTE format('CREATE INDEX %I ON {{schema}}.%I USING brin (id) WITH (pages_per_range = 16, autosummarize = off)',
+                       part || '_id_idx', part);
         EXECUTE format('ALTER TABLE {{schema}}.jobs_done ATTACH PARTITION {{schema}}.%I FOR VALUES FROM (%L) TO (%L)',
                        part, lo, hi);
         EXECUTE format('COMMENT ON TABLE {{schema}}.%I IS %L', part,

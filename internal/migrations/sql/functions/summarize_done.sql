@@ -3,12 +3,14 @@
 -- now (today's, UTC, and the default), newest first, stopping at the first
 -- range already summarized. A look-up by id (jobs_finished, job_get) reads
 -- every page of every range not summarized, whatever ids it asks for, and
--- PostgreSQL summarizes a filled range only when an autovacuum worker next
--- visits the database (autosummarize), or never with autovacuum off: the
--- waiters of Client.Wait, looking up the jobs that just finished, read every
--- page written since. Whole ranges only: an insert into a summarized range
--- updates its summary, which the range being filled would cost every
--- completion. Called in every look-up's pipeline (jobs_finished): one
+-- the index leaves its ranges to this function (version 25: autosummarize
+-- off, whose requests to autovacuum overflowed its list at a few thousand
+-- completions a second, each dropped one a LOG line); only a vacuum of the
+-- partition summarizes them otherwise, and none comes with autovacuum off.
+-- Whole ranges only: an insert into a summarized range updates its
+-- summary, which the range being filled would cost every completion.
+-- Called every 10 s by every client that keeps the history (the retention
+-- pass history_summarize) and in every look-up's pipeline (jobs_finished): one
 -- session at a time summarizes (a transaction-scoped advisory lock; the
 -- others go straight to their look-up), and it gives up when another
 -- session holds a partition (lock_timeout: autovacuum, a partition being
