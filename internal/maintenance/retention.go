@@ -33,11 +33,11 @@ const (
 	// DefaultWorkflowBatch bounds the finished workflows one purge
 	// transaction deletes (each with its tasks, edges and signals).
 	DefaultWorkflowBatch = 200
-	// DefaultSummarizeInterval is how often the history's BRIN index is
+	// summarizeInterval is how often the history's BRIN index is
 	// summarized over the ranges filled since (SummarizeHistory): the
 	// pages a look-up of a finished job by id reads beyond the ranges
 	// that hold it are those written in about this long.
-	DefaultSummarizeInterval = 10 * time.Second
+	summarizeInterval = 10 * time.Second
 	// retentionStatementTimeout bounds every statement of a pass.
 	retentionStatementTimeout = 30 * time.Second
 	// retentionLockTimeout bounds how long partition DDL waits for its table
@@ -98,9 +98,6 @@ type RetentionConfig struct {
 	// ExportTimeout bounds the export and drop (or purge) of one day.
 	// Default DefaultExportTimeout.
 	ExportTimeout time.Duration
-	// SummarizeInterval is how often the history's BRIN index is
-	// summarized (archive mode). Default DefaultSummarizeInterval.
-	SummarizeInterval time.Duration
 }
 
 // DefaultExportTimeout bounds one day's export before its drop.
@@ -123,11 +120,6 @@ type Retention struct {
 	workflows  *service.Periodic
 	keys       *service.Periodic
 	summarize  *service.Periodic
-
-	// cannotSummarize is set once the role turned out unable to run
-	// summarize_done (a reader): the pass stops trying. The summarize
-	// loop's alone.
-	cannotSummarize bool
 }
 
 // NewRetention returns a stopped Retention with defaults filled in.
@@ -149,9 +141,6 @@ func NewRetention(cfg RetentionConfig) *Retention {
 	}
 	if cfg.ExportTimeout <= 0 {
 		cfg.ExportTimeout = DefaultExportTimeout
-	}
-	if cfg.SummarizeInterval <= 0 {
-		cfg.SummarizeInterval = DefaultSummarizeInterval
 	}
 	r := &Retention{cfg: cfg, st: store.New(cfg.Schema)}
 	r.partitions = &service.Periodic{Name: "partitions", Interval: cfg.Interval, RunAtStart: true, Logger: cfg.Logger,
@@ -177,7 +166,7 @@ func NewRetention(cfg RetentionConfig) *Retention {
 			_, err := r.PurgeUniqueKeys(ctx)
 			return err
 		}}
-	r.summarize = &service.Periodic{Name: "history_summarize", Interval: cfg.SummarizeInterval, Logger: cfg.Logger,
+	r.summarize = &service.Periodic{Name: "history_summarize", Interval: summarizeInterval, Logger: cfg.Logger,
 		Tick: func(ctx context.Context) error {
 			_, err := r.SummarizeHistory(ctx)
 			return err
@@ -265,16 +254,12 @@ func (r *Retention) MaintainPartitions(ctx context.Context) (PartitionStats, err
 // completions a second, and each request dropped was a LOG line in the
 // server's log. One session at a time summarizes (the others return 0 at
 // once); a role that may not run summarize_done (a reader) is told once
-// and the pass stops trying.
+// and the pass stops trying (store.SummarizeDone).
 func (r *Retention) SummarizeHistory(ctx context.Context) (int, error) {
-	if r.cannotSummarize {
-		return 0, nil
-	}
 	sctx, cancel := context.WithTimeout(ctx, retentionStatementTimeout)
 	defer cancel()
 	n, err := r.st.SummarizeDone(sctx, r.cfg.DB)
 	if store.CannotSummarize(err) {
-		r.cannotSummarize = true
 		if r.cfg.Logger != nil {
 			r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn,
 				"skiplock: this role may not summarize the history's index; look-ups of finished jobs read more of it until autovacuum vacuums it",

@@ -84,11 +84,18 @@ func (s *Store) JobsFinished(ctx context.Context, db DBTX, ids []int64) ([]Finis
 // SummarizeDone summarizes jobs_done's BRIN index on id over the whole page
 // ranges filled since it last was, and returns how many ranges it
 // summarized (summarize_done: 0 when another session is summarizing, or
-// holds a partition). An error with SQLSTATE 42501 or 42883 means the role
-// may not (a reader) or the schema has no such function yet.
+// holds a partition). When the role may not (a reader) or the schema has
+// no such function yet, it returns that error once (CannotSummarize) and
+// 0 without asking from then on, as JobsFinished looks up without it.
 func (s *Store) SummarizeDone(ctx context.Context, db DBTX) (int, error) {
+	if s.noSummarize.Load() {
+		return 0, nil
+	}
 	var n int
 	err := db.QueryRow(ctx, s.SQL("summarize_done")).Scan(&n)
+	if CannotSummarize(err) {
+		s.noSummarize.Store(true)
+	}
 	return n, err
 }
 

@@ -48,7 +48,7 @@ type Store struct {
 
 	// noSummarize is set once this process's role turned out unable to
 	// run summarize_done (a reader, or a schema older than the function):
-	// JobsFinished then looks up without it.
+	// JobsFinished then looks up without it, and SummarizeDone asks no more.
 	noSummarize atomic.Bool
 	// summarizedAt is when JobsFinished last summarized (UnixNano).
 	summarizedAt atomic.Int64
