@@ -547,7 +547,11 @@ func TestWaitSignal(t *testing.T) {
 		mu.Unlock()
 		timeout := time.Minute
 		if j.Args.Name == "timeout" {
-			timeout = 300 * time.Millisecond
+			// Long enough that the wait begins before its deadline: the
+			// deadline is recorded first, and a run that reaches the wait
+			// after it times out at once, in one run (300 ms did under make
+			// test's load, 2026-11-30: runs 1, not 2).
+			timeout = 1500 * time.Millisecond
 		}
 		p, err := skiplock.WaitSignal(ctx, "paid", timeout)
 		switch {
