@@ -772,10 +772,11 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		ran      time.Duration
 		claim    time.Duration
 		want     bool
+		runs     int // runsPerClaim: Concurrency × claim ÷ mean run
 	}{
-		{finished: 50, ran: 50 * 20 * time.Microsecond, claim: 2 * time.Millisecond, want: true}, // no-op jobs
-		{finished: 50, ran: 50 * 5 * time.Millisecond, claim: 2 * time.Millisecond, want: false}, // 5 ms jobs: 5 ms × 2 ≥ 4 × 2 ms
-		{finished: 0, claim: 2 * time.Millisecond, want: false},                                  // nothing finished yet: as before
+		{finished: 50, ran: 50 * 20 * time.Microsecond, claim: 2 * time.Millisecond, want: true, runs: 400}, // no-op jobs
+		{finished: 50, ran: 50 * 5 * time.Millisecond, claim: 2 * time.Millisecond, want: false, runs: 1},   // 5 ms jobs: 5 ms × 2 ≥ 4 × 2 ms
+		{finished: 0, claim: 2 * time.Millisecond, want: false},                                             // nothing finished yet: as before
 	} {
 		p := newFake(newFakeData(), newGate(), 4, 2).pools[0]
 		s := &producing{}
@@ -784,6 +785,7 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		s.finished = tc.finished
 		p.noteClaim(s, tc.claim)
 		require.Equal(t, tc.want, s.claimBound, "%+v", tc)
+		require.Equal(t, tc.runs, s.runsPerClaim, "%+v", tc)
 	}
 	// How many batches a capped pool claims in one, by the pool alone.
 	for _, tc := range []struct {
@@ -805,15 +807,25 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
 	p.cfg.TenantCap, p.limits = 1, []string{"l"}
 	require.Equal(t, 1, p.batchesInOne(&producing{full: true, claimBound: true}), "limits cover the pool: one batch, in order")
-	// In hand at most Concurrency + cappedBatchesBound × BatchSize, what
-	// the jobs channel of a capped pool holds: a claim of five batches fits
-	// beside nothing.
+	// A capped pool bound by its claims: a claim of five batches fits
+	// beside nothing, and beside another of five batches just claimed when
+	// the executors run them in the time a claim takes (runsPerClaim), not
+	// beside more; in hand at most Concurrency + 2 × cappedBatchesBound ×
+	// BatchSize, what the jobs channel of a capped pool holds.
 	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
 	p.cfg.TenantCap = 1
 	p = newPool(p.r, p.cfg)
 	ps := &producing{limit: 4 + 2, threshold: 1, more: true, full: true, claimBound: true}
 	require.Equal(t, cappedBatchesBound*2, p.claimSize(ps))
-	require.Equal(t, cap(p.jobs), ps.limit+(cappedBatchesBound-1)*2)
+	ps.inflight = cappedBatchesBound * 2
+	require.Equal(t, ps.limit-2, p.claimSize(ps), "nothing runs while a claim is out (runsPerClaim 0): what the limit leaves")
+	ps.runsPerClaim = 3
+	require.Equal(t, ps.limit-2+3, p.claimSize(ps), "three run while it is out: three more")
+	ps.runsPerClaim = 400
+	require.Equal(t, cappedBatchesBound*2, p.claimSize(ps), "no more than five batches")
+	ps.inflight = ps.limit + (2*cappedBatchesBound-1)*2
+	require.Zero(t, p.claimSize(ps), "the channel is full")
+	require.Equal(t, cap(p.jobs), ps.limit+(2*cappedBatchesBound-1)*2)
 	// An uncapped pool's: its own claim and claimsAhead batches.
 	require.Equal(t, 4+(1+claimsAhead)*2, cap(newFake(newFakeData(), newGate(), 4, 2).pools[0].jobs))
 }
