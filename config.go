@@ -167,7 +167,8 @@ type WorkerPool struct {
 	// than a claim returns (two batches more in hand); a tenant-capped one
 	// (whose claims go round the tenants one after the other) claims two
 	// batches in one instead, five under the same condition as the third
-	// claim (four batches more in hand).
+	// claim (four batches more in hand, and up to five more, as many as its
+	// executors run in the time a claim takes, so that each claim is full).
 	BatchSize int
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's
