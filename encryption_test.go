@@ -325,7 +325,17 @@ func TestSealedOutputsAndSignals(t *testing.T) {
 		}
 		return false
 	}
-	require.Eventually(t, func() bool { return asleep(wfSealed) && asleep(wfPlain) }, 10*time.Second, 10*time.Millisecond)
+	// And each first run of b has returned from its wait: a signal sent
+	// between the wait's record and the handler's return is taken by that
+	// run, which then never sleeps (it happened under load).
+	slept := func(seen *flowSeen) bool {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		return seen.waits == 1
+	}
+	require.Eventually(t, func() bool {
+		return asleep(wfSealed) && asleep(wfPlain) && slept(&sealedSeen) && slept(&plainSeen)
+	}, 10*time.Second, 10*time.Millisecond)
 	stored := func(q string, args ...any) []string {
 		rows, err := db.Pool.Query(ctx, q, args...)
 		require.NoError(t, err)
