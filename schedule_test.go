@@ -23,6 +23,7 @@ func schedClient(t *testing.T, url string, cfg skiplock.Config) *skiplock.Client
 	pcfg, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
 	pcfg.MaxConns = 8
+	dbtest.TrimIdle(pcfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

@@ -235,6 +235,7 @@ func create(t testing.TB, tmpl string) *DB {
 		t.Fatalf("dbtest: %v", err)
 	}
 	cfg.MaxConns = 20
+	TrimIdle(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
@@ -248,6 +249,18 @@ func create(t testing.TB, tmpl string) *DB {
 		discard(admin, name)
 	})
 	return &DB{URL: u, Pool: pool, Schema: "skiplock"}
+}
+
+// TrimIdle makes a test's pool close the connections it has not used for
+// a second, within half a second: pgxpool keeps an idle connection for 30
+// minutes by default, so a test that once ran a burst of claims, or three
+// client "processes" of 8 connections each, held them all to its end (24
+// idle connections for 20 s in one test), and the suite's parallel tests
+// together reached the 100 connections of a fresh machine's server
+// ("sorry, too many clients already", twice in clean-clone CI runs).
+func TrimIdle(cfg *pgxpool.Config) {
+	cfg.MaxConnIdleTime = time.Second
+	cfg.HealthCheckPeriod = 500 * time.Millisecond
 }
 
 // droppingPrefix marks a database that a passed test gave up: nothing uses
