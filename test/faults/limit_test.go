@@ -162,12 +162,15 @@ func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 // SIGKILL once it runs a job (its running jobs keep their slots until the
 // reaper takes their leases), then freezes b with SIGSTOP while it runs one,
 // past its lease (reaped, re-run by c), and thaws it. It returns b and c,
-// still running.
+// still running. b and c start once a runs a job: started with them, a
+// ran none within 15 s in one CI run (60 jobs of 60-120 ms, which b and c
+// drain in under a second; a claim that comes back empty, its rows locked
+// by theirs, waits a poll interval).
 func (e *env) killOneFreezeOne(t *testing.T, args ...string) (b, c *proc) {
 	t.Helper()
 	a := e.worker("a", args...)
-	b, c = e.worker("b", args...), e.worker("c", args...)
 	waitFor(t, 15*time.Second, "a to run a job", func() bool { return e.inFlight(a.app) > 0 })
+	b, c = e.worker("b", args...), e.worker("c", args...)
 	a.kill9(t)
 	waitFor(t, 15*time.Second, "b to run a job", func() bool { return e.inFlight(b.app) > 0 })
 	b.signal(syscall.SIGSTOP)
