@@ -235,7 +235,7 @@ func (p *pool) claimSize(s *producing) int {
 	free, most := s.limit-s.inflight-reserved+p.aheadOut*p.cfg.BatchSize, p.cfg.BatchSize
 	if k := p.batchesInOne(s); k > 1 {
 		free, most = free+(k-1)*p.cfg.BatchSize, k*p.cfg.BatchSize
-		if k == cappedBatchesBound {
+		if s.claimBound {
 			free += min(s.runsPerClaim, most)
 		}
 	}
