@@ -23,6 +23,7 @@ func pooled(t *testing.T, url string) *pgxpool.Pool {
 	require.NoError(t, err)
 	require.Equal(t, pgx.QueryExecModeCacheDescribe, cfg.ConnConfig.DefaultQueryExecMode, "the pooler was detected")
 	cfg.MaxConns = 8
+	dbtest.TrimIdle(cfg)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

@@ -246,6 +246,7 @@ func TestWaitWorkerProcess(t *testing.T) {
 	cfg, err := pgxpool.ParseConfig(u)
 	require.NoError(t, err)
 	cfg.MaxConns = 20
+	dbtest.TrimIdle(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer pool.Close()

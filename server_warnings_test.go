@@ -31,6 +31,7 @@ func TestAWorkingClientMakesTheServerWarnNothing(t *testing.T) {
 	pcfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(t, err)
 	pcfg.MaxConns = 12
+	dbtest.TrimIdle(pcfg)
 	var mu sync.Mutex
 	var warnings []string
 	pcfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
