@@ -158,17 +158,19 @@ type WorkerPool struct {
 	Kinds []string
 	// Concurrency is the number of jobs run at once. Default 10.
 	Concurrency int
-	// BatchSize is the most jobs one claim takes. Default min(Concurrency, 50).
+	// BatchSize is a claim's batch: the most jobs one claim takes, but for
+	// a pool bound by its claims (below). Default min(Concurrency, 50).
 	// The pool keeps up to Concurrency + BatchSize jobs in hand (claimed,
-	// running or about to), and a batch more for each claim ahead: in a
-	// backlog, while executors wait for work, a pool of more than one
-	// executor without limits or a tenant cap has a second claim in flight
-	// beside its own, and a third when its executors run a batch sooner
-	// than a claim returns (two batches more in hand); a tenant-capped one
-	// (whose claims go round the tenants one after the other) claims two
-	// batches in one instead, five under the same condition as the third
-	// claim (four batches more in hand, and up to five more, as many as its
-	// executors run in the time a claim takes, so that each claim is full).
+	// running or about to), and more in a backlog. While executors wait for
+	// work, a pool of more than one executor without limits or a tenant cap
+	// has a second claim in flight beside its own (a batch more in hand).
+	// When its executors run a batch sooner than a claim returns (it is
+	// bound by its claims), it has a third, and its own claim takes five
+	// batches in one: four batches more in hand, and up to five more, as
+	// many as its executors run in the time a claim takes, so that each
+	// claim is full. A tenant-capped pool (whose claims go round the tenants
+	// one after the other) has one claim in flight: two batches in one while
+	// claims come back full, five under the same condition.
 	BatchSize int
 	// TenantCap, when positive, turns on round-robin fair share: each claim
 	// visits the next BatchSize tenants with ready jobs after the pool's

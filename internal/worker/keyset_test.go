@@ -89,7 +89,7 @@ func TestKeysetOneSlowClaimKeepsThePoolAtTheFront(t *testing.T) {
 func TestFrontCostOfALargeClaimIsPerThreeBatches(t *testing.T) {
 	p := newFake(newFakeData(), newGate(), 4, 50).pools[0]
 	require.Equal(t, 30*time.Millisecond, p.frontCost(30*time.Millisecond, 150))
-	require.Equal(t, 30*time.Millisecond*150/time.Duration(cappedBatchesBound*50), p.frontCost(30*time.Millisecond, cappedBatchesBound*50))
+	require.Equal(t, 30*time.Millisecond*150/time.Duration(batchesBound*50), p.frontCost(30*time.Millisecond, batchesBound*50))
 	require.Equal(t, 3*time.Millisecond, p.frontCost(3*time.Millisecond, 10))
 }
 

@@ -71,14 +71,14 @@ type pool struct {
 const limitsRefresh = 2 * time.Second
 
 func newPool(r *Runner, cfg PoolConfig) *pool {
-	// Room for every job in hand: Concurrency + BatchSize, and a batch more
-	// for each claim ahead in flight (aheadDue) or, in a tenant-capped
-	// pool, for each batch more in its one claim (batchesInOne) and, bound
-	// by its claims, for as many again run while the claim is out
-	// (claimSize).
-	batches := 1 + claimsAhead
-	if cfg.TenantCap > 0 {
-		batches = max(batches, 2*cappedBatchesBound)
+	// Room for every job in hand: Concurrency + BatchSize, a batch more for
+	// each batch more in the producer's claim (batchesInOne) and, bound by
+	// its claims, for as many again run while the claim is out (claimSize),
+	// and in a pool without a tenant cap a batch for each claim ahead in
+	// flight (aheadDue).
+	batches := 2 * batchesBound
+	if cfg.TenantCap == 0 {
+		batches += claimsAhead
 	}
 	inHand := cfg.Concurrency + batches*cfg.BatchSize
 	return &pool{
@@ -221,12 +221,12 @@ func (p *pool) countFinished(s *producing) {
 // The batch of each claim ahead in flight is in hand on top of the limit;
 // the slots reserved by offers (handoff.go) are in hand already.
 //
-// A tenant-capped pool bound by its claims also counts as free the slots
-// its executors will have freed by the time the claim returns (up to the
-// claim's size; noteClaim's runsPerClaim): its one claim in flight is all
-// that feeds them, and without these a claim of five batches just after
-// another found room for half a batch, so its claims went big, small, big
-// (140 jobs a claim on average where 250 were asked). 20,000 tenants ×
+// A pool bound by its claims also counts as free the slots its executors
+// will have freed by the time the claim returns (up to the claim's size;
+// noteClaim's runsPerClaim): its claims in flight are all that feeds them,
+// and without these a claim of five batches just after another found room
+// for half a batch, so its claims went big, small, big (140 jobs a claim
+// on average where 250 were asked, in a tenant-capped pool). 20,000 tenants ×
 // 5 jobs, cap 5, six rounds: 65-104 % of the uncapped drain (median 74)
 // before, 75-121 % (median 85) after, 404 claims against 712; handlers
 // of 1-3 ms, as fast as before (docs/performance-log.md, issue 40).
@@ -245,39 +245,49 @@ func (p *pool) claimSize(s *producing) int {
 	return min(free, most)
 }
 
-// batchesInOne is how many batches a tenant-capped pool claims in one: two
-// while claims come back full, cappedBatchesBound while it is also bound by
-// its claims (noteClaim), else one. Its claims go round the tenants from
-// the cursor the last one returned, so two cannot be in flight at once
-// (the second would visit the first's tenants again); one claim of k
-// batches visits k times the tenants and divides the round trips by k,
-// where an uncapped pool keeps claims ahead in flight instead. 20,000
-// tenants × 5 jobs, cap 5: two batches drained 18-39 % faster than one in
-// three pairs, three 0-35 % faster than two in seven (median +18 %;
-// docs/performance-log.md, issue 40). In hand: k - 1 batches more, as
-// with claims ahead, and bound by its claims what its executors run while
-// the claim is out (claimSize). A pool of one executor only holds more
-// jobs waiting.
+// batchesInOne is how many batches the producer's claim takes in one:
+// batchesBound while claims come back full and the pool is bound by its
+// claims (noteClaim), two in a tenant-capped pool whose claims come back
+// full otherwise, else one. A claim of k batches divides the round trips,
+// and the claim's fixed cost (its plan, its probes, its commit), by k.
+// A tenant-capped pool's claims go round the tenants from the cursor the
+// last one returned, so two cannot be in flight at once (the second would
+// visit the first's tenants again): its one claim of k batches visits k
+// times the tenants. 20,000 tenants × 5 jobs, cap 5: two batches drained
+// 18-39 % faster than one in three pairs, three 0-35 % faster than two in
+// seven (median +18 %; docs/performance-log.md, issue 40). An uncapped
+// pool bound by its claims has claims ahead in flight besides (aheadDue),
+// and its claims of one batch each left it behind the capped one: a
+// no-op drain of 100,000 jobs (32 workers, batch 50) ran 17,700-21,000
+// jobs/s in 2,100 claims, 24,900-27,700 in 700 with five batches in the
+// producer's claim (five pairs, the same minutes; issue 40). An uncapped
+// pool that is not bound by its claims (handlers slower than its claims)
+// keeps to one batch a claim: more would only wait in this process, away
+// from the others. In hand: k - 1 batches more, and bound by its claims
+// what its executors run while the claim is out (claimSize). A pool of one
+// executor only holds more jobs waiting; under limits, one batch in order.
 func (p *pool) batchesInOne(s *producing) int {
 	switch {
-	case !s.full || p.cfg.TenantCap == 0 || p.cfg.Concurrency < 2 || len(p.limits) > 0:
+	case !s.full || p.cfg.Concurrency < 2 || len(p.limits) > 0:
 		return 1
 	case s.claimBound:
-		return cappedBatchesBound
+		return batchesBound
+	case p.cfg.TenantCap == 0:
+		return 1
 	default:
 		return 2
 	}
 }
 
-// cappedBatchesBound is how many batches a tenant-capped pool bound by its
-// claims claims in one: five. Its one claim in flight carries what an
-// uncapped pool's three (its own and claimsAhead) carry and then some, the
-// in-hand jobs it may hold being those of its executors, four batches and
-// what they run while the claim is out (at most five batches more).
+// batchesBound is how many batches a pool bound by its claims claims in
+// one: five. A tenant-capped pool's one claim in flight carries what an
+// uncapped pool's three carried (its own and claimsAhead) and then some,
+// the in-hand jobs it may hold being those of its executors, four batches
+// and what they run while the claim is out (at most five batches more).
 // With three, the capped drain of 20,000 tenants × 5 jobs (cap 5) waited on
 // its claims, one at a time, at 70-82 % of the uncapped drain; with five,
 // 80-92 % in the same minutes (four pairs, 22:04, issue 40).
-const cappedBatchesBound = 5
+const batchesBound = 5
 
 // claimNext claims n jobs and hands them to the executors; it reports
 // whether to claim again at once.
@@ -432,7 +442,7 @@ func (p *pool) claim(n int) (claimResult, error) {
 
 // frontCost is the cost of a claim of n jobs that took took as the keyset
 // weighs it: as it came for up to three batches, pro rata for more (a
-// capped pool's claim of cappedBatchesBound batches, whose healthy cost
+// claim of batchesBound batches, whose healthy cost
 // grows with the jobs it takes, where a pin's dead entries cost each claim
 // from the front the same). keysetCheapCapped was set on claims of three.
 func (p *pool) frontCost(took time.Duration, n int) time.Duration {
@@ -562,7 +572,8 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 // wait in this process, away from the others. Pools with limits or a
 // tenant cap have one claim in flight at a time: their claims decide
 // shares from what the last one took (a tenant-capped pool claims two or
-// five batches in one instead, batchesInOne). So does a pool of one
+// five batches in one instead, batchesInOne; an uncapped pool bound by its
+// claims, five in the producer's claim besides its claims ahead). So does a pool of one
 // executor: two claims in flight may end in either order, and one executor
 // runs its jobs one after the other in the order the claims took them.
 func (p *pool) aheadDue(s *producing) bool {

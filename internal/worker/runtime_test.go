@@ -664,7 +664,8 @@ func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
 // claims the next batch ahead, beside its own claim: two claims in flight,
 // so one claim's round trip overlaps the other's (three when it is bound
 // by its claims). What they bring is in hand on top of Concurrency +
-// BatchSize; once every executor is busy the pool claims no more ahead. A tenant-capped pool has one claim in flight
+// BatchSize; once every executor is busy the pool claims no more ahead (and
+// bound by its claims, its own claim takes five batches). A tenant-capped pool has one claim in flight
 // whatever comes back (its claims decide shares from the last one), of two
 // batches while claims come back full; a pool of one executor claims one
 // batch at a time (its jobs run in claim order).
@@ -787,17 +788,19 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		require.Equal(t, tc.want, s.claimBound, "%+v", tc)
 		require.Equal(t, tc.runs, s.runsPerClaim, "%+v", tc)
 	}
-	// How many batches a capped pool claims in one, by the pool alone.
+	// How many batches a pool claims in one, by the pool alone.
 	for _, tc := range []struct {
 		concurrency, tenantCap int
 		full, bound            bool
 		want                   int
 	}{
 		{concurrency: 4, tenantCap: 1, full: true, want: 2},
-		{concurrency: 4, tenantCap: 1, full: true, bound: true, want: cappedBatchesBound}, // bound by its claims
+		{concurrency: 4, tenantCap: 1, full: true, bound: true, want: batchesBound}, // bound by its claims
 		{concurrency: 4, tenantCap: 1, full: false, want: 1},
-		{concurrency: 4, tenantCap: 1, full: false, bound: true, want: 1}, // no backlog
-		{concurrency: 4, tenantCap: 0, full: true, bound: true, want: 1},  // uncapped: claims ahead instead
+		{concurrency: 4, tenantCap: 1, full: false, bound: true, want: 1},           // no backlog
+		{concurrency: 4, tenantCap: 0, full: true, bound: true, want: batchesBound}, // uncapped, bound by its claims: five too, and claims ahead
+		{concurrency: 4, tenantCap: 0, full: true, want: 1},                         // uncapped, bound by its executors: one at a time
+		{concurrency: 1, tenantCap: 0, full: true, bound: true, want: 1},
 		{concurrency: 1, tenantCap: 1, full: true, bound: true, want: 1},
 	} {
 		p := newFake(newFakeData(), newGate(), tc.concurrency, 2).pools[0]
@@ -810,24 +813,36 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	// A capped pool bound by its claims: a claim of five batches fits
 	// beside nothing, and beside another of five batches just claimed when
 	// the executors run them in the time a claim takes (runsPerClaim), not
-	// beside more; in hand at most Concurrency + 2 × cappedBatchesBound ×
+	// beside more; in hand at most Concurrency + 2 × batchesBound ×
 	// BatchSize, what the jobs channel of a capped pool holds.
 	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
 	p.cfg.TenantCap = 1
 	p = newPool(p.r, p.cfg)
 	ps := &producing{limit: 4 + 2, threshold: 1, more: true, full: true, claimBound: true}
-	require.Equal(t, cappedBatchesBound*2, p.claimSize(ps))
-	ps.inflight = cappedBatchesBound * 2
+	require.Equal(t, batchesBound*2, p.claimSize(ps))
+	ps.inflight = batchesBound * 2
 	require.Equal(t, ps.limit-2, p.claimSize(ps), "nothing runs while a claim is out (runsPerClaim 0): what the limit leaves")
 	ps.runsPerClaim = 3
 	require.Equal(t, ps.limit-2+3, p.claimSize(ps), "three run while it is out: three more")
 	ps.runsPerClaim = 400
-	require.Equal(t, cappedBatchesBound*2, p.claimSize(ps), "no more than five batches")
-	ps.inflight = ps.limit + (2*cappedBatchesBound-1)*2
+	require.Equal(t, batchesBound*2, p.claimSize(ps), "no more than five batches")
+	ps.inflight = ps.limit + (2*batchesBound-1)*2
 	require.Zero(t, p.claimSize(ps), "the channel is full")
-	require.Equal(t, cap(p.jobs), ps.limit+(2*cappedBatchesBound-1)*2)
-	// An uncapped pool's: its own claim and claimsAhead batches.
-	require.Equal(t, 4+(1+claimsAhead)*2, cap(newFake(newFakeData(), newGate(), 4, 2).pools[0].jobs))
+	require.Equal(t, cap(p.jobs), ps.limit+(2*batchesBound-1)*2)
+	// An uncapped pool's: the same, and a batch for each claim ahead; bound
+	// by its claims, its producer's claim takes five batches too, the
+	// claims ahead one each.
+	p = newFake(newFakeData(), newGate(), 4, 2).pools[0]
+	require.Equal(t, 4+(2*batchesBound+claimsAhead)*2, cap(p.jobs))
+	ps = &producing{limit: 4 + 2, threshold: 1, more: true, full: true, claimBound: true, runsPerClaim: 400}
+	require.Equal(t, batchesBound*2, p.claimSize(ps))
+	ps.claimBound = false
+	require.Equal(t, 2, p.claimSize(ps), "bound by its executors: one batch")
+	p.aheadOut = 2
+	ps.inflight = 4 + 2*2
+	require.Equal(t, 2, p.claimSize(ps), "the claims ahead's batches are in hand on top of the limit")
+	ps.inflight += 2
+	require.Zero(t, p.claimSize(ps), "the limit and the claims ahead's batches in hand: nothing free")
 }
 
 // A waiter that starts listening tells the worker processes at once
