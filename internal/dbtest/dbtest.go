@@ -211,9 +211,7 @@ func create(t testing.TB, tmpl string) *DB {
 	t.Helper()
 	admin := AdminURL(t)
 	ctx := context.Background()
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	name := "t_" + hex.EncodeToString(b)
+	name := dbName(t.Name())
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
@@ -249,6 +247,35 @@ func create(t testing.TB, tmpl string) *DB {
 		discard(admin, name)
 	})
 	return &DB{URL: u, Pool: pool, Schema: "skiplock"}
+}
+
+// dbName is a test database's name: t_, 12 random hex digits, and the
+// test's name in lower case with every run of other characters than
+// letters and digits as one underscore, cut to 54 bytes (discard's
+// dropping_ prefix and the name within PostgreSQL's 63). The
+// test's name tells whose connections pg_stat_activity shows when a run
+// nears the server's max_connections; sweep and discard go by the
+// dropping_ prefix, not by this name.
+func dbName(test string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	name := "t_" + hex.EncodeToString(b) + "_"
+	under := false
+	for _, r := range strings.ToLower(test) {
+		if len(name) >= 63-len(droppingPrefix) {
+			break
+		}
+		ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
+		switch {
+		case ok:
+			name += string(r)
+			under = false
+		case !under:
+			name += "_"
+			under = true
+		}
+	}
+	return strings.TrimRight(name, "_")
 }
 
 // TrimIdle makes a test's pool close the connections it has not used for

@@ -3,6 +3,8 @@ package dbtest
 import (
 	"context"
 	"errors"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +92,21 @@ func TestPassedTestsDatabaseIsDropped(t *testing.T) {
 			t.Fatalf("database %s%s was never dropped", droppingPrefix, name)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A test database's name says whose it is, and leaves room for discard's
+// prefix within PostgreSQL's 63 bytes.
+func TestDBNameCarriesTheTestsName(t *testing.T) {
+	n := dbName("TestWait/two clients")
+	if !regexp.MustCompile(`^t_[0-9a-f]{12}_testwait_two_clients$`).MatchString(n) {
+		t.Errorf("dbName: %q", n)
+	}
+	long := dbName(strings.Repeat("TestX/", 30))
+	if len(droppingPrefix+long) > 63 || len(long) < 50 || !strings.HasPrefix(long[15:], "testx_testx") {
+		t.Errorf("dbName of a long name: %q (%d bytes)", long, len(long))
+	}
+	if dbName("TestA") == dbName("TestA") {
+		t.Error("two runs of one test got one database name")
 	}
 }
