@@ -106,7 +106,7 @@ func TestDBNameCarriesTheTestsName(t *testing.T) {
 	if len(droppingPrefix+long) > 63 || len(long) < 50 || !strings.HasPrefix(long[15:], "testx_testx") {
 		t.Errorf("dbName of a long name: %q (%d bytes)", long, len(long))
 	}
-	if dbName("TestA") == dbName("TestA") {
+	if a, b := dbName("TestA"), dbName("TestA"); a == b {
 		t.Error("two runs of one test got one database name")
 	}
 }
