@@ -139,7 +139,8 @@ type Options struct {
 	Jobs int
 	// Workers is the worker pool's concurrency. Default 32.
 	Workers int
-	// Batch is the most jobs one claim takes. Default 50.
+	// Batch is the pool's BatchSize: a claim's batch (five in one claim
+	// while the pool is bound by its claims). Default 50.
 	Batch int
 	// Handler is "noop" or "sleep:MIN-MAX" (uniform random). Default
 	// "sleep:2ms-5ms".

@@ -88,7 +88,8 @@ type PressureOptions struct {
 	PayloadBytes int
 	// Workers is the worker pool's concurrency. Default 32.
 	Workers int
-	// Batch is the most jobs one claim takes. Default 50.
+	// Batch is the pool's BatchSize: a claim's batch (five in one claim
+	// while the pool is bound by its claims). Default 50.
 	Batch int
 	// HandlerTime is how long the handler sleeps. Default 1 ms.
 	HandlerTime time.Duration

@@ -92,7 +92,7 @@ pool).`,
 	fl := cmd.Flags()
 	fl.IntVar(&f.jobs, "jobs", bench.DefaultJobs, "jobs to seed and drain")
 	fl.IntVar(&f.workers, "workers", bench.DefaultWorkers, "worker pool concurrency")
-	fl.IntVar(&f.batch, "batch", bench.DefaultBatch, "most jobs per claim")
+	fl.IntVar(&f.batch, "batch", bench.DefaultBatch, "jobs per claim: the pool's batch (a pool bound by its claims takes five batches a claim)")
 	fl.StringVar(&f.handler, "handler", bench.DefaultHandler, "handler: noop, completetx (CompleteTx in its own transaction), steps:N[:D] (N checkpointed steps, each sleeping D), or sleep:MIN-MAX (uniform random, e.g. sleep:2ms-5ms)")
 	fl.BoolVar(&f.latency, "latency", false, "measure enqueue → handler start on an idle queue instead")
 	fl.IntVar(&f.samples, "samples", bench.DefaultSamples, "jobs timed by --latency")

@@ -103,7 +103,7 @@ database reached directly).`,
 	fl.StringArrayVar(&f.queues, "queue", nil, "queue to claim from (repeatable; default \"default\")")
 	fl.StringVar(&f.kinds, "kinds", "", "comma-separated kinds to claim (default any)")
 	fl.IntVar(&f.concurrency, "concurrency", 10, "jobs run at once")
-	fl.IntVar(&f.batch, "batch", 0, "most jobs per claim (default min(concurrency, 50))")
+	fl.IntVar(&f.batch, "batch", 0, "jobs per claim: the pool's batch (a pool bound by its claims takes five batches a claim; default min(concurrency, 50))")
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "lease duration (heartbeat every lease/3)")
 	fl.IntVar(&f.maxAttempts, "max-attempts", 0, "cap on attempts for jobs run here (default: each job's own)")
 	fl.IntVar(&f.tenantCap, "tenant-cap", 0, "most jobs of one tenant in one claim batch (0: no cap)")
