@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,11 +42,16 @@ func TestJobWaitExitCodesAndExecResults(t *testing.T) {
 	require.Equal(t, exitWaitTimedOut, code, "stderr: %s", errOut)
 	require.Contains(t, out, jsonJob+"\twaiting")
 
+	// The slow job reports half way, then waits for the test to create gate
+	// before it finishes: a fixed sleep (3 s) let a loaded CI machine reach
+	// the progress check after the job had finished, and "half way" was
+	// never seen again.
+	gate := filepath.Join(t.TempDir(), "go")
 	script := `case "$SKIPLOCK_JOB_KIND" in
 json) echo '{"url": "https://example.test/r.pdf"}' ;;
 text) printf 'SECRET-RESULT line\n' ;;
 fail) echo "the printer is on fire" >&2; exit 3 ;;
-slow) echo "5 10 half way" >&$SKIPLOCK_PROGRESS_FD; sleep 3; echo "10 10 done" >&$SKIPLOCK_PROGRESS_FD; echo '"slow"' ;;
+slow) echo "5 10 half way" >&$SKIPLOCK_PROGRESS_FD; while [ ! -e '` + gate + `' ]; do sleep 0.05; done; echo "10 10 done" >&$SKIPLOCK_PROGRESS_FD; echo '"slow"' ;;
 esac`
 	bg := startCLI(ctx, t, "work", "--database-url", db.URL, "--exec", script, "--poll-interval", "100ms")
 
@@ -62,10 +68,16 @@ esac`
 	require.Contains(t, out, failJob+"\tdead\terror: exit status 3: the printer is on fire")
 
 	// Progress while the slow job runs, then its last report and result.
-	require.Eventually(t, func() bool {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		code, out, _ = runCLI(t, "job", "get", slowJob, "--database-url", db.URL)
-		return code == 0 && strings.Contains(out, "5 of 10 (50.0%) half way")
-	}, 20*time.Second, 100*time.Millisecond, "job get never showed the progress: %s", out)
+		if code == 0 && strings.Contains(out, "5 of 10 (50.0%) half way") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job get never showed the progress; last: exit %d\n%s", code, out)
+		}
+	}
+	require.NoError(t, os.WriteFile(gate, nil, 0o600))
 	code, out, errOut = runCLI(t, "job", "wait", slowJob, "--progress", "--poll-interval", "200ms", "--database-url", db.URL)
 	require.Equal(t, 0, code, "stderr: %s", errOut)
 	require.Contains(t, out, slowJob+"\tcompleted\t\"slow\"")
