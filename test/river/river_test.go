@@ -444,8 +444,16 @@ func TestRiverImportCrash(t *testing.T) {
 	}
 	counter := startCounter(t, db, "mail", "bulk")
 	args := []string{"import", "river", "--database-url", db.URL, "--schema", db.Schema, "--batch", "50", "--json"}
+	riverLeft := func() int {
+		var left int
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&left); err != nil {
+			t.Error(err)
+		}
+		return left
+	}
 	kills, midway := 0, 0
 	for run := 0; ; run++ {
+		before := riverLeft()
 		cmd := exec.Command(bin, args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -454,12 +462,29 @@ func TestRiverImportCrash(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		var timeout <-chan time.Time
-		if run < 12 {
-			timeout = time.After(time.Duration(20+rand.IntN(40+40*run)) * time.Millisecond)
+		// The first 12 runs are killed once this run has moved jobs (River
+		// rows gone), after a random 0-10 ms more: a kill at a fixed time
+		// after the start (20-500 ms) landed before the import began on a
+		// loaded CI machine, twelve times in one run, and proved nothing.
+		var timeout chan struct{}
+		stop := make(chan struct{})
+		if run < 12 && before > 0 {
+			timeout = make(chan struct{})
+			go func() {
+				for riverLeft() >= before {
+					select {
+					case <-stop:
+						return
+					case <-time.After(2 * time.Millisecond):
+					}
+				}
+				time.Sleep(time.Duration(rand.IntN(10_000)) * time.Microsecond)
+				close(timeout)
+			}()
 		}
 		select {
 		case err := <-done:
+			close(stop)
 			if err != nil {
 				t.Fatalf("run %d: %v\n%s", run, err, stderr.String())
 			}
