@@ -43,15 +43,16 @@ func TestJobWaitExitCodesAndExecResults(t *testing.T) {
 	require.Contains(t, out, jsonJob+"\twaiting")
 
 	// The slow job reports half way, then waits for the test to create gate
-	// before it finishes: a fixed sleep (3 s) let a loaded CI machine reach
-	// the progress check after the job had finished, and "half way" was
-	// never seen again.
+	// (30 s at most, so that a failed test leaves no shell polling) before
+	// it finishes: a fixed sleep (3 s) let a loaded CI machine reach the
+	// progress check after the job had finished, and "half way" was never
+	// seen again.
 	gate := filepath.Join(t.TempDir(), "go")
 	script := `case "$SKIPLOCK_JOB_KIND" in
 json) echo '{"url": "https://example.test/r.pdf"}' ;;
 text) printf 'SECRET-RESULT line\n' ;;
 fail) echo "the printer is on fire" >&2; exit 3 ;;
-slow) echo "5 10 half way" >&$SKIPLOCK_PROGRESS_FD; while [ ! -e '` + gate + `' ]; do sleep 0.05; done; echo "10 10 done" >&$SKIPLOCK_PROGRESS_FD; echo '"slow"' ;;
+slow) echo "5 10 half way" >&$SKIPLOCK_PROGRESS_FD; i=0; while [ ! -e '` + gate + `' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo "10 10 done" >&$SKIPLOCK_PROGRESS_FD; echo '"slow"' ;;
 esac`
 	bg := startCLI(ctx, t, "work", "--database-url", db.URL, "--exec", script, "--poll-interval", "100ms")
 

@@ -226,8 +226,8 @@ func (p *pool) countFinished(s *producing) {
 // noteClaim's runsPerClaim): its claims in flight are all that feeds them,
 // and without these a claim of five batches just after another found room
 // for half a batch, so its claims went big, small, big (140 jobs a claim
-// on average where 250 were asked, in a tenant-capped pool). 20,000 tenants ×
-// 5 jobs, cap 5, six rounds: 65-104 % of the uncapped drain (median 74)
+// on average where 250 were asked, in a tenant-capped pool). 20,000
+// tenants × 5 jobs, cap 5, six rounds: 65-104 % of the uncapped drain (median 74)
 // before, 75-121 % (median 85) after, 404 claims against 712; handlers
 // of 1-3 ms, as fast as before (docs/performance-log.md, issue 40).
 func (p *pool) claimSize(s *producing) int {
@@ -442,9 +442,9 @@ func (p *pool) claim(n int) (claimResult, error) {
 
 // frontCost is the cost of a claim of n jobs that took took as the keyset
 // weighs it: as it came for up to three batches, pro rata for more (a
-// claim of batchesBound batches, whose healthy cost
-// grows with the jobs it takes, where a pin's dead entries cost each claim
-// from the front the same). keysetCheapCapped was set on claims of three.
+// claim of batchesBound batches, whose healthy cost grows with the jobs it
+// takes, where a pin's dead entries cost each claim from the front the
+// same). keysetCheapCapped was set on claims of three.
 func (p *pool) frontCost(took time.Duration, n int) time.Duration {
 	if most := 3 * p.cfg.BatchSize; n > most {
 		return took * time.Duration(most) / time.Duration(n)
@@ -573,9 +573,10 @@ func (p *pool) frontRequest(n int) store.ClaimRequest {
 // tenant cap have one claim in flight at a time: their claims decide
 // shares from what the last one took (a tenant-capped pool claims two or
 // five batches in one instead, batchesInOne; an uncapped pool bound by its
-// claims, five in the producer's claim besides its claims ahead). So does a pool of one
-// executor: two claims in flight may end in either order, and one executor
-// runs its jobs one after the other in the order the claims took them.
+// claims, five in the producer's claim besides its claims ahead). So does
+// a pool of one executor: two claims in flight may end in either order,
+// and one executor runs its jobs one after the other in the order the
+// claims took them.
 func (p *pool) aheadDue(s *producing) bool {
 	if p.aheadOut >= claimsAhead || !s.full || p.cfg.Concurrency < 2 || p.stopping() ||
 		len(p.limits) > 0 || p.cfg.TenantCap > 0 {

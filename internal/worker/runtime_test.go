@@ -663,12 +663,12 @@ func TestProducerActsOnWhatTheClaimLearned(t *testing.T) {
 // While claims come back full and executors wait for work, a plain pool
 // claims the next batch ahead, beside its own claim: two claims in flight,
 // so one claim's round trip overlaps the other's (three when it is bound
-// by its claims). What they bring is in hand on top of Concurrency +
-// BatchSize; once every executor is busy the pool claims no more ahead (and
-// bound by its claims, its own claim takes five batches). A tenant-capped pool has one claim in flight
-// whatever comes back (its claims decide shares from the last one), of two
-// batches while claims come back full; a pool of one executor claims one
-// batch at a time (its jobs run in claim order).
+// by its claims, its own claim then taking five batches). What they bring
+// is in hand on top of Concurrency + BatchSize; once every executor is
+// busy the pool claims no more ahead. A tenant-capped pool has one claim
+// in flight whatever comes back (its claims decide shares from the last
+// one), of two batches while claims come back full; a pool of one executor
+// claims one batch at a time (its jobs run in claim order).
 func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	f := newFakeData()
 	g := newGate(1, 2, 3, 4, 5, 6, 7, 8)

@@ -492,11 +492,7 @@ func TestRiverImportCrash(t *testing.T) {
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			<-done
 			kills++
-			var left int
-			if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&left); err != nil {
-				t.Fatal(err)
-			}
-			if left > 0 && left < n {
+			if left := riverLeft(); left > 0 && left < n {
 				midway++
 			}
 			continue
