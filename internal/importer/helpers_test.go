@@ -63,6 +63,17 @@ var (
 	cliErr  error
 )
 
+// TestMain removes the CLI buildCLI built once the package's tests are done:
+// a 53 MB binary under the temp directory, left behind by every run before.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cliPath != "" {
+		_ = os.RemoveAll(filepath.Dir(cliPath))
+	}
+	os.Exit(code)
+}
+
+// buildCLI builds the skiplock CLI once per test binary.
 func buildCLI(t *testing.T) string {
 	t.Helper()
 	cliOnce.Do(func() {
