@@ -192,6 +192,52 @@ func TestCappedClaimLooksPastAnUnclaimableFirstJob(t *testing.T) {
 	}
 }
 
+// A capped claim takes at most one job per entity in a batch, whoever's
+// turn and whichever read (shares, jobs without a tenant, spare capacity)
+// found them: best keeps the first of each entity in its order, and the
+// rows it locked are what the claim makes running (the capped claims have
+// no second pick). Two of one entity would leave the second's update to
+// the unique running index (an entity race, the claim retried).
+func TestCappedClaimTakesOneJobPerEntity(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority, entity) VALUES
+		('q', 'k', 'a', 3, 'e1'), ('q', 'k', 'a', 2, 'e1'), ('q', 'k', 'a', 1, 'e1'),
+		('q', 'k', 'b', 2, 'e2'), ('q', 'k', 'b', 1, 'e2'), ('q', 'k', 'b', 0, NULL),
+		('q', 'k', 'c', 0, NULL), ('q', 'k', 'c', 0, NULL),
+		('q', 'k', NULL, 5, 'e3'), ('q', 'k', NULL, 4, 'e3')`)
+	st := store.New("skiplock")
+	for _, tc := range []struct {
+		name       string
+		batch, cap int
+	}{{"shares", 10, 5}, {"one share each", 3, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, err := db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			jobs, err := claimJobs(ctx, st, tx, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Batch: tc.batch,
+				WorkerID: benchWorker, Lease: time.Minute, TenantCap: tc.cap, TenantCursor: map[string]string{}})
+			require.NoError(t, err)
+			perEntity := map[string]int{}
+			for _, j := range jobs {
+				if j.Entity != "" {
+					perEntity[j.Entity]++
+					require.Equal(t, map[string]int{"e1": 3, "e2": 2, "e3": 5}[j.Entity], j.Priority,
+						"entity %s: not its first job in claim order", j.Entity)
+				}
+			}
+			for e, n := range perEntity {
+				require.Equal(t, 1, n, "entity %s: %d jobs in one batch", e, n)
+			}
+			if tc.batch == 10 {
+				require.Len(t, jobs, 6, "one job of each entity and the three without one")
+				require.Len(t, perEntity, 3)
+			}
+		})
+	}
+}
+
 // A visit that stops at its first tenant because that tenant's weight
 // fills the batch gives the tenant its whole round, though it is the only
 // tenant visited: a tenant with weight 2 gets both jobs of a batch of 2,

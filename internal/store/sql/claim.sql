@@ -39,9 +39,11 @@ r.state = 'running'
 EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q.name AND p.paused)
 
 -- fragment: claim_pick
--- The last CTE of every claim but the capped one: from the candidates in
+-- The last CTE of the plain and the limited claim: from the candidates in
 -- CTE `picked` (id, priority, run_at, entity), at most one per entity and $3
--- in all, in claim order.
+-- in all, in claim order. The capped claims pick one per entity before
+-- they lock (capped_tail's best), and name their picked rows
+-- one_per_entity themselves.
 one_per_entity AS (
     -- Two ready jobs of one entity in a batch: keep the first in claim order.
     SELECT p.id FROM (
@@ -56,7 +58,8 @@ one_per_entity AS (
 )
 
 -- fragment: claim_update
--- What claim_pick chose becomes running.
+-- What one_per_entity holds becomes running (claim_pick's choice, or a capped
+-- claim's picked rows).
 UPDATE {{schema}}.jobs AS j
 {{claim_set}}
 WHERE j.id = ANY (ARRAY(SELECT o.id FROM one_per_entity AS o))
