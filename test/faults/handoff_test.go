@@ -47,15 +47,30 @@ func TestKill9AfterHandOff(t *testing.T) {
 	// The jobs the dead worker committed, with their payloads, for the
 	// checker (each one's marker is rebuilt from its index).
 	var ids []int64
-	for _, m := range enqueued.FindAllStringSubmatch(h.logText(), -1) {
-		id, _ := strconv.ParseInt(m[1], 10, 64)
-		i, _ := strconv.Atoi(m[2])
+	commit := func(id int64, i int) {
 		raw, err := json.Marshal(job{Sleep: []int{600}, Marker: marker + strconv.Itoa(i)})
 		require.NoError(t, err)
 		e.mu.Lock()
 		e.enqueued[id] = enqueuedPayload{json: raw}
 		e.mu.Unlock()
 		ids = append(ids, id)
+	}
+	next := 0
+	for _, m := range enqueued.FindAllStringSubmatch(h.logText(), -1) {
+		id, _ := strconv.ParseInt(m[1], 10, 64)
+		i, _ := strconv.Atoi(m[2])
+		commit(id, i)
+		next = i + 1
+	}
+	// The enqueue after the last one logged may have committed with the
+	// kill landing before its log line (a slow, loaded CI machine,
+	// 2026-11-30: the checker then saw a job in the audit that the test did
+	// not know it had committed). Its outcome is in doubt only for the
+	// test: each enqueue is a transaction of its own, so the database says
+	// whether it committed. The dead worker's jobs are all still in the hot
+	// table (nothing else runs them yet).
+	if id, ok := e.jobByMarker(marker + strconv.Itoa(next)); ok {
+		commit(id, next)
 	}
 	require.GreaterOrEqual(t, handed(), 2)
 	cut := e.count("SELECT count(*) FROM public.runs WHERE outcome IS NULL")

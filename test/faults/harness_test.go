@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -617,6 +618,21 @@ func (e *env) count(q string, args ...any) int {
 	defer cancel()
 	require.NoError(e.t, e.pool.QueryRow(ctx, q, args...).Scan(&n), q)
 	return n
+}
+
+// jobByMarker returns the id of the job in the hot table whose plaintext
+// payload carries marker, if there is one.
+func (e *env) jobByMarker(marker string) (int64, bool) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var id int64
+	err := e.pool.QueryRow(ctx, `SELECT id FROM skiplock.jobs WHERE payload->>'marker' = $1`, marker).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false
+	}
+	require.NoError(e.t, err)
+	return id, true
 }
 
 // tryCount is count for polling while the database may be away.
