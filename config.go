@@ -164,8 +164,9 @@ type WorkerPool struct {
 	// running or about to), and more in a backlog. While executors wait for
 	// work, a pool of more than one executor without limits or a tenant cap
 	// has a second claim in flight beside its own (a batch more in hand).
-	// When its executors run a batch sooner than a claim returns (it is
-	// bound by its claims), it has a third, and its own claim takes five
+	// When its executors run a batch in less than four claims' time (it is
+	// bound by its claims: otherwise a claim that takes twice its usual
+	// time leaves them idle), it has a third, and its own claim takes five
 	// batches in one: four batches more in hand, and up to five more, as
 	// many as its executors run in the time a claim takes, so that each
 	// claim is full. A tenant-capped pool (whose claims go round the tenants

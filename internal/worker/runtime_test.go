@@ -767,7 +767,9 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 	require.False(t, p.frontDue(), "one claim from the front at a time")
 	require.NotNil(t, p.keys.bounds(time.Now(), p.frontOut), "the producer's own claim reads after the bounds meanwhile")
 	// Bound by its claims: a batch's run across the executors is shorter
-	// than a claim (mean run × BatchSize < Concurrency × claim).
+	// than boundMargin claims (mean run × BatchSize < 4 × Concurrency ×
+	// claim). Here Concurrency 4, BatchSize 2, claims of 2 ms: bound while a
+	// batch's run is under 4 × 4 × 2 ms = 32 ms.
 	for _, tc := range []struct {
 		finished int64
 		ran      time.Duration
@@ -776,7 +778,10 @@ func TestClaimsAheadWhileClaimsComeBackFull(t *testing.T) {
 		runs     int // runsPerClaim: Concurrency × claim ÷ mean run
 	}{
 		{finished: 50, ran: 50 * 20 * time.Microsecond, claim: 2 * time.Millisecond, want: true, runs: 400}, // no-op jobs
-		{finished: 50, ran: 50 * 5 * time.Millisecond, claim: 2 * time.Millisecond, want: false, runs: 1},   // 5 ms jobs: 5 ms × 2 ≥ 4 × 2 ms
+		{finished: 50, ran: 50 * 5 * time.Millisecond, claim: 2 * time.Millisecond, want: true, runs: 1},    // 5 ms jobs: a batch's run (10 ms) between one claim and four
+		{finished: 50, ran: 50 * 15 * time.Millisecond, claim: 2 * time.Millisecond, want: true, runs: 0},   // 15 ms jobs: 30 ms < 32
+		{finished: 50, ran: 50 * 16 * time.Millisecond, claim: 2 * time.Millisecond, want: false, runs: 0},  // 16 ms jobs: 32 ms, four claims' time
+		{finished: 50, ran: 50 * 40 * time.Millisecond, claim: 2 * time.Millisecond, want: false, runs: 0},  // 40 ms jobs
 		{finished: 0, claim: 2 * time.Millisecond, want: false},                                             // nothing finished yet: as before
 	} {
 		p := newFake(newFakeData(), newGate(), 4, 2).pools[0]
