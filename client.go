@@ -445,6 +445,9 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error
 		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", run.id, err)
 	}
 	run.completedTx.Store(true)
+	if r := c.runner.Load(); r != nil {
+		r.CompletedInTx(run.id, run.token) // a heartbeat that finds the row gone now finds tx committed
+	}
 	return nil
 }
 

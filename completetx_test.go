@@ -269,23 +269,11 @@ func TestCompleteTxAfterHeartbeatFoundLeaseLost(t *testing.T) {
 		results <- result{cause: context.Cause(ctx), complete: err}
 		return err
 	}))
-	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
-	require.NoError(t, err)
-	require.NoError(t, c.Start(ctx))
-	defer func() { require.NoError(t, c.Stop(ctx)) }()
+	r := startOneEffect(t, c)
 	<-inside
 	// Keep this process from claiming the job again once it is back.
 	require.NoError(t, c.QueuePause(ctx, skiplock.DefaultQueue))
-	// Another process's reaper takes the expired job back.
-	// (The heartbeat, every 100 ms, may extend the lease between the expiry
-	// and the reap: then try again.)
-	require.Eventually(t, func() bool {
-		_, err := db.Pool.Exec(ctx, "UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", r.ID)
-		require.NoError(t, err)
-		back, _, err := c.Reap(ctx)
-		require.NoError(t, err)
-		return back == 1
-	}, 10*time.Second, 10*time.Millisecond, "the reaper never took the expired job back")
+	reapExpired(t, c, db.Pool, r.ID)
 
 	res := <-results
 	require.ErrorIs(t, res.cause, skiplock.ErrLeaseLost)
@@ -293,6 +281,108 @@ func TestCompleteTxAfterHeartbeatFoundLeaseLost(t *testing.T) {
 	require.Empty(t, effectRows(t, db.Pool, r.ID))
 	require.Eventually(t, func() bool { return c.Stats().LeaseLost == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, countJobs(t, db.Pool, "id = $1 AND state = 'ready'", r.ID), "the job is still there for its next owner")
+}
+
+// A heartbeat that runs after the handler's CompleteTx committed finds the
+// row gone: that is the completion, not a lost lease. The handler's context
+// stays alive (cancelled, it used to interrupt the Commit's read of the
+// server's reply, and a job completed in the database was counted and
+// logged as a lost lease), and the job counts as completed.
+func TestCompleteTxCommitThenHeartbeatIsNoLeaseLoss(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	createEffects(t, db.Pool)
+	c := newClient(t, db.Pool, skiplock.Config{HeartbeatInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+		Logger: quietLogger()})
+	causes := make(chan error, 1)
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		if err := writeEffect(ctx, c, j); err != nil {
+			return err
+		}
+		// Committed; the heartbeats that run meanwhile find the row gone.
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * 20 * time.Millisecond):
+		}
+		causes <- context.Cause(ctx)
+		return context.Cause(ctx)
+	}))
+	r := startOneEffect(t, c)
+
+	require.NoError(t, <-causes, "the handler's context was cancelled after its own commit")
+	require.Eventually(t, func() bool { return c.Stats().Completed == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, c.Stats().LeaseLost)
+	require.Len(t, effectRows(t, db.Pool, r.ID), 1)
+	require.Zero(t, countJobs(t, db.Pool, "id = $1", r.ID))
+}
+
+// A CompleteTx whose transaction rolls back leaves the job running: the
+// next heartbeat finds the row and drops the mark, so a lease lost after
+// that still cancels the handler.
+func TestCompleteTxRollbackThenLeaseLostCancels(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	c := newClient(t, db.Pool, skiplock.Config{LeaseDuration: 600 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond,
+		ReaperInterval: -1, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+	rolledBack := make(chan struct{})
+	causes := make(chan error, 1)
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		tx, err := c.Pool().Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
+			return err
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			return err
+		}
+		close(rolledBack)
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return context.Cause(ctx)
+	}))
+	r := startOneEffect(t, c)
+	<-rolledBack
+	time.Sleep(5 * 20 * time.Millisecond) // heartbeats find the row again
+	require.NoError(t, c.QueuePause(ctx, skiplock.DefaultQueue))
+	reapExpired(t, c, db.Pool, r.ID)
+	select {
+	case cause := <-causes:
+		require.ErrorIs(t, cause, skiplock.ErrLeaseLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease was lost after a rolled-back CompleteTx, and the handler was never cancelled")
+	}
+	require.Eventually(t, func() bool { return c.Stats().LeaseLost == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, c.Stats().Completed)
+}
+
+// startOneEffect enqueues one "effect" job and starts c, stopped when the
+// test ends.
+func startOneEffect(t *testing.T, c *skiplock.Client) skiplock.EnqueueResult {
+	t.Helper()
+	ctx := context.Background()
+	r, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, c.Stop(ctx)) })
+	return r
+}
+
+// reapExpired expires the lease of running job id and has a reaper (as
+// another process's would) take the job back. The client's heartbeat may
+// extend the lease between the expiry and the reap: then it tries again.
+func reapExpired(t *testing.T, c *skiplock.Client, pool *pgxpool.Pool, id int64) {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		_, err := pool.Exec(ctx, "UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", id)
+		require.NoError(t, err)
+		back, _, err := c.Reap(ctx)
+		require.NoError(t, err)
+		return back == 1
+	}, 10*time.Second, 10*time.Millisecond, "the reaper never took the expired job back")
 }
 
 func TestCompleteTxNotTheCallersJob(t *testing.T) {
