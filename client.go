@@ -446,7 +446,7 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error
 	}
 	run.completedTx.Store(true)
 	if r := c.runner.Load(); r != nil {
-		r.CompletedInTx(run.id, run.token) // a heartbeat that finds the row gone now finds tx committed
+		r.EndedInTx(run.id, run.token) // a heartbeat that finds the row gone now finds tx committed
 	}
 	return nil
 }

@@ -259,6 +259,9 @@ func (r *Run) WaitSignal(ctx context.Context, name string, timeout time.Duration
 			} else if !held {
 				return worker.ErrLeaseLost
 			}
+			// The job is ready again once tx commits: a heartbeat that
+			// finds its lease gone from then on finds this commit.
+			worker.NoteEndedInTx(ctx, r.id, r.token)
 			slept = true
 			return nil
 		}

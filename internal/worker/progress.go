@@ -86,7 +86,7 @@ func (r *Runner) SetProgress(id, token int64, src ProgressSource) {
 }
 
 // progressKey is the context key under which a handler's context carries
-// its Runner, for ReportProgress.
+// its Runner, for ReportProgress and NoteEndedInTx.
 type progressKey struct{}
 
 // ReportProgress notes a newer progress report in src of the job of lease

@@ -191,9 +191,9 @@ type tracked struct {
 	lost            bool
 	cancelRequested bool
 	finished        bool // handler returned; outcome queued for the completer
-	// completedTx: the handler completed the job in its own transaction
-	// (CompletedInTx), which holds the row until it ends.
-	completedTx bool
+	// endedInTx: the handler's own transaction ended the lease (EndedInTx),
+	// and holds the row until it ends.
+	endedInTx bool
 }
 
 // Stats is a snapshot of the runner's counters, exported to users as
@@ -551,25 +551,38 @@ func (r *Runner) execute(j *Job, stopping bool) (took time.Duration) {
 	return took
 }
 
-// CompletedInTx records that the handler of job id (the lease token) has
-// completed it in its own transaction, which holds the row until it ends
-// (CompleteTx). A heartbeat that then finds the row gone found that
-// transaction committed, not the lease lost: its UPDATE waits on the row's
-// lock, so it sees the row gone only once the deletion committed. Before
-// this, a heartbeat that fell between that commit and the handler's return
+// EndedInTx records that the handler of job id (the lease token) has ended
+// its lease in its own transaction, which holds the row until it ends:
+// CompleteTx completed the job, or WaitSignal returned it to ready to
+// sleep. A heartbeat that then finds the lease gone found that transaction
+// committed, not the lease lost: its UPDATE waits on the row's lock, so it
+// sees the lease gone only once that transaction committed. Before this, a
+// heartbeat that fell between that commit and the handler's return
 // cancelled the handler's context while its Commit read the server's reply:
 // the Commit failed at the client, the handler returned the error, and a
-// job completed in the database was counted and logged as a lost lease
-// (Stats a job short: `skiplock bench --handler completetx` stalled at
-// 19,999 of 20,000, one run in twenty at 1,500 commits a second; issue 40). A
-// heartbeat that began after this and finds the row still there found the
-// transaction rolled back, and the mark is dropped (heartbeat).
-func (r *Runner) CompletedInTx(id, token int64) {
+// job completed (or put to sleep) in the database was counted and logged
+// as a lost lease (Stats a job short: `skiplock bench --handler completetx`
+// stalled at 19,999 of 20,000, one run in twenty at 1,500 commits a second;
+// issue 40). A heartbeat that began after this and finds the lease still
+// there found the transaction rolled back, and the mark is dropped
+// (heartbeat).
+func (r *Runner) EndedInTx(id, token int64) {
 	r.mu.Lock()
 	if t := r.jobs[id]; t != nil && t.job.LeaseToken == token {
-		t.completedTx = true
+		t.endedInTx = true
 	}
 	r.mu.Unlock()
+}
+
+// NoteEndedInTx is EndedInTx for the Runner that runs the handler whose
+// context ctx is; false when ctx is no such handler's.
+func NoteEndedInTx(ctx context.Context, id, token int64) bool {
+	r, _ := ctx.Value(progressKey{}).(*Runner)
+	if r == nil {
+		return false
+	}
+	r.EndedInTx(id, token)
+	return true
 }
 
 // markLost records that the lease of id is gone and cancels its handler.
@@ -610,11 +623,11 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 func (r *Runner) heartbeat(ctx context.Context) {
 	r.mu.Lock()
 	leases := make([]store.Lease, 0, len(r.jobs))
-	var inTx map[int64]bool // completed in the handler's transaction before this heartbeat began
+	var inTx map[int64]bool // leases the handler's transaction ended before this heartbeat began
 	for id, t := range r.jobs {
 		if !t.lost {
 			leases = append(leases, store.Lease{ID: id, Token: t.job.LeaseToken})
-			if t.completedTx {
+			if t.endedInTx {
 				if inTx == nil {
 					inTx = map[int64]bool{}
 				}
@@ -642,22 +655,22 @@ func (r *Runner) heartbeat(ctx context.Context) {
 		switch {
 		case !ok:
 			// Gone: reaped and maybe re-claimed, or completed by a flush that
-			// raced this heartbeat, or by the handler's own transaction,
-			// which committed (CompletedInTx). Only a job still tracked and
-			// running is lost.
+			// raced this heartbeat, or ended by the handler's own
+			// transaction, which committed (EndedInTx). Only a job still
+			// tracked and running is lost.
 			r.mu.Lock()
 			t := r.jobs[l.ID]
-			settled := t != nil && (t.finished || t.completedTx)
+			settled := t != nil && (t.finished || t.endedInTx)
 			r.mu.Unlock()
 			if t != nil && !settled {
 				r.markLost(l.ID)
 			}
 		case inTx[l.ID]:
-			// Still there after the handler's CompleteTx: its transaction
-			// rolled back, and the job is running as before.
+			// Still there after the handler's transaction ended the lease:
+			// that transaction rolled back, and the job runs as before.
 			r.mu.Lock()
 			if t := r.jobs[l.ID]; t != nil && t.job.LeaseToken == l.Token {
-				t.completedTx = false
+				t.endedInTx = false
 			}
 			r.mu.Unlock()
 			if cancelReq {

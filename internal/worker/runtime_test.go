@@ -26,8 +26,9 @@ func (c claimCall) give(js []store.ClaimedJob) { c.reply <- store.ClaimResult{Jo
 
 // fakeData is the runtime's database, driven by the test through channels:
 // every Claim waits for the test's answer, every outcome write is handed
-// to the test. Leases are always held.
+// to the test. Leases are held but for those in gone.
 type fakeData struct {
+	gone     map[int64]bool // leases Heartbeat finds gone (read by the test's own calls only)
 	claims   chan claimCall
 	writes   chan store.Outcomes
 	reapSlow time.Duration         // each Reap takes this long
@@ -65,11 +66,13 @@ func (f *fakeData) LimitsCovering(context.Context, []string, []string) ([]store.
 }
 
 func (f *fakeData) Heartbeat(_ context.Context, ls []store.Lease, _ time.Duration, _ string) (map[int64]bool, error) {
-	held := map[int64]bool{}
+	alive := map[int64]bool{} // id → cancel requested
 	for _, l := range ls {
-		held[l.ID] = true
+		if !f.gone[l.ID] {
+			alive[l.ID] = false
+		}
 	}
-	return held, nil
+	return alive, nil
 }
 
 func (f *fakeData) WriteOutcomes(_ context.Context, o store.Outcomes, _ string, _ bool) (map[int64]bool, error) {
@@ -225,6 +228,36 @@ func newFake(f *fakeData, g *gate, concurrency, batch int) *Runner {
 	return New(Config{Data: f, WorkerID: "w", Handler: g.handle, Lease: time.Minute, HeartbeatInterval: time.Hour,
 		PollInterval: time.Hour, PollOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Pools: []PoolConfig{{Name: "p", Queues: []string{"q"}, Concurrency: concurrency, BatchSize: batch}}})
+}
+
+// A lease the handler's own transaction ended (NoteEndedInTx, as CompleteTx
+// and WaitSignal's sleep do before their commit) is not lost when a
+// heartbeat finds it gone: that was the commit, and the handler's context
+// stays alive. A heartbeat that finds it still there (the transaction
+// rolled back) drops the mark, and the lease gone after that is lost: the
+// handler is cancelled with ErrLeaseLost.
+func TestHeartbeatAfterTheHandlersTransactionEndedTheLease(t *testing.T) {
+	f := newFakeData()
+	r := newFake(f, newGate(), 1, 1)
+	r.track([]Job{{ClaimedRow: store.ClaimedRow{ID: 7, LeaseToken: 70}}})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	r.mu.Lock()
+	r.jobs[7].cancel, r.jobs[7].started = cancel, true // as execute does
+	r.mu.Unlock()
+	require.False(t, NoteEndedInTx(ctx, 7, 70), "not a handler's context")
+	require.True(t, NoteEndedInTx(context.WithValue(ctx, progressKey{}, r), 7, 70))
+
+	f.gone = map[int64]bool{7: true}
+	r.heartbeat(context.Background())
+	require.NoError(t, context.Cause(ctx), "the handler's own commit ended the lease")
+
+	f.gone = nil
+	r.heartbeat(context.Background()) // still there: rolled back
+	require.NoError(t, context.Cause(ctx))
+	f.gone = map[int64]bool{7: true}
+	r.heartbeat(context.Background())
+	require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
 }
 
 // The producer claims full batches while they come back full, stops at a
