@@ -562,7 +562,7 @@ func (r *Runner) execute(j *Job, stopping bool) (took time.Duration) {
 // the Commit failed at the client, the handler returned the error, and a
 // job completed (or put to sleep) in the database was counted and logged
 // as a lost lease (Stats a job short: `skiplock bench --handler completetx`
-// stalled at 19,999 of 20,000, one run in twenty at 1,500 commits a second;
+// stalled at 19,999 of 20,000, two runs in thirty at 1,500 commits a second;
 // issue 40). A heartbeat that began after this and finds the lease still
 // there found the transaction rolled back, and the mark is dropped
 // (heartbeat).
