@@ -345,7 +345,14 @@ func TestCompleteTxRollbackThenLeaseLostCancels(t *testing.T) {
 	}))
 	r := startOneEffect(t, c)
 	<-rolledBack
-	time.Sleep(5 * 20 * time.Millisecond) // heartbeats find the row again
+	// Two heartbeats extend the lease after the rollback: the second began
+	// after the first had ended, so after the CompleteTx, and dropped the
+	// mark when it found the row.
+	for range 2 {
+		before := leaseExpiry(t, db.Pool, r.ID)
+		require.Eventually(t, func() bool { return leaseExpiry(t, db.Pool, r.ID).After(before) },
+			5*time.Second, 5*time.Millisecond, "no heartbeat extended the lease")
+	}
 	require.NoError(t, c.QueuePause(ctx, skiplock.DefaultQueue))
 	reapExpired(t, c, db.Pool, r.ID)
 	select {
@@ -356,6 +363,14 @@ func TestCompleteTxRollbackThenLeaseLostCancels(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return c.Stats().LeaseLost == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.Zero(t, c.Stats().Completed)
+}
+
+// leaseExpiry reads the lease expiry of running job id.
+func leaseExpiry(t *testing.T, pool *pgxpool.Pool, id int64) time.Time {
+	t.Helper()
+	var at time.Time
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT lease_expires_at FROM skiplock.jobs WHERE id = $1", id).Scan(&at))
+	return at
 }
 
 // startOneEffect enqueues one "effect" job and starts c, stopped when the

@@ -261,11 +261,12 @@ func (p *pool) claimSize(s *producing) int {
 // no-op drain of 100,000 jobs (32 workers, batch 50) ran 17,700-21,000
 // jobs/s in 2,100 claims, 24,900-27,700 in 700 with five batches in the
 // producer's claim (five pairs, the same minutes; issue 40). An uncapped
-// pool that is not bound by its claims (a batch's run across its executors
-// outlasts boundMargin claims) keeps to one batch a claim: more would only wait in this process, away
-// from the others. In hand: k - 1 batches more, and bound by its claims
-// what its executors run while the claim is out (claimSize). A pool of one
-// executor only holds more jobs waiting; under limits, one batch in order.
+// pool that is not bound by its claims (a batch's run across its
+// executors outlasts boundMargin claims) keeps to one batch a claim: more
+// would only wait in this process, away from the others. In hand: k - 1
+// batches more, and bound by its claims what its executors run while the
+// claim is out (claimSize). A pool of one executor only holds more jobs
+// waiting; under limits, one batch in order.
 func (p *pool) batchesInOne(s *producing) int {
 	switch {
 	case !s.full || p.cfg.Concurrency < 2 || len(p.limits) > 0:

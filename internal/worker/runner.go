@@ -652,8 +652,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 	}
 	for _, l := range leases {
 		cancelReq, ok := alive[l.ID]
-		switch {
-		case !ok:
+		if !ok {
 			// Gone: reaped and maybe re-claimed, or completed by a flush that
 			// raced this heartbeat, or ended by the handler's own
 			// transaction, which committed (EndedInTx). Only a job still
@@ -665,7 +664,9 @@ func (r *Runner) heartbeat(ctx context.Context) {
 			if t != nil && !settled {
 				r.markLost(l.ID)
 			}
-		case inTx[l.ID]:
+			continue
+		}
+		if inTx[l.ID] {
 			// Still there after the handler's transaction ended the lease:
 			// that transaction rolled back, and the job runs as before.
 			r.mu.Lock()
@@ -673,10 +674,8 @@ func (r *Runner) heartbeat(ctx context.Context) {
 				t.endedInTx = false
 			}
 			r.mu.Unlock()
-			if cancelReq {
-				r.requestCancel(l.ID)
-			}
-		case cancelReq:
+		}
+		if cancelReq {
 			r.requestCancel(l.ID)
 		}
 	}
