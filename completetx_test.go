@@ -39,6 +39,12 @@ type effectArgs struct {
 // writeEffect is the transactional handler body: a business insert and the
 // job's completion in one pgx transaction.
 func writeEffect(ctx context.Context, c *skiplock.Client, j *skiplock.Job[effectArgs]) error {
+	return writeEffectThen(ctx, c, j, func() {})
+}
+
+// writeEffectThen is writeEffect with beforeCommit run after the completion,
+// the transaction still open.
+func writeEffectThen(ctx context.Context, c *skiplock.Client, j *skiplock.Job[effectArgs], beforeCommit func()) error {
 	tx, err := c.Pool().Begin(ctx)
 	if err != nil {
 		return err
@@ -50,6 +56,7 @@ func writeEffect(ctx context.Context, c *skiplock.Client, j *skiplock.Job[effect
 	if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
 		return err
 	}
+	beforeCommit()
 	return tx.Commit(ctx)
 }
 
@@ -318,12 +325,16 @@ func TestCompleteTxCommitThenHeartbeatIsNoLeaseLoss(t *testing.T) {
 
 // A CompleteTx whose transaction rolls back leaves the job running: the
 // next heartbeat finds the row and drops the mark, so a lease lost after
-// that still cancels the handler.
+// that still cancels the handler. Heartbeats of 250 ms: a heartbeat times
+// out at its interval, and one that timed out at the client after the
+// server extended the lease (20 ms heartbeats did, two tests in three on a
+// loaded machine) drops no mark; two of those, and the test took the
+// lease's two extensions for two heartbeats that had found the row.
 func TestCompleteTxRollbackThenLeaseLostCancels(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
-	c := newClient(t, db.Pool, skiplock.Config{LeaseDuration: 600 * time.Millisecond, HeartbeatInterval: 20 * time.Millisecond,
+	c := newClient(t, db.Pool, skiplock.Config{LeaseDuration: 3 * time.Second, HeartbeatInterval: 250 * time.Millisecond,
 		ReaperInterval: -1, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
 	rolledBack := make(chan struct{})
 	causes := make(chan error, 1)
@@ -363,6 +374,66 @@ func TestCompleteTxRollbackThenLeaseLostCancels(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return c.Stats().LeaseLost == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.Zero(t, c.Stats().Completed)
+}
+
+// A handler that keeps its transaction open after CompleteTx holds its
+// job's row locked until it commits. The heartbeat extends every lease of
+// the process in one statement, and used to wait for that row: no lease of
+// the process was extended while the transaction stayed open, and another
+// process's reaper took back the jobs running beside it. The heartbeat
+// does not wait for a row the handler's own transaction holds: here a
+// transaction held open for three leases' time, and the job beside it runs
+// on, its lease never lost. (Heartbeats ten to a lease: one that times out
+// on a loaded machine does not lose it.)
+func TestCompleteTxHeldOpenDoesNotStallTheOtherLeases(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	createEffects(t, db.Pool)
+	const lease = time.Second
+	c := newClient(t, db.Pool, skiplock.Config{LeaseDuration: lease, HeartbeatInterval: lease / 10,
+		PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+	// Another process's reaper, which takes back every lease that expires.
+	reaper := newClient(t, db.Pool, skiplock.Config{WorkerID: "reaper", Logger: quietLogger()})
+	longStarted, longCause := make(chan struct{}), make(chan error, 1)
+	require.NoError(t, skiplock.Handle(c, "long", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		close(longStarted)
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * lease):
+		}
+		longCause <- context.Cause(ctx)
+		return context.Cause(ctx)
+	}))
+	held := make(chan struct{})
+	require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+		<-longStarted
+		return writeEffectThen(ctx, c, j, func() {
+			close(held)
+			time.Sleep(3 * lease) // the transaction open, the job's row locked
+		})
+	}))
+	long, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "long"})
+	require.NoError(t, err)
+	effect, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "effect"})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, c.Stop(ctx)) })
+	<-held
+	reaped := 0
+	deadline := time.Now().Add(3 * lease)
+	for time.Now().Before(deadline) {
+		back, _, err := reaper.Reap(ctx)
+		require.NoError(t, err)
+		reaped += back
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Zero(t, reaped, "a lease expired while the handler's transaction held its row")
+	require.NoError(t, <-longCause, "the job beside lost its lease")
+	require.Eventually(t, func() bool { return c.Stats().Completed == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Zero(t, c.Stats().LeaseLost)
+	require.Len(t, effectRows(t, db.Pool, effect.ID), 1)
+	require.Zero(t, countJobs(t, db.Pool, "id = ANY ($1)", []int64{long.ID, effect.ID}))
 }
 
 // leaseExpiry reads the lease expiry of running job id.

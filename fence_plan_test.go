@@ -107,7 +107,7 @@ func TestHotPathPlansReachRowsByKey(t *testing.T) {
 		{"claim_settings", "claim_capped_after", base + `, 5, '{NULL}'::text[], '{q,q}'::text[], '{t1,""}'::text[], '{0,0}'::int[], ARRAY[now(), now()], '{1,2}'::bigint[]`},
 		{"claim_settings", "claim_limited", base + `, '{none}'::text[]`},
 		{"claim_settings", "claim_enqueued", `'q', NULL, 1, 'w', 30000000`},
-		{"write_settings", "heartbeat", leases + `, 30000000, 'w'`},
+		{"write_settings", "heartbeat", leases + `, 30000000, 'w', ` + leases},
 		{"write_settings", "complete_delete", leases + `, 'w'`},
 		{"write_settings", "complete_archive", leases + `, 'w', true`},
 		{"write_settings", "reschedule", leases + `, '{0,0}'::bigint[], '{0,0}'::int[], '{NULL,NULL}'::text[], 'w', '{0,0}'::int[]`},

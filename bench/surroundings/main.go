@@ -217,7 +217,7 @@ func statements(ctx context.Context, pool *pgxpool.Pool, st *store.Store, schema
 		}},
 		{name: "heartbeat (8 running jobs)", sql: st.SQL("heartbeat"), args: func() []any {
 			ids, toks := running()
-			return []any{ids, toks, int64(30_000_000), "surroundings"}
+			return []any{ids, toks, int64(30_000_000), "surroundings", []int64{}, []int64{}}
 		}},
 		{name: "complete_archive (8 jobs)", sql: st.SQL("complete_archive"), args: func() []any {
 			ids, toks := running()

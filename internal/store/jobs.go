@@ -32,13 +32,18 @@ func split(ls []Lease) (ids, tokens []int64) {
 }
 
 // Heartbeat extends the leases; the result maps each job still held to
-// whether someone asked to cancel it. Jobs absent from it lost their lease.
-func (s *Store) Heartbeat(ctx context.Context, db DBTX, ls []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
+// whether someone asked to cancel it. Jobs of ls absent from it lost their
+// lease. inTx are leases a handler's own transaction ended (CompleteTx):
+// their rows are not waited for while that transaction holds them, and are
+// absent from the result then, as when it committed (heartbeat in
+// lease.sql).
+func (s *Store) Heartbeat(ctx context.Context, db DBTX, ls, inTx []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
 	ids, tokens := split(ls)
-	out := make(map[int64]bool, len(ls))
+	txIDs, txTokens := split(inTx)
+	out := make(map[int64]bool, len(ls)+len(inTx))
 	var id int64
 	var cancel bool
-	err := s.fencedQuery(ctx, db, "heartbeat", []any{ids, tokens, Micros(lease), worker}, func(rows pgx.Rows) error {
+	err := s.fencedQuery(ctx, db, "heartbeat", []any{ids, tokens, Micros(lease), worker, txIDs, txTokens}, func(rows pgx.Rows) error {
 		_, err := pgx.ForEachRow(rows, []any{&id, &cancel}, func() error {
 			out[id] = cancel
 			return nil
@@ -416,7 +421,7 @@ func (s *Store) FencedWrites(worker string) []FencedWrite {
 	l := []Lease{{ID: 1, Token: 1}}
 	msg := "explain"
 	return []FencedWrite{
-		{"heartbeat", Query{s.SQL("heartbeat"), []any{[]int64{1}, []int64{1}, Micros(time.Minute), worker}}},
+		{"heartbeat", Query{s.SQL("heartbeat"), []any{[]int64{1}, []int64{1}, Micros(time.Minute), worker, []int64{2}, []int64{2}}}},
 		{"complete_delete", s.CompleteQuery(l, worker, false, false)},
 		{"complete_archive", s.CompleteQuery(l, worker, true, false)},
 		{"complete_archive_result", s.CompleteResultQuery([]Finish{{Lease: l[0], Result: []byte("{}")}}, worker, false)},

@@ -96,7 +96,7 @@ func TestRingMovesStragglersAndTruncatesUnderPin(t *testing.T) {
 
 	// The long runner's fenced writes still reach it; once it is done the
 	// generation is emptied, pin or not.
-	_, err = st.Heartbeat(ctx, db.Pool, []store.Lease{leases[long]}, time.Minute, "w")
+	_, err = st.Heartbeat(ctx, db.Pool, []store.Lease{leases[long]}, nil, time.Minute, "w")
 	require.NoError(t, err)
 	require.NoError(t, st.CompleteOne(ctx, db.Pool, leases[long], "w", false))
 	_, truncated, err := st.RotateRing(ctx, db.Pool, time.Second)

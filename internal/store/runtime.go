@@ -49,8 +49,8 @@ func (r Runtime) LimitNextStart(ctx context.Context, limits []string) (time.Dura
 }
 
 // Heartbeat extends the leases ls (Store.Heartbeat).
-func (r Runtime) Heartbeat(ctx context.Context, ls []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
-	return r.Store.Heartbeat(ctx, r.Pool, ls, lease, worker)
+func (r Runtime) Heartbeat(ctx context.Context, ls, inTx []Lease, lease time.Duration, worker string) (map[int64]bool, error) {
+	return r.Store.Heartbeat(ctx, r.Pool, ls, inTx, lease, worker)
 }
 
 // Reap returns expired leases (Store.Reap).

@@ -103,11 +103,11 @@ func BenchmarkHeartbeat1000(b *testing.B) {
 	seedReady(b, db.Pool, "bench", 1000)
 	leases := claimAll(b, st, db.Pool, "bench", 1000, 1000)
 	ctx := context.Background()
-	_, err := st.Heartbeat(ctx, db.Pool, leases, time.Minute, benchWorker) // warm
+	_, err := st.Heartbeat(ctx, db.Pool, leases, nil, time.Minute, benchWorker) // warm
 	require.NoError(b, err)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		alive, err := st.Heartbeat(ctx, db.Pool, leases, time.Minute, benchWorker)
+		alive, err := st.Heartbeat(ctx, db.Pool, leases, nil, time.Minute, benchWorker)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -122,7 +122,7 @@ type Data interface {
 	Claim(ctx context.Context, r store.ClaimRequest) (store.ClaimResult, error)
 	LimitsCovering(ctx context.Context, queues, kinds []string) ([]store.CoveringLimit, error)
 	LimitNextStart(ctx context.Context, limits []string) (wait time.Duration, full bool, err error)
-	Heartbeat(ctx context.Context, ls []store.Lease, lease time.Duration, worker string) (map[int64]bool, error)
+	Heartbeat(ctx context.Context, ls, inTx []store.Lease, lease time.Duration, worker string) (map[int64]bool, error)
 	WriteOutcomes(ctx context.Context, o store.Outcomes, worker string, archive bool) (map[int64]bool, error)
 	Reap(ctx context.Context, batch int) (back, dead int, err error)
 	// ReapTurn takes the fleet's reaper turn for worker when the last
@@ -619,38 +619,47 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// heartbeat extends every lease this process holds in one statement.
+// heartbeat extends every lease this process holds in one statement. The
+// leases a handler's own transaction ended (EndedInTx) go apart: that
+// transaction may hold their rows locked for as long as the handler keeps
+// it open, and the statement does not wait for them (store.Heartbeat).
 func (r *Runner) heartbeat(ctx context.Context) {
 	r.mu.Lock()
 	leases := make([]store.Lease, 0, len(r.jobs))
-	var inTx map[int64]bool // leases the handler's transaction ended before this heartbeat began
+	var ended []store.Lease // leases the handler's transaction ended before this heartbeat began
 	for id, t := range r.jobs {
-		if !t.lost {
+		switch {
+		case t.lost:
+		case t.endedInTx:
+			ended = append(ended, store.Lease{ID: id, Token: t.job.LeaseToken})
+		default:
 			leases = append(leases, store.Lease{ID: id, Token: t.job.LeaseToken})
-			if t.endedInTx {
-				if inTx == nil {
-					inTx = map[int64]bool{}
-				}
-				inTx[id] = true
-			}
 		}
 	}
 	r.mu.Unlock()
-	if len(leases) == 0 {
+	if len(leases)+len(ended) == 0 {
 		return
 	}
-	// Lock rows in id order, as the completer does: the two never deadlock.
-	slices.SortFunc(leases, func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) })
+	// Lock rows in id order, as the completer does: the two never deadlock
+	// (the ended leases' rows are locked without waiting).
+	byID := func(a, b store.Lease) int { return cmp.Compare(a.ID, b.ID) }
+	slices.SortFunc(leases, byID)
+	slices.SortFunc(ended, byID)
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval)
-	alive, err := r.data.Heartbeat(qctx, leases, r.cfg.Lease, r.cfg.WorkerID)
+	alive, err := r.data.Heartbeat(qctx, leases, ended, r.cfg.Lease, r.cfg.WorkerID)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			r.log.Warn("skiplock: heartbeat failed; will retry", slog.String("error", err.Error()), slog.Int("jobs", len(leases)))
+			r.log.Warn("skiplock: heartbeat failed; will retry", slog.String("error", err.Error()),
+				slog.Int("jobs", len(leases)+len(ended)))
 		}
 		return
 	}
-	for _, l := range leases {
+	inTx := make(map[int64]bool, len(ended))
+	for _, l := range ended {
+		inTx[l.ID] = true
+	}
+	for _, l := range slices.Concat(leases, ended) {
 		cancelReq, ok := alive[l.ID]
 		if !ok {
 			// Gone: reaped and maybe re-claimed, or completed by a flush that

@@ -29,6 +29,7 @@ func (c claimCall) give(js []store.ClaimedJob) { c.reply <- store.ClaimResult{Jo
 // to the test. Leases are held but for those in gone.
 type fakeData struct {
 	gone     map[int64]bool // leases Heartbeat finds gone (read by the test's own calls only)
+	inTx     []store.Lease  // the ended leases the last Heartbeat was given apart (the test's own calls only)
 	claims   chan claimCall
 	writes   chan store.Outcomes
 	reapSlow time.Duration         // each Reap takes this long
@@ -65,9 +66,10 @@ func (f *fakeData) LimitsCovering(context.Context, []string, []string) ([]store.
 	return f.limits, nil
 }
 
-func (f *fakeData) Heartbeat(_ context.Context, ls []store.Lease, _ time.Duration, _ string) (map[int64]bool, error) {
+func (f *fakeData) Heartbeat(_ context.Context, ls, inTx []store.Lease, _ time.Duration, _ string) (map[int64]bool, error) {
+	f.inTx = inTx
 	alive := map[int64]bool{} // id → cancel requested
-	for _, l := range ls {
+	for _, l := range slices.Concat(ls, inTx) {
 		if !f.gone[l.ID] {
 			alive[l.ID] = false
 		}
@@ -251,12 +253,14 @@ func TestHeartbeatAfterTheHandlersTransactionEndedTheLease(t *testing.T) {
 	f.gone = map[int64]bool{7: true}
 	r.heartbeat(context.Background())
 	require.NoError(t, context.Cause(ctx), "the handler's own commit ended the lease")
+	require.Equal(t, []store.Lease{{ID: 7, Token: 70}}, f.inTx, "its row is not waited for (its transaction may hold it)")
 
 	f.gone = nil
 	r.heartbeat(context.Background()) // still there: rolled back
 	require.NoError(t, context.Cause(ctx))
 	f.gone = map[int64]bool{7: true}
 	r.heartbeat(context.Background())
+	require.Empty(t, f.inTx, "found: the mark is dropped, the row waited for as any other")
 	require.ErrorIs(t, context.Cause(ctx), ErrLeaseLost)
 }
 

@@ -358,7 +358,7 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 		}
 	}
 	require.Equal(t, n, same, "without the token advance, the new primary reissues the lost leases' tokens")
-	held, err := st.Heartbeat(ctx, pool, staleLeases, time.Minute, "w1")
+	held, err := st.Heartbeat(ctx, pool, staleLeases, nil, time.Minute, "w1")
 	require.NoError(t, err)
 	require.Equal(t, n, len(held), "and the lost timeline's leases pass the fence")
 
@@ -381,7 +381,7 @@ func TestAsyncFailoverLosesTheTail(t *testing.T) {
 		require.Greater(t, j.LeaseToken, maxOld, "job %d: a token at or below the old primary's", j.ID)
 		require.Greater(t, j.LeaseToken, advanced)
 	}
-	held, err = st.Heartbeat(ctx, pool, staleLeases, time.Minute, "w1")
+	held, err = st.Heartbeat(ctx, pool, staleLeases, nil, time.Minute, "w1")
 	require.NoError(t, err)
 	require.Empty(t, held, "after the advance the lost timeline's leases are fenced off")
 	t.Logf("async failover: lost 1 acknowledged enqueue and %d claims; %d of %d reissued leases equal to lost ones before the token advance, 0 after",

@@ -81,12 +81,42 @@ SELECT set_config('enable_seqscan', current_setting('skiplock.enable_seqscan'), 
 -- name: heartbeat
 -- Extends the leases of all of one worker's running jobs in one statement.
 -- lease_expires_at is in no index, so this is a HOT update.
+-- The leases in $5/$6 are those a handler's own transaction ended
+-- (CompleteTx, a signal wait's sleep): that transaction deleted or moved
+-- the row and holds it locked until it ends, which may be long after (the
+-- handler decides when it commits). Their rows are locked with SKIP LOCKED
+-- before they are extended: a row that transaction still holds is left
+-- out of the answer, as a row gone is, and the heartbeat does not wait for
+-- it. Waiting for it, the heartbeat of every other lease of the process
+-- waited too, timed out at every interval, and the other jobs' leases
+-- expired (TestCompleteTxHeldOpenDoesNotStallTheOtherLeases). A row there
+-- and not held (the transaction rolled back) is extended as any other.
+-- The two lists do not overlap: no row is updated twice.
 --   $1 ids  $2 tokens  $3 lease (microseconds)  $4 worker id
-UPDATE {{schema}}.jobs AS j
-SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
-FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
-RETURNING j.id, j.cancel_requested;
+--   $5 ids  $6 tokens (leases a handler's transaction ended)
+WITH waited AS (
+    UPDATE {{schema}}.jobs AS j
+    SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
+    FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
+    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
+    RETURNING j.id, j.cancel_requested
+),
+free AS (
+    SELECT j.id FROM {{schema}}.jobs AS j, unnest($5::bigint[], $6::bigint[]) AS l(id, token)
+    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+unwaited AS (
+    UPDATE {{schema}}.jobs AS j
+    SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
+    FROM unnest($5::bigint[], $6::bigint[]) AS l(id, token)
+    WHERE j.id = ANY (ARRAY(SELECT f.id FROM free AS f)) AND j.id = l.id
+      AND j.lease_token = l.token AND j.locked_by = $4
+    RETURNING j.id, j.cancel_requested
+)
+SELECT w.id, w.cancel_requested FROM waited AS w
+UNION ALL
+SELECT u.id, u.cancel_requested FROM unwaited AS u;
 
 -- name: complete_delete
 -- Success without history (Config.DeleteCompleted): the row is deleted
