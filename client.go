@@ -412,8 +412,11 @@ func (c *Client) setPaused(ctx context.Context, queue string, paused bool) error
 // the attempt fails as usual: a retry that lands only if tx did not commit.
 // A handler that returns nil without committing tx gets its job retried.
 //
-// Call CompleteTx as the last statement before Commit: from then until the
-// commit the job's row is locked, which holds up this process's heartbeat.
+// Call CompleteTx as the last statement before Commit, and commit soon: from
+// then until the commit the job's row is locked and its lease is no longer
+// extended (the heartbeat skips a row its handler's transaction holds, and
+// extends the process's other leases as before), so a transaction that rolls
+// back after the lease ran out leaves the job to be run again.
 // Call it once per transaction (a second call in the same transaction finds
 // the job already gone and reports ErrLeaseLost), and only while the handler
 // runs: job must be the one the client passed to the handler, and c that
