@@ -448,8 +448,13 @@ func CompleteTx[T any](ctx context.Context, c *Client, tx Tx, job *Job[T]) error
 		return fmt.Errorf("skiplock: CompleteTx: job %d: %w", run.id, err)
 	}
 	run.completedTx.Store(true)
+	// From here a heartbeat that finds the row gone finds tx committed, and
+	// one that finds it held does not wait for it. Marked after the
+	// statement, not before: a heartbeat that found the row before it would
+	// take tx for rolled back. A heartbeat that began in between waits on
+	// the row until its timeout (one interval); the next skips it.
 	if r := c.runner.Load(); r != nil {
-		r.EndedInTx(run.id, run.token) // a heartbeat that finds the row gone now finds tx committed
+		r.EndedInTx(run.id, run.token)
 	}
 	return nil
 }
