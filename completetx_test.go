@@ -45,19 +45,31 @@ func writeEffect(ctx context.Context, c *skiplock.Client, j *skiplock.Job[effect
 // writeEffectThen is writeEffect with beforeCommit run after the completion,
 // the transaction still open.
 func writeEffectThen(ctx context.Context, c *skiplock.Client, j *skiplock.Job[effectArgs], beforeCommit func()) error {
-	tx, err := c.Pool().Begin(ctx)
+	tx, err := effectTx(ctx, c, j)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // no-op after commit
-	if _, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err != nil {
-		return err
-	}
-	if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
-		return err
-	}
 	beforeCommit()
 	return tx.Commit(ctx)
+}
+
+// effectTx begins the handler's transaction, writes the effect and
+// completes j in it; the caller ends the transaction (rolled back here on
+// an error).
+func effectTx(ctx context.Context, c *skiplock.Client, j *skiplock.Job[effectArgs]) (pgx.Tx, error) {
+	tx, err := c.Pool().Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err = tx.Exec(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err == nil {
+		err = skiplock.CompleteTx(ctx, c, tx, j)
+	}
+	if err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, err
+	}
+	return tx, nil
 }
 
 func waitNoJobs(t *testing.T, pool *pgxpool.Pool) {
@@ -141,14 +153,8 @@ func TestCompleteTxRollbackRetries(t *testing.T) {
 			<-checked
 			return writeEffect(ctx, c, j)
 		}
-		tx, err := c.Pool().Begin(ctx)
+		tx, err := effectTx(ctx, c, j)
 		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO effects VALUES ($1, $2, $3)", j.ID, j.WorkerID, j.LeaseToken); err != nil {
-			return err
-		}
-		if err := skiplock.CompleteTx(ctx, c, tx, j); err != nil {
 			return err
 		}
 		if err := tx.Rollback(ctx); err != nil {
@@ -434,6 +440,90 @@ func TestCompleteTxHeldOpenDoesNotStallTheOtherLeases(t *testing.T) {
 	require.Zero(t, c.Stats().LeaseLost)
 	require.Len(t, effectRows(t, db.Pool, effect.ID), 1)
 	require.Zero(t, countJobs(t, db.Pool, "id = ANY ($1)", []int64{long.ID, effect.ID}))
+}
+
+// A handler that returns before its CompleteTx transaction ends (it
+// commits or rolls back elsewhere, later) leaves the runner a fenced
+// fallback to write, for the case the transaction did not commit. That
+// write waited on the row the transaction held, and every outcome of the
+// process waited behind it: a job that finished meanwhile had its outcome
+// written only once the transaction ended (2.97 s behind one held 3 s). The
+// fallback does not wait for a held row: here the job beside completes
+// while the transaction is still open, and the transaction then decides.
+// Committed, the job completed once; rolled back, its lease runs out, the
+// reaper returns it and it runs again: nothing is lost either way.
+func TestCompleteTxReturnedBeforeCommitDoesNotStallOutcomes(t *testing.T) {
+	t.Parallel()
+	for _, commit := range []bool{true, false} {
+		t.Run(map[bool]string{true: "commit", false: "rollback"}[commit], func(t *testing.T) {
+			t.Parallel()
+			db := dbtest.New(t)
+			ctx := context.Background()
+			createEffects(t, db.Pool)
+			c := newClient(t, db.Pool, skiplock.Config{LeaseDuration: time.Second, HeartbeatInterval: 100 * time.Millisecond,
+				ReaperInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
+			beside := make(chan struct{})
+			require.NoError(t, skiplock.Handle(c, "beside", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+				return nil
+			}))
+			ended, runs := make(chan struct{}), make(chan int, 2)
+			require.NoError(t, skiplock.Handle(c, "effect", func(ctx context.Context, j *skiplock.Job[effectArgs]) error {
+				runs <- j.Attempt
+				if j.Attempt > 1 {
+					return writeEffect(ctx, c, j) // the run after a rollback
+				}
+				tx, err := effectTx(ctx, c, j)
+				if err != nil {
+					return err
+				}
+				go func() { // ended after the handler returned, once the job beside completed
+					defer close(ended)
+					select {
+					case <-beside:
+					case <-time.After(10 * time.Second):
+					}
+					if commit {
+						_ = tx.Commit(context.Background())
+					} else {
+						_ = tx.Rollback(context.Background())
+					}
+				}()
+				return nil
+			}))
+			effect := startOneEffect(t, c)
+			require.Equal(t, 1, <-runs)
+			require.Eventually(t, func() bool { return countJobs(t, db.Pool, "id = $1 AND state = 'running'", effect.ID) == 1 },
+				5*time.Second, 5*time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // the handler has returned; its fallback is with the completer
+			other, err := c.Enqueue(ctx, skiplock.EnqueueParams{Kind: "beside"})
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return countJobs(t, db.Pool, "id = $1", other.ID) == 0 },
+				5*time.Second, 5*time.Millisecond, "the job beside waited for the other handler's transaction")
+			select {
+			case <-ended:
+				t.Fatal("the transaction ended before the job beside completed")
+			default:
+			}
+			close(beside)
+			<-ended
+			if commit {
+				require.Eventually(t, func() bool { return countJobs(t, db.Pool, "id = $1", effect.ID) == 0 },
+					5*time.Second, 5*time.Millisecond)
+				require.Len(t, effectRows(t, db.Pool, effect.ID), 1)
+				require.Empty(t, runs, "run once")
+				return
+			}
+			select {
+			case attempt := <-runs:
+				require.Equal(t, 2, attempt, "the job ran again after the rollback")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the job whose transaction rolled back was never run again")
+			}
+			require.Eventually(t, func() bool { return countJobs(t, db.Pool, "id = $1", effect.ID) == 0 },
+				5*time.Second, 5*time.Millisecond)
+			require.Len(t, effectRows(t, db.Pool, effect.ID), 1, "the rolled-back run's write vanished with it")
+		})
+	}
 }
 
 // leaseExpiry reads the lease expiry of running job id.

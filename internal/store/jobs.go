@@ -180,6 +180,11 @@ type Reschedule struct {
 	// MaxAttempts, when positive and below the job's, becomes its
 	// max_attempts: the handler's cap (WithMaxAttempts) that decided.
 	MaxAttempts int
+	// Ended: the handler's own transaction ended the lease (CompleteTx) and
+	// this is the fallback should it not have committed; a row that
+	// transaction still holds is not waited for, and left as it is
+	// (reschedule in lease.sql).
+	Ended bool
 }
 
 // RescheduleQuery returns jobs to ready; it returns the ids whose lease
@@ -187,14 +192,14 @@ type Reschedule struct {
 func (s *Store) RescheduleQuery(rs []Reschedule, worker string) Query {
 	n := len(rs)
 	ids, tokens, delays := make([]int64, n), make([]int64, n), make([]int64, n)
-	refunds, errs, caps := make([]int32, n), make([]*string, n), make([]int32, n)
+	refunds, errs, caps, ended := make([]int32, n), make([]*string, n), make([]int32, n), make([]bool, n)
 	for i, r := range rs {
-		ids[i], tokens[i], delays[i], errs[i], caps[i] = r.ID, r.Token, Micros(r.Delay), r.Error, int32(r.MaxAttempts)
+		ids[i], tokens[i], delays[i], errs[i], caps[i], ended[i] = r.ID, r.Token, Micros(r.Delay), r.Error, int32(r.MaxAttempts), r.Ended
 		if r.Refund {
 			refunds[i] = 1
 		}
 	}
-	return Query{s.SQL("reschedule"), []any{ids, tokens, delays, refunds, errs, worker, caps}}
+	return Query{s.SQL("reschedule"), []any{ids, tokens, delays, refunds, errs, worker, caps, ended}}
 }
 
 // Dead is one job going to the dead-letter table.
@@ -204,6 +209,8 @@ type Dead struct {
 	Error  string
 	// MaxAttempts: as Reschedule.MaxAttempts, stored with the dead letter.
 	MaxAttempts int
+	// Ended: as Reschedule.Ended.
+	Ended bool
 }
 
 // DeadLetterQuery moves jobs to jobs_dead; it returns the ids whose lease
@@ -211,11 +218,11 @@ type Dead struct {
 func (s *Store) DeadLetterQuery(ds []Dead, worker string) Query {
 	n := len(ds)
 	ids, tokens, reasons, errs := make([]int64, n), make([]int64, n), make([]string, n), make([]string, n)
-	caps := make([]int32, n)
+	caps, ended := make([]int32, n), make([]bool, n)
 	for i, d := range ds {
-		ids[i], tokens[i], reasons[i], errs[i], caps[i] = d.ID, d.Token, d.Reason, d.Error, int32(d.MaxAttempts)
+		ids[i], tokens[i], reasons[i], errs[i], caps[i], ended[i] = d.ID, d.Token, d.Reason, d.Error, int32(d.MaxAttempts), d.Ended
 	}
-	return Query{s.SQL("dead_letter"), []any{ids, tokens, reasons, errs, worker, caps}}
+	return Query{s.SQL("dead_letter"), []any{ids, tokens, reasons, errs, worker, caps, ended}}
 }
 
 // Reap returns expired leases to ready (or to the dead-letter table) and

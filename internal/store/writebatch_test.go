@@ -50,3 +50,35 @@ func TestWriteBatchIsOneTransaction(t *testing.T) {
 	require.Equal(t, 1, ready)
 	require.Equal(t, 1, dead)
 }
+
+// The fallback of a CompleteTx (Ended) does not wait for a row another
+// transaction holds, and leaves it as it is (not reported held); a row no
+// one holds it retries or dead-letters as any other.
+func TestEndedFallbackSkipsAHeldRow(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	st := store.New("skiplock")
+	seedReady(t, db.Pool, "q", 4)
+	ls := claimAll(t, st, db.Pool, "q", 4, 4)
+
+	// The handler's transaction: it completed jobs 0 and 1 and is still open.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // rolled back below
+	_, err = tx.Exec(ctx, "DELETE FROM skiplock.jobs WHERE id = ANY ($1)", []int64{ls[0].ID, ls[1].ID})
+	require.NoError(t, err)
+
+	held, err := st.WriteBatch(ctx, db.Pool, []store.Query{
+		st.RescheduleQuery([]store.Reschedule{{Lease: ls[0], Ended: true}, {Lease: ls[2], Ended: true}}, benchWorker),
+		st.DeadLetterQuery([]store.Dead{{Lease: ls[1], Reason: "error", Error: "x", Ended: true},
+			{Lease: ls[3], Reason: "error", Error: "x", Ended: true}}, benchWorker),
+	})
+	require.NoError(t, err)
+	require.Equal(t, map[int64]bool{ls[2].ID: true, ls[3].ID: true}, held, "the held rows are left as they are")
+	require.NoError(t, tx.Rollback(ctx))
+	var running, ready, dead int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs WHERE state = 'running'),
+		(SELECT count(*) FROM skiplock.jobs WHERE state = 'ready'), (SELECT count(*) FROM skiplock.jobs_dead)`).Scan(&running, &ready, &dead))
+	require.Equal(t, [3]int{2, 1, 1}, [3]int{running, ready, dead}, "rolled back: still running, for the lease and the reaper")
+}

@@ -342,13 +342,15 @@ func planWrites(batch []result) store.Outcomes {
 			}
 		case Retry:
 			e := res.out.Error
-			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e, MaxAttempts: res.out.MaxAttempts})
+			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Error: &e, MaxAttempts: res.out.MaxAttempts,
+				Ended: res.out.CompletedTx})
 		case Snooze:
 			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Delay: res.out.Delay, Refund: true})
 		case Release:
 			w.Resched = append(w.Resched, store.Reschedule{Lease: l, Refund: res.out.Refund})
 		case DeadLetter:
-			w.Deads = append(w.Deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error, MaxAttempts: res.out.MaxAttempts})
+			w.Deads = append(w.Deads, store.Dead{Lease: l, Reason: res.out.Reason, Error: res.out.Error, MaxAttempts: res.out.MaxAttempts,
+				Ended: res.out.CompletedTx})
 		}
 	}
 	// Lock rows in id order, as the heartbeat does, so that the two never

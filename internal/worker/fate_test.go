@@ -151,3 +151,26 @@ func TestPlanWritesRoutesResults(t *testing.T) {
 		{Lease: store.Lease{ID: 2, Token: 20}, Result: []byte(`"r"`)},
 	}, w.Finished)
 }
+
+// The fallback of a job its handler completed in its own transaction
+// (CompleteTx) is written without waiting for a row that transaction still
+// holds (Ended; reschedule and dead_letter in lease.sql); every other
+// retry and dead letter waits on its row as before.
+func TestPlanWritesMarksTheFallbackOfACompleteTx(t *testing.T) {
+	job := func(id int64) *Job { return &Job{ClaimedRow: store.ClaimedRow{ID: id, LeaseToken: id * 10}} }
+	w := planWrites([]result{
+		{job: job(1), out: Outcome{Kind: Retry, Error: "e", CompletedTx: true}},
+		{job: job(2), out: Outcome{Kind: Retry, Error: "e"}},
+		{job: job(3), out: Outcome{Kind: DeadLetter, Reason: "error", Error: "e", CompletedTx: true}},
+		{job: job(4), out: Outcome{Kind: DeadLetter, Reason: "error", Error: "e"}},
+		{job: job(5), out: Outcome{Kind: Snooze}},
+	})
+	ended := map[int64]bool{}
+	for _, r := range w.Resched {
+		ended[r.ID] = r.Ended
+	}
+	for _, d := range w.Deads {
+		ended[d.ID] = d.Ended
+	}
+	require.Equal(t, map[int64]bool{1: true, 2: false, 3: true, 4: false, 5: false}, ended)
+}

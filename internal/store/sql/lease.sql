@@ -234,6 +234,21 @@ SELECT pg_notify({{schema_lit}} || '.done', p) FROM unnest($1::text[]) AS p;
 --   $1 ids  $2 tokens  $3 delays (microseconds)  $4 refunds  $5 errors (NULL keeps the last)  $6 worker id
 --   $7 the handler's attempt caps (0: none; a lower one becomes max_attempts,
 --      so the stored budget is the one that decides)
+--   $8 ended: the handler's own transaction ended the lease (CompleteTx),
+--      and this is the fallback for a transaction that did not commit
+-- An ended lease's row is locked with SKIP LOCKED first and left as it is
+-- while held: its handler returned before that transaction ended (it
+-- commits it elsewhere, or leaked it), and waiting for it held up every
+-- outcome of the process behind it, for as long as the transaction stayed
+-- open (TestCompleteTxReturnedBeforeCommitDoesNotStallOutcomes). A held
+-- row is gone once the transaction commits; if it rolls back, the lease
+-- runs out and the reaper (SKIP LOCKED too) returns the job. The OR
+-- evaluates free only for ended rows: other batches never run it.
+WITH free AS (
+    SELECT j.id FROM {{schema}}.jobs AS j, unnest($1::bigint[], $2::bigint[], $8::bool[]) AS l(id, token, ended)
+    WHERE l.ended AND j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $6
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+)
 UPDATE {{schema}}.jobs AS j
 SET state            = 'ready',
     attempts         = j.attempts - l.refund,
@@ -244,19 +259,28 @@ SET state            = 'ready',
     lease_token      = NULL,
     lease_expires_at = NULL,
     cancel_requested = false
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[], $7::int[]) AS l(id, token, delay_us, refund, err, max_attempts)
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[], $7::int[], $8::bool[])
+    AS l(id, token, delay_us, refund, err, max_attempts, ended)
 WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $6
+  AND (NOT l.ended OR j.id = ANY (ARRAY(SELECT f.id FROM free AS f)))
 RETURNING j.id;
 
 -- name: dead_letter
 -- Final failure: the row leaves the hot table for jobs_dead in one statement,
 -- so the failure context is never lost and never duplicated.
 --   $1 ids  $2 tokens  $3 reasons  $4 errors  $5 worker id  $6 the handler's
---   attempt caps (as reschedule's $7)
-WITH d AS (
+--   attempt caps (as reschedule's $7)  $7 ended (as reschedule's $8: an
+--   ended lease's row held by its transaction is left as it is)
+WITH free AS (
+    SELECT j.id FROM {{schema}}.jobs AS j, unnest($1::bigint[], $2::bigint[], $7::bool[]) AS l(id, token, ended)
+    WHERE l.ended AND j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
+    FOR NO KEY UPDATE OF j SKIP LOCKED
+),
+d AS (
     DELETE FROM {{schema}}.jobs AS j
-    USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $6::int[]) AS l(id, token, reason, err, cap)
+    USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $6::int[], $7::bool[]) AS l(id, token, reason, err, cap, ended)
     WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
+      AND (NOT l.ended OR j.id = ANY (ARRAY(SELECT f.id FROM free AS f)))
     RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error, l.cap AS dead_cap
 )
 INSERT INTO {{schema}}.jobs_dead (id, priority, attempts, max_attempts, run_at, created_at, queue, kind,
