@@ -53,7 +53,7 @@ func TestWriteBatchIsOneTransaction(t *testing.T) {
 
 // The fallback of a CompleteTx (Ended) does not wait for a row another
 // transaction holds, and leaves it as it is (not reported held); a row no
-// one holds it retries or dead-letters as any other.
+// one holds retries or dead-letters as any other.
 func TestEndedFallbackSkipsAHeldRow(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)

@@ -554,18 +554,18 @@ func (r *Runner) execute(j *Job, stopping bool) (took time.Duration) {
 // EndedInTx records that the handler of job id (the lease token) has ended
 // its lease in its own transaction, which holds the row until it ends:
 // CompleteTx completed the job, or WaitSignal returned it to ready to
-// sleep. A heartbeat that then finds the lease gone found that transaction
-// committed, not the lease lost: its UPDATE waits on the row's lock, so it
-// sees the lease gone only once that transaction committed. Before this, a
-// heartbeat that fell between that commit and the handler's return
-// cancelled the handler's context while its Commit read the server's reply:
-// the Commit failed at the client, the handler returned the error, and a
-// job completed (or put to sleep) in the database was counted and logged
-// as a lost lease (Stats a job short: `skiplock bench --handler completetx`
-// stalled at 19,999 of 20,000, two runs in thirty at 1,500 commits a second;
-// issue 40). A heartbeat that began after this and finds the lease still
-// there found the transaction rolled back, and the mark is dropped
-// (heartbeat).
+// sleep. A heartbeat that then finds the lease absent found that
+// transaction committed, or still holding the row (the heartbeat locks the
+// rows of these leases with SKIP LOCKED and leaves a held one out:
+// lease.sql), not the lease lost. Before this, a heartbeat that fell
+// between that commit and the handler's return cancelled the handler's
+// context while its Commit read the server's reply: the Commit failed at
+// the client, the handler returned the error, and a job completed (or put
+// to sleep) in the database was counted and logged as a lost lease (Stats
+// a job short: `skiplock bench --handler completetx` stalled at 19,999 of
+// 20,000, two runs in thirty at 1,500 commits a second; issue 40). The
+// mark stays until a heartbeat that began after it finds the row there and
+// free, which only a rollback leaves; it is then dropped (heartbeat).
 func (r *Runner) EndedInTx(id, token int64) {
 	r.mu.Lock()
 	if t := r.jobs[id]; t != nil && t.job.LeaseToken == token {
@@ -655,17 +655,13 @@ func (r *Runner) heartbeat(ctx context.Context) {
 		}
 		return
 	}
-	inTx := make(map[int64]bool, len(ended))
-	for _, l := range ended {
-		inTx[l.ID] = true
-	}
-	for _, l := range slices.Concat(leases, ended) {
+	for i, l := range slices.Concat(leases, ended) {
 		cancelReq, ok := alive[l.ID]
 		if !ok {
 			// Gone: reaped and maybe re-claimed, or completed by a flush that
 			// raced this heartbeat, or ended by the handler's own
-			// transaction, which committed (EndedInTx). Only a job still
-			// tracked and running is lost.
+			// transaction, which committed or still holds the row
+			// (EndedInTx). Only a job still tracked and running is lost.
 			r.mu.Lock()
 			t := r.jobs[l.ID]
 			settled := t != nil && (t.finished || t.endedInTx)
@@ -675,7 +671,7 @@ func (r *Runner) heartbeat(ctx context.Context) {
 			}
 			continue
 		}
-		if inTx[l.ID] {
+		if i >= len(leases) { // one of ended
 			// Still there after the handler's transaction ended the lease:
 			// that transaction rolled back, and the job runs as before.
 			r.mu.Lock()

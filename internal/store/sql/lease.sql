@@ -242,8 +242,12 @@ SELECT pg_notify({{schema_lit}} || '.done', p) FROM unnest($1::text[]) AS p;
 -- outcome of the process behind it, for as long as the transaction stayed
 -- open (TestCompleteTxReturnedBeforeCommitDoesNotStallOutcomes). A held
 -- row is gone once the transaction commits; if it rolls back, the lease
--- runs out and the reaper (SKIP LOCKED too) returns the job. The OR
--- evaluates free only for ended rows: other batches never run it.
+-- runs out and the reaper (SKIP LOCKED too) returns the job. A row held in
+-- that instant by a statement of its own process (a heartbeat, for a
+-- transaction that rolled back before its handler returned) is left the
+-- same way: the job is counted completed (Settle) and runs again once its
+-- lease runs out; nothing is lost. The OR evaluates free only for ended
+-- rows: other batches never run it.
 WITH free AS (
     SELECT j.id FROM {{schema}}.jobs AS j, unnest($1::bigint[], $2::bigint[], $8::bool[]) AS l(id, token, ended)
     WHERE l.ended AND j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $6
