@@ -158,22 +158,27 @@ func limitUnderFaults(t *testing.T, limit, rate int, workerArgs ...string) {
 	checkInvariants(t, e, checkOpts{committed: ids})
 }
 
-// killOneFreezeOne starts three workers a, b and c with args, kills a with
-// SIGKILL once it runs a job (its running jobs keep their slots until the
-// reaper takes their leases), then freezes b with SIGSTOP while it runs one,
-// past its lease (reaped, re-run by c), and thaws it. It returns b and c,
-// still running. b and c start once a runs a job: started with them, a
-// ran none within 15 s in one CI run (60 jobs of 60-120 ms, which b and c
-// drain in under a second; a claim that comes back empty, its rows locked
-// by theirs, waits a poll interval).
+// killOneFreezeOne runs three workers a, b and c with args, one at a time
+// into each fault: a alone until it runs a job, then SIGKILL (its running
+// jobs keep their slots until a reaper takes their leases); then b alone
+// until it runs one, then SIGSTOP past its lease; then c, which reaps both
+// and runs what they held, while b is frozen; then b is thawed, its leases
+// gone. It returns b and c, still running.
+// Each starts alone because two started together need not both get a job:
+// started with a, b and c left a none within 15 s in one CI run, and c,
+// started with b, left b none in another (60 jobs of 60-120 ms; a pool whose
+// claims are slow beside its batches' run time, as on a loaded machine,
+// claims five batches at once, and a claim that comes back empty waits a
+// poll interval).
 func (e *env) killOneFreezeOne(t *testing.T, args ...string) (b, c *proc) {
 	t.Helper()
 	a := e.worker("a", args...)
 	waitFor(t, 15*time.Second, "a to run a job", func() bool { return e.inFlight(a.app) > 0 })
-	b, c = e.worker("b", args...), e.worker("c", args...)
 	a.kill9(t)
+	b = e.worker("b", args...)
 	waitFor(t, 15*time.Second, "b to run a job", func() bool { return e.inFlight(b.app) > 0 })
 	b.signal(syscall.SIGSTOP)
+	c = e.worker("c", args...)
 	time.Sleep(lease + 2*heartbeat)
 	b.signal(syscall.SIGCONT)
 	return b, c
