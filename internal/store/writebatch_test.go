@@ -75,7 +75,8 @@ func TestEndedFallbackSkipsAHeldRow(t *testing.T) {
 			{Lease: ls[3], Reason: "error", Error: "x", Ended: true}}, benchWorker),
 	})
 	require.NoError(t, err)
-	require.Equal(t, map[int64]bool{ls[2].ID: true, ls[3].ID: true}, held, "the held rows are left as they are")
+	require.Equal(t, map[int64]bool{ls[2].ID: true, ls[3].ID: true}, held,
+		"only the free rows are written and their leases reported held; the rows the open transaction locks are left")
 	require.NoError(t, tx.Rollback(ctx))
 	var running, ready, dead int
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM skiplock.jobs WHERE state = 'running'),
