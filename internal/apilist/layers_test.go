@@ -61,6 +61,7 @@ var importRules = map[string][]string{
 	// Test support.
 	"internal/dbtest":        {"devdb", "internal/migrations", "internal/sqlfile"},
 	"internal/pgbouncertest": {"internal/dbtest"},
+	"internal/gobuild":       {},
 }
 
 // TestImportRules holds every package of the module to its rule in

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/gobuild"
 )
 
 // startRedis starts a private redis-server on a free loopback port for the
@@ -83,7 +84,7 @@ func buildCLI(t *testing.T) string {
 			return
 		}
 		cliPath = filepath.Join(dir, "skiplock")
-		out, err := exec.Command("go", "build", "-o", cliPath, "github.com/skiplock/skiplock/cmd/skiplock").CombinedOutput()
+		out, err := gobuild.Command("", cliPath, "github.com/skiplock/skiplock/cmd/skiplock").CombinedOutput()
 		if err != nil {
 			cliErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/dashboard"
 	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/gobuild"
 )
 
 // marker is in every payload; it must never appear in an error or output.
@@ -45,7 +46,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "skiplock")
-	build := exec.Command("go", "build", "-o", binary, "github.com/skiplock/skiplock/cmd/skiplock")
+	build := gobuild.Command("", binary, "github.com/skiplock/skiplock/cmd/skiplock")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build skiplock:", err)

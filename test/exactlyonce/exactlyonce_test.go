@@ -29,6 +29,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/gobuild"
 )
 
 var workerBin string
@@ -50,7 +51,7 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	workerBin = filepath.Join(dir, "worker")
-	if b, err := exec.Command("go", "build", "-o", workerBin, "./testdata/worker").CombinedOutput(); err != nil {
+	if b, err := gobuild.Command("", workerBin, "./testdata/worker").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "exactlyonce: go build ./testdata/worker: %v\n%s", err, b)
 		return 1
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/gobuild"
 )
 
 // TestMeasureRiverImport is the measurement behind the figures in
@@ -55,8 +56,7 @@ func TestMeasureRiverImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "skiplock")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/skiplock")
-	build.Dir = "../.."
+	build := gobuild.Command("../..", bin, "./cmd/skiplock")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/dbtest"
+	"github.com/skiplock/skiplock/internal/gobuild"
 	"github.com/skiplock/skiplock/internal/importer"
 )
 
@@ -437,8 +438,7 @@ func TestRiverImportCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "skiplock")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/skiplock")
-	build.Dir = "../.." // the CLI as skiplock's own module builds it
+	build := gobuild.Command("../..", bin, "./cmd/skiplock") // the CLI as skiplock's own module builds it
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
