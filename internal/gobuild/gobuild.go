@@ -1,11 +1,12 @@
 // Package gobuild builds the repository's programs for tests as the release
 // builds them (.goreleaser.yaml): static (CGO_ENABLED=0), -trimpath and the
 // skiplock_cloud tag. A test that runs the CLI so runs the program users
-// install, and every such build, the release check's snapshot and
-// .ci/e2e.sh's compile each package once between them: Go's build cache
-// keys a package by these settings, and a build that differed in any of
-// them (a plain `go build` beside the release's) compiled the module and
-// its dependencies a second time, two to three minutes of CI's two cores.
+// install. And Go's build cache keys each compiled package by these
+// settings: with the same ones, these builds, make lint (vet and
+// staticcheck), .ci/e2e.sh's build and the release check's snapshot compile
+// each package once between them, where a plain `go build` beside the
+// release's compiled the module and its dependencies a second time (two to
+// three minutes of CI's two cores).
 //
 // Builds with -race (the fault tier's worker processes) are not made here:
 // the race detector needs cgo, and those share make test's race builds.
@@ -17,8 +18,8 @@ import (
 )
 
 // Tags, Flags and Env are the release build's settings, as .goreleaser.yaml
-// writes them (TestMatchesRelease holds the two together; .ci/e2e.sh spells
-// the same three).
+// writes them (TestMatchesRelease holds the two together, and .ci/e2e.sh and
+// the Makefile's lint, which spell the same three).
 const (
 	Tags = "skiplock_cloud"
 	Env  = "CGO_ENABLED=0"

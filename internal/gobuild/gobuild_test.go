@@ -7,8 +7,8 @@ import (
 )
 
 // TestMatchesRelease holds Command's settings to the release's
-// (.goreleaser.yaml) and to .ci/e2e.sh's build: a difference would not fail a
-// build, only compile everything twice.
+// (.goreleaser.yaml), to .ci/e2e.sh's build and to the Makefile's lint: a
+// difference would not fail a build, only compile everything twice.
 func TestMatchesRelease(t *testing.T) {
 	yaml, err := os.ReadFile("../../.goreleaser.yaml")
 	if err != nil {
@@ -26,6 +26,15 @@ func TestMatchesRelease(t *testing.T) {
 	line := Env + " go build " + strings.Join(Flags, " ") + " "
 	if !strings.Contains(string(e2e), line) {
 		t.Errorf(".ci/e2e.sh has no %q: its CLI is not built as the release's", line)
+	}
+	mk, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"RELEASE_ENV  := " + Env + ` GOFLAGS="-trimpath `, "RELEASE_TAGS := -tags " + Tags + "\n"} {
+		if !strings.Contains(string(mk), want) {
+			t.Errorf("Makefile has no %q: lint does not read the code as the release builds it", want)
+		}
 	}
 }
 
