@@ -15,14 +15,20 @@ import (
 	"github.com/skiplock/skiplock/internal/worker"
 )
 
+// heldToken is the lease token of the jobs these tests make running, and
+// otherToken one they do not hold. Both name jobs_keyed, where a row
+// inserted without a generation goes, as a claim's token names its row's
+// partition (claim_set: the sequence's value × 16 + the generation + 1).
+const heldToken, otherToken = 7 * 16, 8 * 16
+
 // runningJobs makes a database with n jobs running under worker "w" with
-// lease token 7, and the engine of a client of that worker.
+// lease token heldToken, and the engine of a client of that worker.
 func runningJobs(t *testing.T, n int) (*dbtest.DB, *Engine, []int64) {
 	t.Helper()
 	db := dbtest.New(t)
 	e := New(store.New("skiplock"), db.Pool, "w")
 	rows, err := db.Pool.Query(context.Background(), `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
-		SELECT 'q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour' FROM generate_series(1, $1) RETURNING id`, n)
+		SELECT 'q', 'k', 'running', 1, 'w', $2::bigint, now() + interval '1 hour' FROM generate_series(1, $1) RETURNING id`, n, heldToken)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
@@ -61,11 +67,11 @@ func TestStepWriterGroupsCheckpoints(t *testing.T) {
 			cp := store.StepCheckpoint{Name: "s", Output: []byte(`{"i": 1}`)}
 			switch {
 			case i == n: // job 1's step again, in the same burst
-				cp.Lease = store.Lease{ID: ids[1], Token: 7}
+				cp.Lease = store.Lease{ID: ids[1], Token: heldToken}
 			case i == 2: // a lease that is not held
-				cp.Lease = store.Lease{ID: ids[i], Token: 8}
+				cp.Lease = store.Lease{ID: ids[i], Token: otherToken}
 			default:
-				cp.Lease = store.Lease{ID: ids[i], Token: 7}
+				cp.Lease = store.Lease{ID: ids[i], Token: heldToken}
 			}
 			r := e.steps.submit(ctx, e, cp, &runSteps{})
 			<-r.done
@@ -107,8 +113,8 @@ func TestStepWriterWritesNoneAfterARefusedCheckpoint(t *testing.T) {
 	db, e, ids := runningJobs(t, 2)
 	ctx := context.Background()
 
-	run := &Run{engine: e, id: ids[0], token: 7, worker: "w"}
-	other := &Run{engine: e, id: ids[1], token: 7, worker: "w"}
+	run := &Run{engine: e, id: ids[0], token: heldToken, worker: "w"}
+	other := &Run{engine: e, id: ids[1], token: heldToken, worker: "w"}
 	// Hold the writer busy so that all four go in one batch.
 	e.steps.mu.Lock()
 	e.steps.busy = true
@@ -145,9 +151,9 @@ func TestStepReportsARefusedCheckpointAtTheNextCall(t *testing.T) {
 	e := New(store.New("skiplock"), db.Pool, "w")
 	var id int64
 	require.NoError(t, db.Pool.QueryRow(ctx, `INSERT INTO skiplock.jobs (queue, kind, state, attempts, locked_by, lease_token, lease_expires_at)
-		VALUES ('q', 'k', 'running', 1, 'w', 7, now() + interval '1 hour') RETURNING id`).Scan(&id))
+		VALUES ('q', 'k', 'running', 1, 'w', $1::bigint, now() + interval '1 hour') RETURNING id`, heldToken).Scan(&id))
 
-	run := &Run{engine: e, id: id, token: 8, worker: "w"} // a lease this worker no longer holds
+	run := &Run{engine: e, id: id, token: otherToken, worker: "w"} // a lease this worker no longer holds
 	run.steps.none()
 	ran := false
 	_, recorded, err := run.Step(ctx, "a", func(context.Context) ([]byte, error) { ran = true; return []byte("1"), nil })
@@ -179,8 +185,8 @@ func TestStepWriterWithdrawsACompletingRunsQueuedCheckpoints(t *testing.T) {
 	t.Parallel()
 	db, e, ids := runningJobs(t, 2)
 	ctx := context.Background()
-	run := &Run{engine: e, id: ids[0], token: 7, worker: "w"}
-	other := &Run{engine: e, id: ids[1], token: 7, worker: "w"}
+	run := &Run{engine: e, id: ids[0], token: heldToken, worker: "w"}
+	other := &Run{engine: e, id: ids[1], token: heldToken, worker: "w"}
 	cp := func(r *Run, name string) store.StepCheckpoint {
 		return store.StepCheckpoint{Lease: r.lease(), Name: name, Output: []byte(`{"ok": 1}`)}
 	}

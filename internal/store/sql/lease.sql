@@ -15,7 +15,8 @@
 -- hold every statement here to it.
 --
 -- The batched writes reach each lease's row by `j.id = ANY (ARRAY[l.id])`,
--- a probe of the primary key per lease, and run after write_settings: a
+-- a probe of the primary key per lease, in the one partition the lease's
+-- token names (fragment lease_gen, claim.sql), and run after write_settings: a
 -- statement's plan is cached per connection and made again only when the
 -- table's statistics change, and jobs is partitioned (migration 016), so a
 -- plan is often made while a generation of the ring is empty (every TRUNCATE
@@ -98,12 +99,12 @@ WITH waited AS (
     UPDATE {{schema}}.jobs AS j
     SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
     FROM unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
+    WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $4
     RETURNING j.id, j.cancel_requested
 ),
 free AS (
     SELECT j.id FROM {{schema}}.jobs AS j, unnest($5::bigint[], $6::bigint[]) AS l(id, token)
-    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
+    WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $4
     FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
 unwaited AS (
@@ -111,7 +112,7 @@ unwaited AS (
     SET lease_expires_at = now() + $3::bigint * interval '1 microsecond'
     FROM unnest($5::bigint[], $6::bigint[]) AS l(id, token)
     WHERE j.id = ANY (ARRAY(SELECT f.id FROM free AS f)) AND j.id = l.id
-      AND j.lease_token = l.token AND j.locked_by = $4
+      AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $4
     RETURNING j.id, j.cancel_requested
 )
 SELECT w.id, w.cancel_requested FROM waited AS w
@@ -124,7 +125,7 @@ SELECT u.id, u.cancel_requested FROM unwaited AS u;
 --   $1 ids  $2 tokens  $3 worker id
 DELETE FROM {{schema}}.jobs AS j
 USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
+WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $3
 RETURNING j.id;
 
 -- name: complete_archive
@@ -141,7 +142,7 @@ RETURNING j.id;
 WITH done AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[]) AS l(id, token)
-    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
+    WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $3
     RETURNING j.*
 ),
 ins AS (
@@ -179,7 +180,7 @@ SELECT i.id FROM ins AS i CROSS JOIN (SELECT count(*) FROM told) AS t;
 WITH done AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[], $4::jsonb[], $5::jsonb[]) AS l(id, token, result, progress)
-    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $3
+    WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $3
     RETURNING j.*, l.result AS run_result, l.progress AS run_progress
 ),
 ins AS (
@@ -215,7 +216,7 @@ SELECT i.id FROM ins AS i CROSS JOIN (SELECT count(*) FROM told) AS t;
 UPDATE {{schema}}.jobs AS j
 SET progress = l.progress
 FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) AS l(id, token, progress)
-WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $4
+WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $4
 RETURNING j.id;
 
 -- name: notify_done
@@ -250,7 +251,7 @@ SELECT pg_notify({{schema_lit}} || '.done', p) FROM unnest($1::text[]) AS p;
 -- rows: other batches never run it.
 WITH free AS (
     SELECT j.id FROM {{schema}}.jobs AS j, unnest($1::bigint[], $2::bigint[], $8::bool[]) AS l(id, token, ended)
-    WHERE l.ended AND j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $6
+    WHERE l.ended AND j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $6
     FOR NO KEY UPDATE OF j SKIP LOCKED
 )
 UPDATE {{schema}}.jobs AS j
@@ -265,7 +266,7 @@ SET state            = 'ready',
     cancel_requested = false
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::int[], $5::text[], $7::int[], $8::bool[])
     AS l(id, token, delay_us, refund, err, max_attempts, ended)
-WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $6
+WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $6
   AND (NOT l.ended OR j.id = ANY (ARRAY(SELECT f.id FROM free AS f)))
 RETURNING j.id;
 
@@ -277,13 +278,13 @@ RETURNING j.id;
 --   ended lease's row held by its transaction is left as it is)
 WITH free AS (
     SELECT j.id FROM {{schema}}.jobs AS j, unnest($1::bigint[], $2::bigint[], $7::bool[]) AS l(id, token, ended)
-    WHERE l.ended AND j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
+    WHERE l.ended AND j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $5
     FOR NO KEY UPDATE OF j SKIP LOCKED
 ),
 d AS (
     DELETE FROM {{schema}}.jobs AS j
     USING unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $6::int[], $7::bool[]) AS l(id, token, reason, err, cap, ended)
-    WHERE j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
+    WHERE j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $5
       AND (NOT l.ended OR j.id = ANY (ARRAY(SELECT f.id FROM free AS f)))
     RETURNING j.*, l.reason AS dead_reason, l.err AS dead_error, l.cap AS dead_cap
 )

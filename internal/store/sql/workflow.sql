@@ -78,7 +78,7 @@ RETURNING now();
 WITH held AS (
     SELECT j.id, j.task_id, l.name, l.output
     FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[]) AS l(id, token, name, output)
-    JOIN {{schema}}.jobs AS j ON j.id = ANY (ARRAY[l.id]) AND j.lease_token = l.token AND j.locked_by = $5
+    JOIN {{schema}}.jobs AS j ON j.id = ANY (ARRAY[l.id]) AND {{lease_gen}} AND j.lease_token = l.token AND j.locked_by = $5
     -- the key per lease, after write_settings: see lease.sql
 ), mark AS (
     UPDATE {{schema}}.jobs AS j SET task_id = 0 FROM held AS h
