@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,8 +131,13 @@ func TestWaitReadsAGoneJobAgain(t *testing.T) {
 	require.True(t, misreadOf(waiting.ID), "the first read of the ready job was made wrong")
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a job in flight stays awaited, whatever one read said")
 	require.Empty(t, ends[0].State)
+	// The second read of waiting follows its first in the client's look-up
+	// loop, not within this Wait's 300 ms: on a loaded machine its warning
+	// came after the Wait returned (CI, 2026-12-02), so it is waited for.
 	const warning = "a look-up found jobs in no table that a second found ended or in flight"
 	for _, id := range []int64{done.ID, waiting.ID} {
-		require.Contains(t, logs.String(), fmt.Sprintf("%s; reporting the second\" ids=[%d]", warning, id))
+		line := fmt.Sprintf("%s; reporting the second\" ids=[%d]", warning, id)
+		require.Eventually(t, func() bool { return strings.Contains(logs.String(), line) }, 10*time.Second, 20*time.Millisecond,
+			"no warning for job %d:\n%s", id, logs.String())
 	}
 }
