@@ -2,6 +2,8 @@ package migrations_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -172,7 +174,7 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		applied, err := up(ctx, db.Pool, "skiplock", v)
 		require.NoError(t, err, "up to %d", v)
 		require.Equal(t, []int{v}, applied)
-		require.Equal(t, wentDown[v], fingerprint(t, db.Pool), "version %d, up and down", v)
+		require.Equal(t, columnsByName(wentDown[v]), columnsByName(fingerprint(t, db.Pool)), "version %d, up and down", v)
 	}
 	for v := migrations.FunctionFilesSince; v < migrations.Latest(); v++ {
 		_, err := up(ctx, db.Pool, "skiplock", v)
@@ -188,6 +190,30 @@ func TestDownToZeroAndUpAgain(t *testing.T) {
 		require.NoError(t, err, "down to %d again", v)
 		require.Equal(t, wentDown[v], fingerprint(t, db.Pool), "version %d, down from a fresh up and down after up again", v)
 	}
+}
+
+// columnsByName returns a fingerprint with each table's columns in name
+// order. A down restores every column, its type, default and constraints,
+// not its place in the row: version 26 moved the six columns a claim
+// changes to the end of jobs' row, and its down leaves them there (a
+// column's place is invisible to every statement skiplock runs, and
+// putting them back before gen, jobs' partition key, which cannot be
+// dropped and added, would mean rebuilding the partitioned table).
+func columnsByName(fp string) string {
+	lines := strings.Split(fp, "\n")
+	for i := 0; i < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "CREATE TABLE ") || !strings.HasSuffix(lines[i], " (") {
+			continue
+		}
+		j := i + 1
+		for j < len(lines) && strings.HasPrefix(lines[j], "    ") {
+			lines[j] = strings.TrimSuffix(lines[j], ",")
+			j++
+		}
+		sort.Strings(lines[i+1 : j])
+		i = j
+	}
+	return strings.Join(lines, "\n")
 }
 
 // functionDefs maps each function of schema skiplock to its whole
@@ -785,4 +811,66 @@ func TestOlderBinaryLeavesFunctionsAlone(t *testing.T) {
 	var period int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT skiplock.ring_period()").Scan(&period))
 	require.Equal(t, 7, period, "the newer binary's body stays")
+}
+
+// Version 26 moves the six columns a claim changes to the end of jobs'
+// row and leaves every privilege on them as it was: an upgrade from 25
+// with a reader role granted (its column grants on jobs and on each
+// partition, its grants on the views that read them) and a worker role
+// keeps each grant, and the claim columns come last.
+func TestClaimColumnsLastKeepGrants(t *testing.T) {
+	t.Parallel()
+	db := dbtest.NewEmpty(t)
+	ctx := context.Background()
+	_, err := up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	_, err = down(ctx, db.Pool, "skiplock", 25)
+	require.NoError(t, err)
+
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	suffix := hex.EncodeToString(b)
+	for _, kind := range []string{"reader", "worker"} {
+		role := "t_mig26_" + kind + "_" + suffix
+		_, err = db.Pool.Exec(ctx, "CREATE ROLE "+role)
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = db.Pool.Exec(context.Background(), "DROP OWNED BY "+role)
+			_, _ = db.Pool.Exec(context.Background(), "DROP ROLE "+role)
+		})
+		_, err = db.Pool.Exec(ctx, "SELECT * FROM skiplock.grant_role($1, $2)", kind, role)
+		require.NoError(t, err)
+	}
+	grants := func() []string {
+		rows, err := db.Pool.Query(ctx, `
+			SELECT c.relname || '.' || a.attname || ' ' || x.grantee::regrole::text || ' ' || x.privilege_type
+			FROM pg_class AS c
+			JOIN pg_attribute AS a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+			CROSS JOIN aclexplode(a.attacl) AS x
+			WHERE c.relnamespace = 'skiplock'::regnamespace AND c.relname LIKE 'jobs%'
+		  UNION ALL
+			SELECT c.relname || ' ' || x.grantee::regrole::text || ' ' || x.privilege_type
+			FROM pg_class AS c CROSS JOIN aclexplode(c.relacl) AS x
+			WHERE c.relnamespace = 'skiplock'::regnamespace AND x.grantee <> c.relowner
+			  AND (c.relname LIKE 'jobs%' OR c.relkind = 'v')
+			ORDER BY 1`)
+		require.NoError(t, err)
+		list, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		return list
+	}
+	before := grants()
+	require.Contains(t, before, "jobs.state t_mig26_reader_"+suffix+" SELECT", "the reader's column grant, before")
+	require.Contains(t, before, "jobs_g0.locked_by t_mig26_reader_"+suffix+" SELECT")
+	require.Contains(t, before, "long_runners t_mig26_reader_"+suffix+" SELECT")
+
+	_, err = up(ctx, db.Pool, "skiplock", 0)
+	require.NoError(t, err)
+	require.Equal(t, before, grants(), "every grant kept across version 26")
+
+	var last []string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(a.attname::text ORDER BY a.attnum DESC)
+		FROM (SELECT * FROM pg_attribute WHERE attrelid = 'skiplock.jobs'::regclass AND attnum > 0 AND NOT attisdropped
+		      ORDER BY attnum DESC LIMIT 6) AS a`).Scan(&last))
+	require.Equal(t, []string{"lease_expires_at", "locked_by", "attempted_at", "lease_token", "state", "attempts"}, last)
 }
