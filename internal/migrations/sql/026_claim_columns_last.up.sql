@@ -24,20 +24,23 @@
 -- A dropped column stays in the catalog, invisible, and costs a row nothing
 -- (a NULL bit). Rows in jobs_done, jobs_dead and the move tables keep
 -- their order: they are written once and never updated by a claim.
-CREATE TEMP TABLE skiplock_026_redo (ord serial, stmt text NOT NULL) ON COMMIT DROP;
-
+-- One DO block, so the move is whole even where a tool runs each
+-- statement on its own.
 DO $$
 DECLARE
     moved constant text[] := ARRAY['attempts', 'state', 'lease_token', 'attempted_at', 'locked_by', 'lease_expires_at'];
     tree oid[];
+    redo text[] := '{}';
     r record;
+    stmt text;
 BEGIN
     SELECT array_agg(t.relid) INTO tree FROM pg_partition_tree('{{schema}}.jobs'::regclass) AS t;
 
-    -- Views reading the columns: their definitions, comments and grants.
+    -- Views reading the columns: their definitions, options, comments and
+    -- grants.
     FOR r IN
         SELECT DISTINCT v.oid, v.oid::regclass::text AS name, pg_get_viewdef(v.oid) AS def,
-               obj_description(v.oid, 'pg_class') AS comment
+               array_to_string(v.reloptions, ', ') AS options, obj_description(v.oid, 'pg_class') AS comment
         FROM pg_depend AS d
         JOIN pg_rewrite AS w ON w.oid = d.objid
         JOIN pg_class AS v ON v.oid = w.ev_class
@@ -45,86 +48,84 @@ BEGIN
         WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = ANY (tree) AND a.attname = ANY (moved)
           AND v.oid <> d.refobjid
     LOOP
-        INSERT INTO skiplock_026_redo (stmt) VALUES (format('CREATE VIEW %s AS %s', r.name, r.def));
+        redo := redo || format('CREATE VIEW %s%s AS %s', r.name,
+                               coalesce(' WITH (' || nullif(r.options, '') || ')', ''), r.def);
         IF r.comment IS NOT NULL THEN
-            INSERT INTO skiplock_026_redo (stmt) VALUES (format('COMMENT ON VIEW %s IS %L', r.name, r.comment));
+            redo := redo || format('COMMENT ON VIEW %s IS %L', r.name, r.comment);
         END IF;
-        INSERT INTO skiplock_026_redo (stmt)
-        SELECT format('GRANT %s ON %s TO %s', x.privilege_type, r.name,
-                      CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(x.grantee::regrole::text) END)
-        FROM pg_class AS c, aclexplode(c.relacl) AS x
-        WHERE c.oid = r.oid AND x.grantee <> c.relowner;
+        redo := redo || ARRAY(
+            SELECT format('GRANT %s ON %s TO %s%s', x.privilege_type, r.name,
+                          CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(x.grantee::regrole::text) END,
+                          CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+            FROM pg_class AS c, aclexplode(c.relacl) AS x
+            WHERE c.oid = r.oid AND x.grantee <> c.relowner);
         EXECUTE format('DROP VIEW %s', r.name);
     END LOOP;
 
     -- Checks on jobs that name the columns (the partitions inherit them).
-    INSERT INTO skiplock_026_redo (stmt)
-    SELECT format('ALTER TABLE {{schema}}.jobs ADD CONSTRAINT %I %s', c.conname, pg_get_constraintdef(c.oid))
-    FROM pg_constraint AS c
-    WHERE c.conrelid = '{{schema}}.jobs'::regclass AND c.contype = 'c'
-      AND EXISTS (SELECT 1 FROM pg_attribute AS a
-                  WHERE a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey) AND a.attname = ANY (moved))
-    ORDER BY c.conname;
+    redo := redo || ARRAY(
+        SELECT format('ALTER TABLE {{schema}}.jobs ADD CONSTRAINT %I %s', c.conname, pg_get_constraintdef(c.oid))
+        FROM pg_constraint AS c
+        WHERE c.conrelid = '{{schema}}.jobs'::regclass AND c.contype = 'c'
+          AND EXISTS (SELECT 1 FROM pg_attribute AS a
+                      WHERE a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey) AND a.attname = ANY (moved))
+        ORDER BY c.conname);
 
     -- Indexes that name them: the partitioned ones first (made ON ONLY
     -- jobs), then each partition's, attached to its parent by name.
-    INSERT INTO skiplock_026_redo (stmt)
-    SELECT s.stmt
-    FROM (
-        SELECT DISTINCT i.indexrelid, ic.relkind = 'I' AS parted, ic.relname,
-               pg_get_indexdef(i.indexrelid) AS stmt
-        FROM pg_index AS i
-        JOIN pg_class AS ic ON ic.oid = i.indexrelid
-        JOIN pg_depend AS d ON d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
-        JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-        WHERE i.indrelid = ANY (tree) AND a.attname = ANY (moved)
-    ) AS s
-    ORDER BY NOT s.parted, s.relname;
-    INSERT INTO skiplock_026_redo (stmt)
-    SELECT format('ALTER INDEX %s ATTACH PARTITION %s', h.inhparent::regclass, h.inhrelid::regclass)
-    FROM pg_inherits AS h
-    JOIN pg_index AS i ON i.indexrelid = h.inhrelid
-    WHERE i.indrelid = ANY (tree)
-      AND EXISTS (SELECT 1 FROM pg_depend AS d
-                  JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-                  WHERE d.classid = 'pg_class'::regclass AND d.objid = h.inhrelid AND a.attname = ANY (moved))
-    ORDER BY h.inhrelid::regclass::text;
+    redo := redo || ARRAY(
+        SELECT s.def
+        FROM (
+            SELECT DISTINCT ic.relkind = 'I' AS parted, ic.relname, pg_get_indexdef(i.indexrelid) AS def
+            FROM pg_index AS i
+            JOIN pg_class AS ic ON ic.oid = i.indexrelid
+            JOIN pg_depend AS d ON d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
+            JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+            WHERE i.indrelid = ANY (tree) AND a.attname = ANY (moved)
+        ) AS s
+        ORDER BY NOT s.parted, s.relname);
+    redo := redo || ARRAY(
+        SELECT format('ALTER INDEX %s ATTACH PARTITION %s', h.inhparent::regclass, h.inhrelid::regclass)
+        FROM pg_inherits AS h
+        JOIN pg_index AS i ON i.indexrelid = h.inhrelid
+        WHERE i.indrelid = ANY (tree)
+          AND EXISTS (SELECT 1 FROM pg_depend AS d
+                      JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+                      WHERE d.classid = 'pg_class'::regclass AND d.objid = h.inhrelid AND a.attname = ANY (moved))
+        ORDER BY h.inhrelid::regclass::text);
 
     -- Column privileges (grant_role's reader), on jobs and each partition.
-    INSERT INTO skiplock_026_redo (stmt)
-    SELECT format('GRANT %s (%I) ON %s TO %s', x.privilege_type, a.attname, a.attrelid::regclass,
-                  CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(x.grantee::regrole::text) END)
-    FROM pg_attribute AS a, aclexplode(a.attacl) AS x
-    WHERE a.attrelid = ANY (tree) AND a.attname = ANY (moved) AND a.attacl IS NOT NULL;
-END
-$$;
+    redo := redo || ARRAY(
+        SELECT format('GRANT %s (%I) ON %s TO %s%s', x.privilege_type, a.attname, a.attrelid::regclass,
+                      CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(x.grantee::regrole::text) END,
+                      CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+        FROM pg_attribute AS a, aclexplode(a.attacl) AS x
+        WHERE a.attrelid = ANY (tree) AND a.attname = ANY (moved) AND a.attacl IS NOT NULL);
 
-ALTER TABLE {{schema}}.jobs
-    ADD COLUMN attempts_026 integer NOT NULL DEFAULT 0,
-    ADD COLUMN state_026 text NOT NULL DEFAULT 'ready',
-    ADD COLUMN lease_token_026 bigint,
-    ADD COLUMN attempted_at_026 timestamptz,
-    ADD COLUMN locked_by_026 text,
-    ADD COLUMN lease_expires_at_026 timestamptz;
-UPDATE {{schema}}.jobs
-SET attempts_026 = attempts, state_026 = state, lease_token_026 = lease_token,
-    attempted_at_026 = attempted_at, locked_by_026 = locked_by, lease_expires_at_026 = lease_expires_at;
-ALTER TABLE {{schema}}.jobs
-    DROP COLUMN attempts, DROP COLUMN state, DROP COLUMN lease_token,
-    DROP COLUMN attempted_at, DROP COLUMN locked_by, DROP COLUMN lease_expires_at;
-ALTER TABLE {{schema}}.jobs RENAME COLUMN attempts_026 TO attempts;
-ALTER TABLE {{schema}}.jobs RENAME COLUMN state_026 TO state;
-ALTER TABLE {{schema}}.jobs RENAME COLUMN lease_token_026 TO lease_token;
-ALTER TABLE {{schema}}.jobs RENAME COLUMN attempted_at_026 TO attempted_at;
-ALTER TABLE {{schema}}.jobs RENAME COLUMN locked_by_026 TO locked_by;
-ALTER TABLE {{schema}}.jobs RENAME COLUMN lease_expires_at_026 TO lease_expires_at;
+    -- The move: new columns at the row's end, every row copied once, the
+    -- old ones dropped (with what names them), the new ones renamed.
+    ALTER TABLE {{schema}}.jobs
+        ADD COLUMN attempts_026 integer NOT NULL DEFAULT 0,
+        ADD COLUMN state_026 text NOT NULL DEFAULT 'ready',
+        ADD COLUMN lease_token_026 bigint,
+        ADD COLUMN attempted_at_026 timestamptz,
+        ADD COLUMN locked_by_026 text,
+        ADD COLUMN lease_expires_at_026 timestamptz;
+    UPDATE {{schema}}.jobs
+    SET attempts_026 = attempts, state_026 = state, lease_token_026 = lease_token,
+        attempted_at_026 = attempted_at, locked_by_026 = locked_by, lease_expires_at_026 = lease_expires_at;
+    ALTER TABLE {{schema}}.jobs
+        DROP COLUMN attempts, DROP COLUMN state, DROP COLUMN lease_token,
+        DROP COLUMN attempted_at, DROP COLUMN locked_by, DROP COLUMN lease_expires_at;
+    FOREACH stmt IN ARRAY moved LOOP
+        EXECUTE format('ALTER TABLE {{schema}}.jobs RENAME COLUMN %I TO %I', stmt || '_026', stmt);
+    END LOOP;
 
-DO $$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT s.stmt FROM skiplock_026_redo AS s ORDER BY s.ord LOOP
-        EXECUTE r.stmt;
+    FOREACH stmt IN ARRAY redo LOOP
+        EXECUTE stmt;
     END LOOP;
 END
 $$;
+
+-- The planner's statistics of the six columns went with the old ones.
+ANALYZE {{schema}}.jobs;
