@@ -872,5 +872,7 @@ func TestClaimColumnsLastKeepGrants(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT array_agg(a.attname::text ORDER BY a.attnum DESC)
 		FROM (SELECT * FROM pg_attribute WHERE attrelid = 'skiplock.jobs'::regclass AND attnum > 0 AND NOT attisdropped
 		      ORDER BY attnum DESC LIMIT 6) AS a`).Scan(&last))
-	require.Equal(t, []string{"lease_expires_at", "locked_by", "attempted_at", "lease_token", "state", "attempts"}, last)
+	require.Equal(t, []string{"lease_expires_at", "locked_by", "attempted_at", "lease_token", "state", "attempts"}, last,
+		"the columns a claim changes are the last of jobs' row (migration 026); a column added after them "+
+			"is in every claim's WAL record whenever it holds a value (docs/architecture.md, Rotate)")
 }
