@@ -30,6 +30,7 @@ DO $$
 DECLARE
     moved constant text[] := ARRAY['attempts', 'state', 'lease_token', 'attempted_at', 'locked_by', 'lease_expires_at'];
     tree oid[];
+    indexes oid[];
     redo text[] := '{}';
     r record;
     stmt text;
@@ -73,25 +74,20 @@ BEGIN
 
     -- Indexes that name them: the partitioned ones first (made ON ONLY
     -- jobs), then each partition's, attached to its parent by name.
+    SELECT array_agg(DISTINCT d.objid) INTO indexes
+    FROM pg_depend AS d
+    JOIN pg_index AS i ON i.indexrelid = d.objid
+    JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+    WHERE d.classid = 'pg_class'::regclass AND d.refobjid = ANY (tree) AND a.attname = ANY (moved);
     redo := redo || ARRAY(
-        SELECT s.def
-        FROM (
-            SELECT DISTINCT ic.relkind = 'I' AS parted, ic.relname, pg_get_indexdef(i.indexrelid) AS def
-            FROM pg_index AS i
-            JOIN pg_class AS ic ON ic.oid = i.indexrelid
-            JOIN pg_depend AS d ON d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
-            JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-            WHERE i.indrelid = ANY (tree) AND a.attname = ANY (moved)
-        ) AS s
-        ORDER BY NOT s.parted, s.relname);
+        SELECT pg_get_indexdef(c.oid)
+        FROM pg_class AS c
+        WHERE c.oid = ANY (indexes)
+        ORDER BY c.relkind <> 'I', c.relname);
     redo := redo || ARRAY(
         SELECT format('ALTER INDEX %s ATTACH PARTITION %s', h.inhparent::regclass, h.inhrelid::regclass)
         FROM pg_inherits AS h
-        JOIN pg_index AS i ON i.indexrelid = h.inhrelid
-        WHERE i.indrelid = ANY (tree)
-          AND EXISTS (SELECT 1 FROM pg_depend AS d
-                      JOIN pg_attribute AS a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-                      WHERE d.classid = 'pg_class'::regclass AND d.objid = h.inhrelid AND a.attname = ANY (moved))
+        WHERE h.inhrelid = ANY (indexes)
         ORDER BY h.inhrelid::regclass::text);
 
     -- Column privileges (grant_role's reader), on jobs and each partition.
