@@ -13,7 +13,7 @@ import (
 // jobs_g2 and jobs_keyed by their own indexes (jobs_pkey_g0,
 // jobs_ready_keyed, ...) under aliases j_1, j_2, ...
 var (
-	partitionIndex = regexp.MustCompile(`\b(jobs(?:_pkey|_ready|_ready_tenant|_ready_no_tenant|_ready_weighted|_running)?)_(?:g[0-9]+|keyed)\b`)
+	partitionIndex = regexp.MustCompile(`\b(jobs(?:_pkey|_ready|_ready_tenant|_ready_weighted|_running)?)_(?:g[0-9]+|keyed)\b`)
 	partitionAlias = regexp.MustCompile(`\bon jobs ([a-z]+)_[0-9]+\b`)
 )
 

@@ -433,7 +433,7 @@ var readyIndexRe = regexp.MustCompile(`(?s)CREATE INDEX jobs_ready ON \{\{schema
 // readyIndexDDL is the statement that recreates the claim index, taken from
 // the migration that created it so that it never drifts.
 func (d *doctor) readyIndexDDL() string {
-	def := "(queue, priority DESC, run_at, id)\n    WHERE state = 'ready'"
+	def := "(queue, (tenant IS NOT NULL), priority DESC, run_at, id)\n    WHERE state = 'ready'"
 	for _, m := range migrations.All() {
 		if g := readyIndexRe.FindStringSubmatch(m.Up); g != nil {
 			def = g[1]

@@ -101,3 +101,22 @@ func TestDoctorNamesUnhandledKind(t *testing.T) {
 	require.Equal(t, health.StatusFail, c.Status)
 	require.Contains(t, c.Figure, `kind "welcom" in queue default: 8 ready`)
 }
+
+// jobs_ready keeps the jobs without a tenant and those with one in two
+// ranges (migration 027): unhandled_kinds() and wait_p99 sample a queue
+// from both, in claim order.
+func TestUnhandledAndWaitCountBothRanges(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	_, err := db.Pool.Exec(context.Background(), `INSERT INTO skiplock.jobs (queue, kind, tenant, run_at)
+		SELECT 'q', 'k', CASE WHEN g % 2 = 0 THEN 't' || g END, now() - g * interval '1 second'
+		FROM generate_series(1, 7) AS g`)
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{"q/k": 7}, unhandled(t, db), "3 without a tenant, 4 with one")
+	waits, err := health.WaitP99(context.Background(), db.Pool, db.Schema)
+	require.NoError(t, err)
+	require.Len(t, waits, 1)
+	require.Equal(t, "q", waits[0].Queue)
+	require.EqualValues(t, 7, waits[0].Sampled)
+	require.InDelta(t, 7, waits[0].WaitP99Seconds, 1, "the oldest waited 7 s")
+}

@@ -182,7 +182,7 @@ func cappedClaimBuffers(t *testing.T, pool *pgxpool.Pool, st *store.Store, after
 	if os.Getenv("PLAN") != "" {
 		t.Logf("%s", plan)
 	}
-	n := out[0].Plan.indexScans("jobs_ready_keyed", "jobs_ready_tenant_keyed", "jobs_ready_no_tenant_keyed")
+	n := out[0].Plan.indexScans("jobs_ready_keyed", "jobs_ready_tenant_keyed")
 	require.Positive(t, n, "no scan of the ready indexes in the plan:\n%s", plan)
 	return n, out[0].Plan.Rows
 }

@@ -134,15 +134,21 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.attempts, j.max_attemp
 WITH picked AS (
     SELECT c.id, c.priority, c.run_at, c.entity
     FROM unnest($1::text[], $6::int[], $7::timestamptz[], $8::bigint[]) AS q(name, b_priority, b_run_at, b_id)
+    -- The jobs without a tenant, then those with one: two ranges of
+    -- jobs_ready, each in claim order (migration 027), up to a batch from
+    -- each; claim_pick merges them.
+    CROSS JOIN (VALUES (false), (true)) AS r(tenanted)
     CROSS JOIN LATERAL (
-        -- The two ranges are read in order and only as far as the batch
-        -- needs (Append under a Limit): the second is not touched when the
-        -- first fills the batch. FOR ... SKIP LOCKED is not allowed on a
-        -- UNION's branches themselves, hence the subqueries.
+        -- The two ranges of the bound are read in order and only as far as
+        -- the batch needs (Append under a Limit): the second is not
+        -- touched when the first fills the batch. FOR ... SKIP LOCKED is
+        -- not allowed on a UNION's branches themselves, hence the
+        -- subqueries.
         SELECT a.* FROM (
             SELECT j.id, j.priority, j.run_at, j.entity
             FROM {{schema}}.jobs AS j
             WHERE j.queue = q.name
+              AND (j.tenant IS NOT NULL) = r.tenanted
               AND j.priority = q.b_priority
               AND (j.run_at, j.id) > (q.b_run_at, q.b_id)
               AND {{claimable}}
@@ -155,6 +161,7 @@ WITH picked AS (
             SELECT j.id, j.priority, j.run_at, j.entity
             FROM {{schema}}.jobs AS j
             WHERE j.queue = q.name
+              AND (j.tenant IS NOT NULL) = r.tenanted
               -- Below the bound's priority; every priority without a bound.
               AND j.priority <= COALESCE(q.b_priority::bigint - 1, 2147483647)
               AND {{claimable}}

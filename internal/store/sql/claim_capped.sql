@@ -272,7 +272,7 @@ shares AS (
         SELECT j.id, j.priority, j.run_at, j.entity,
                row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
         FROM {{schema}}.jobs AS j
-        WHERE j.queue = o.name AND j.tenant IS NULL
+        WHERE j.queue = o.name AND (j.tenant IS NOT NULL) IS FALSE
           AND {{claimable}}
         ORDER BY j.priority DESC, j.run_at, j.id
         LIMIT $6
@@ -288,11 +288,18 @@ candidates AS (
     SELECT 1, 0, 0, c.id, c.priority, c.run_at, c.entity
     FROM open_queues AS o
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.entity
-        FROM {{schema}}.jobs AS j
-        WHERE j.queue = o.name
-          AND {{claimable}}
-        ORDER BY j.priority DESC, j.run_at, j.id
+        -- The jobs without a tenant and those with one: two ranges of
+        -- jobs_ready in claim order (migration 027), merged.
+        SELECT m.* FROM (VALUES (false), (true)) AS r(tenanted)
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.priority, j.run_at, j.entity
+            FROM {{schema}}.jobs AS j
+            WHERE j.queue = o.name AND (j.tenant IS NOT NULL) = r.tenanted
+              AND {{claimable}}
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT $3
+        ) AS m
+        ORDER BY m.priority DESC, m.run_at, m.id
         LIMIT $3
     ) AS c
     WHERE (SELECT count(DISTINCT COALESCE(s.entity, s.id::text)) FROM shares AS s) < $3

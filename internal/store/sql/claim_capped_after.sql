@@ -82,19 +82,20 @@ SELECT u.*, row_number() OVER (ORDER BY u.priority DESC, u.run_at, u.id) AS ord 
 ORDER BY u.priority DESC, u.run_at, u.id LIMIT g.lim
 
 -- fragment: untenanted_jobs
--- tenant_jobs for the jobs of queue g.q without a tenant (their own index).
+-- tenant_jobs for the jobs of queue g.q without a tenant (their range of
+-- jobs_ready, migration 027).
 SELECT u.*, row_number() OVER (ORDER BY u.priority DESC, u.run_at, u.id) AS ord FROM (
     (SELECT j.id, j.priority, j.run_at, j.entity
      FROM {{schema}}.jobs AS j
      WHERE tb.priority IS NOT NULL
-       AND j.queue = g.q AND j.tenant IS NULL
+       AND j.queue = g.q AND (j.tenant IS NOT NULL) IS FALSE
        AND j.priority = tb.priority AND (j.run_at, j.id) > (tb.run_at, tb.id)
        AND {{claimable}}
      ORDER BY j.priority DESC, j.run_at, j.id LIMIT g.lim)
   UNION ALL
     (SELECT j.id, j.priority, j.run_at, j.entity
      FROM {{schema}}.jobs AS j
-     WHERE j.queue = g.q AND j.tenant IS NULL
+     WHERE j.queue = g.q AND (j.tenant IS NOT NULL) IS FALSE
        AND j.priority <= coalesce(tb.priority::bigint - 1, 2147483647)
        AND {{claimable}}
      ORDER BY j.priority DESC, j.run_at, j.id LIMIT g.lim)

@@ -128,10 +128,15 @@ full_keys AS (
 candidates AS (
     SELECT c.id, c.priority, c.run_at, c.entity, c.queue, c.kind, c.tenant, c.payload, c.limit_weight
     FROM unnest($1::text[]) AS q(name)
+    -- The jobs without a tenant and those with one: two ranges of
+    -- jobs_ready in claim order (migration 027), a batch from each; the
+    -- windows below and claim_pick order them together.
+    CROSS JOIN (VALUES (false), (true)) AS r(tenanted)
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at, j.entity, j.queue, j.kind, j.tenant, j.payload, j.limit_weight
         FROM {{schema}}.jobs AS j
         WHERE j.queue = q.name
+          AND (j.tenant IS NOT NULL) = r.tenanted
           AND {{claimable}}
           AND NOT EXISTS (SELECT 1 FROM lim AS l JOIN full_keys AS f ON f.name = l.name
                           WHERE {{limit_covers}} AND f.key = {{limit_key}})

@@ -24,10 +24,19 @@ sampled AS (
     SELECT r.queue, s.kind, count(*) AS ready, min(s.run_at) AS oldest
     FROM ready_queues AS r
     CROSS JOIN LATERAL (
-        SELECT j.kind, j.run_at
-        FROM {{schema}}.jobs AS j
-        WHERE j.state = 'ready' AND j.queue = r.queue AND j.run_at <= now()
-        ORDER BY j.priority DESC, j.run_at, j.id
+        -- The jobs without a tenant and those with one are two ranges of
+        -- jobs_ready in claim order (migration 027): the first 10,000 of
+        -- each, merged.
+        SELECT m.kind, m.run_at
+        FROM (VALUES (false), (true)) AS t(tenanted)
+        CROSS JOIN LATERAL (
+            SELECT j.kind, j.priority, j.run_at, j.id FROM {{schema}}.jobs AS j
+            WHERE j.state = 'ready' AND j.queue = r.queue AND (j.tenant IS NOT NULL) = t.tenanted
+              AND j.run_at <= now()
+            ORDER BY j.priority DESC, j.run_at, j.id
+            LIMIT 10000
+        ) AS m
+        ORDER BY m.priority DESC, m.run_at, m.id
         LIMIT 10000
     ) AS s
     WHERE r.queue IS NOT NULL
