@@ -134,8 +134,8 @@ added, the oldest ready age the largest, paused when paused in any).`,
 				return err
 			}
 			for _, u := range unhandled {
-				fmt.Fprintf(cmd.OutOrStdout(), "warning: no live worker handles kind %q in queue %s: %d job(s) ready, oldest %s\n",
-					u.Kind, termSafe(u.Queue), u.Ready, humanSeconds(u.OldestReadyAgeSeconds))
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: no live worker handles kind %q in queue %s: %s job(s) ready, oldest %s\n",
+					u.Kind, termSafe(u.Queue), u.ReadyText(), humanSeconds(u.OldestReadyAgeSeconds))
 			}
 			for _, l := range limits {
 				if l.Rate > 0 {

@@ -15,10 +15,23 @@ type UnhandledKind struct {
 	Queue string `json:"queue"`
 	Kind  string `json:"kind"`
 	// Ready counts the due jobs; each queue is sampled in claim order up to
-	// 10,000 jobs, so beyond that it is a lower bound.
+	// UnhandledSample jobs, so beyond that it is a lower bound.
 	Ready int64 `json:"ready"`
 	// OldestReadyAgeSeconds is how long the oldest of them has waited.
 	OldestReadyAgeSeconds float64 `json:"oldest_ready_age_seconds"`
+}
+
+// UnhandledSample is how many due jobs of a queue unhandled_kinds() reads
+// (in claim order); a count that reaches it is a lower bound.
+const UnhandledSample = 10000
+
+// ReadyText is Ready as a person should read it: "10000 or more" once the
+// count reaches the sample's size, since the jobs beyond it were not read.
+func (u UnhandledKind) ReadyText() string {
+	if u.Ready >= UnhandledSample {
+		return fmt.Sprintf("%d or more", u.Ready)
+	}
+	return fmt.Sprintf("%d", u.Ready)
 }
 
 // UnhandledKinds returns the queues and kinds with due ready jobs that no
@@ -56,7 +69,7 @@ func (d *doctor) checkUnhandledKinds(ctx context.Context) Check {
 	for i, u := range kinds {
 		oldest = max(oldest, u.OldestReadyAgeSeconds)
 		if i < 5 {
-			parts = append(parts, fmt.Sprintf("kind %q in queue %s: %d ready, oldest %s", u.Kind, u.Queue, u.Ready,
+			parts = append(parts, fmt.Sprintf("kind %q in queue %s: %s ready, oldest %s", u.Kind, u.Queue, u.ReadyText(),
 				dur(secs(u.OldestReadyAgeSeconds))))
 		}
 	}

@@ -120,3 +120,30 @@ func TestUnhandledAndWaitCountBothRanges(t *testing.T) {
 	require.EqualValues(t, 7, waits[0].Sampled)
 	require.InDelta(t, 7, waits[0].WaitP99Seconds, 1, "the oldest waited 7 s")
 }
+
+// A queue's count stops at the sample's size, and the doctor says so
+// rather than give the sample as the backlog.
+func TestUnhandledCountAtTheSampleIsALowerBound(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	insertReady(t, db, "big", "typo", health.UnhandledSample+500, -time.Minute)
+	insertReady(t, db, "small", "typo", 3, -time.Minute)
+	us, err := health.UnhandledKinds(context.Background(), db.Pool, db.Schema)
+	require.NoError(t, err)
+	require.Len(t, us, 2)
+	require.Equal(t, "big", us[0].Queue)
+	require.EqualValues(t, health.UnhandledSample, us[0].Ready, "sampled, not counted")
+	require.Equal(t, "10000 or more", us[0].ReadyText())
+	require.Equal(t, "3", us[1].ReadyText())
+
+	checks, err := health.Doctor(context.Background(), db.Pool, db.Schema)
+	require.NoError(t, err)
+	for _, c := range checks {
+		if c.Name == "unhandled_kinds" {
+			require.Contains(t, c.Figure, `kind "typo" in queue big: 10000 or more ready`)
+			require.Contains(t, c.Figure, `kind "typo" in queue small: 3 ready`)
+			return
+		}
+	}
+	t.Fatal("no unhandled_kinds check")
+}
