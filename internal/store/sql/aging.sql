@@ -13,8 +13,10 @@ SET age_after = EXCLUDED.age_after, age_to = EXCLUDED.age_to, updated_at = now()
 -- than its age_after and below its age_to are promoted to age_to, the
 -- longest-waiting first, at most $1 per queue. Rows a claimer holds are
 -- skipped (SKIP LOCKED: they are being claimed anyway), so passes in many
--- processes at once are safe. The scan reads the queue's ready index below
--- age_to, checking run_at on the index entries. Returns the promoted count.
+-- processes at once are safe. The scan reads the queue's entries of the
+-- ready index (its two ranges, migration 027: a job's tenant does not
+-- matter here), checking priority and run_at on the index entries. Returns
+-- the promoted count.
 WITH aging AS (
     SELECT q.name, q.age_after, q.age_to FROM {{schema}}.queues AS q
     WHERE q.age_after IS NOT NULL
