@@ -23,8 +23,10 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,6 +89,13 @@ type Result struct {
 	WALStartLSN         string  `json:"wal_start_lsn"`
 	WALSeededLSN        string  `json:"wal_seeded_lsn"`
 	WALEndLSN           string  `json:"wal_end_lsn"`
+	// OtherWriters names what else could write WAL while the run's was
+	// counted, seen by sampling pg_stat_activity every 250 ms from the seed
+	// to the drain's end: autovacuum in another database, and clients other
+	// than the run's own connections holding a transaction id (a writing
+	// transaction). With any, the WAL figures above include their writes
+	// too; an empty list is what the samples saw, not a proof.
+	OtherWriters []string `json:"other_writers,omitempty"`
 
 	// Dead tuples of the jobs table (pg_stat_user_tables.n_dead_tup) before
 	// the drain and after it, once the benchmark's backends have exited and
@@ -290,6 +299,8 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		return res, err
 	}
 	res.WALStartLSN = lsn0
+	stopWatch := watchOtherWriters(ctx, pool, "skiplock-"+queue, st.Schema)
+	defer func() { stopWatch() }()
 	seedStart := time.Now()
 	if o.Burst > 0 {
 		if err := seed(ctx, c, queue, o.Burst, 0, "a-burst", progress); err != nil {
@@ -353,6 +364,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 		return res, err
 	}
 	res.WALEndLSN = lsn2
+	res.OtherWriters = stopWatch()
 	// Backends flush their table statistics when they exit: close our pool
 	// and wait for them before reading n_dead_tup.
 	bp.Close()
@@ -588,6 +600,63 @@ func deadTuples(ctx context.Context, pool *pgxpool.Pool, st *store.Store) (dead,
 		return 0, 0, fmt.Errorf("bench: read dead tuples: %w", err)
 	}
 	return dead, autovacuums, nil
+}
+
+// otherWritersSQL lists the server's backends, other than the caller and
+// the run's connections (application_name $1), that may be writing WAL:
+// autovacuum but of a table of the run's schema $2 (the run's own
+// autovacuums are counted apart; a worker's query reads "autovacuum:
+// VACUUM schema.table"), and client backends holding a transaction id.
+const otherWritersSQL = `SELECT DISTINCT coalesce(datname, '?') ||
+       CASE WHEN backend_type = 'autovacuum worker' THEN ' (autovacuum)' ELSE ' (a writing client)' END
+FROM pg_stat_activity
+WHERE pid <> pg_backend_pid()
+  AND ((backend_type = 'autovacuum worker'
+        AND NOT (datname = current_database() AND query LIKE '% ' || $2 || '.%'))
+    OR (backend_type = 'client backend' AND backend_xid IS NOT NULL
+        AND application_name IS DISTINCT FROM $1))`
+
+// watchOtherWriters samples otherWritersSQL every 250 ms until the returned
+// function is called; that function (safe to call more than once) stops the
+// sampling and returns what was seen, sorted. A failed sample is skipped:
+// the list is a note on the WAL figures, not a figure of its own.
+func watchOtherWriters(ctx context.Context, pool *pgxpool.Pool, appName, schema string) func() []string {
+	ctx, cancel := context.WithCancel(ctx)
+	seen := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rows, err := pool.Query(ctx, otherWritersSQL, appName, schema); err == nil {
+				names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+				if err == nil {
+					for _, n := range names {
+						seen[n] = true
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	var out []string
+	return func() []string {
+		once.Do(func() {
+			cancel()
+			<-done
+			for n := range seen {
+				out = append(out, n)
+			}
+			slices.Sort(out)
+		})
+		return out
+	}
 }
 
 // waitBackendsGone waits (at most 3 s) until the benchmark pool's backends

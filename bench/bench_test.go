@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/skiplock/skiplock/internal/dbtest"
@@ -239,4 +241,38 @@ func TestTenantIndexReadsTenantName(t *testing.T) {
 		_, ok := tenantIndex(name, 20000)
 		require.False(t, ok, name)
 	}
+}
+
+// The WAL figures are server-wide, so a run names what else could write
+// while it counted: here a client of another database holding a
+// transaction id. A writer with the run's own application_name is the run
+// and is not named. (A database of the test's own, so that no other test's
+// writes can stand in for the one held here.)
+func TestRunNamesOtherWriters(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	name := "bench_other_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	_, err := db.Pool.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	cfg := db.Pool.Config().ConnConfig.Copy()
+	cfg.Database = name
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SET LOCAL application_name = 'holder'")
+	require.NoError(t, err)
+	var xid string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT pg_current_xact_id()::text").Scan(&xid), "assigns a transaction id, as a write does")
+
+	res, err := Run(ctx, db.Pool, Options{Jobs: 200, Workers: 4, Batch: 10, Handler: "noop"})
+	require.NoError(t, err)
+	require.Contains(t, res.OtherWriters, name+" (a writing client)")
+
+	stop := watchOtherWriters(ctx, db.Pool, "holder", db.Schema)
+	time.Sleep(600 * time.Millisecond)
+	require.NotContains(t, stop(), name+" (a writing client)", "the run's own connections are not other writers")
+	require.NoError(t, tx.Rollback(ctx))
 }

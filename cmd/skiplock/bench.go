@@ -46,7 +46,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Long: `Seeds --jobs jobs into a queue of its own (bench_<random>), drains them with one pool of
 --workers workers claiming batches of --batch, and reports throughput against the ideal rate
 (workers ÷ mean handler time), wait p50/p99 (handler start − run_at), claim p99, WAL bytes per
-job (pg_current_wal_insert_lsn before and after; server-wide), dead tuples of the jobs table
+job (pg_current_wal_insert_lsn before and after; server-wide, so the summary names any other
+writer it saw meanwhile: autovacuum elsewhere, a client in a writing transaction), dead tuples of the jobs table
 after the run and the share of reaped leases. --handler is noop, completetx (no work, completed with CompleteTx in a transaction of its own),
 steps:N (N checkpointed no-op steps, skiplock.Step), steps:N:D (N steps sleeping D each) or
 sleep:MIN-MAX (uniform).
@@ -338,6 +339,12 @@ func (g *globals) runRepeated(cmd *cobra.Command, o bench.Options, n int) error 
 	line("claim p50", " ms", rep.ClaimP50MS, "%.2f%s")
 	line("claim p99", " ms", rep.ClaimP99MS, "%.2f%s")
 	line("WAL per job", " B", rep.WALBytesPerJob, "%.0f%s")
+	for i, r := range rep.Runs {
+		if len(r.OtherWriters) > 0 {
+			fmt.Fprintf(w, "  run %d's WAL counts other writers seen during it too: %s\n", i+1,
+				termSafe(strings.Join(r.OtherWriters, ", ")))
+		}
+	}
 	return nil
 }
 
@@ -368,6 +375,9 @@ func printBench(w io.Writer, r bench.Result) {
 	fmt.Fprintf(w, "  claim           p50 %.2f ms  p99 %.2f ms  (%d claims)\n", r.ClaimP50MS, r.ClaimP99MS, r.Claims)
 	fmt.Fprintf(w, "  WAL per job     %.0f bytes (seed %.0f + drain %.0f; server-wide)\n",
 		r.WALBytesPerJob, r.SeedWALBytesPerJob, r.DrainWALBytesPerJob)
+	if len(r.OtherWriters) > 0 {
+		fmt.Fprintf(w, "                  counts other writers seen during the run too: %s\n", termSafe(strings.Join(r.OtherWriters, ", ")))
+	}
 	fmt.Fprintf(w, "  round trips     %.3f per job during the drain\n", r.StatementsPerJob)
 	if strings.HasPrefix(r.Handler, "steps:") {
 		fmt.Fprintf(w, "  checkpoints     %.2f written per job (those still queued when a job completes are withdrawn)\n", r.CheckpointsPerJob)
