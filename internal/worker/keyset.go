@@ -51,7 +51,6 @@ type keyset struct {
 	fullCost  time.Duration          // moving average of claims from the front (of frontTypical's)
 	recent    [3]time.Duration       // the costs of the last claims from the front but the first (frontTypical)
 	fronts    int                    // claims from the front observed
-	afterCost time.Duration          // moving average of a tenant-capped pool's claims after its bounds (0: none yet)
 	last      map[string]store.Bound // observe's scratch: this claim's last job per queue
 }
 
@@ -80,7 +79,7 @@ const (
 // bounds returns the bounds for the next claim, or nil for a claim from the
 // front; aside: a claim from the front is running beside this one.
 func (k *keyset) bounds(now time.Time, aside bool) map[string]store.Bound {
-	if !k.frontCostly() {
+	if len(k.after) == 0 || k.fullCost < k.cheap {
 		return nil
 	}
 	if !aside && now.Sub(k.lastFull) >= k.gap() {
@@ -93,29 +92,7 @@ func (k *keyset) bounds(now time.Time, aside bool) map[string]store.Bound {
 // bounds are in use, to run beside the claims after them (when none runs
 // already); observe(false, …) records its end.
 func (k *keyset) frontDue(now time.Time) bool {
-	return k.frontCostly() && now.Sub(k.lastFull) >= k.gap()
-}
-
-// frontCostly reports whether the pool's claims go after its bounds: it has
-// bounds, its claims from the front cost more than cheap, and, in a
-// tenant-capped pool, more than its claims after the bounds do. The capped
-// claim after the bounds (claim_capped_after) visits the tenants one probe
-// at a time and costs more than twice the claim from the front on a healthy
-// server; a capped drain whose claims from the front passed keysetCheapCapped
-// for a few claims (autovacuum beside it on two cores, a checkpoint) went
-// after its bounds at 32 ms a claim against 12 from the front, and stayed
-// there until the periodic claims from the front had brought the average
-// down: 13-18 % of the drain's claims, and the drain 20-30 % slower than
-// the others beside it (20,000 tenants × 5 jobs, cap 5, pg_stat_statements,
-// one drain in three to eight; issue 40). Under a pinned
-// horizon the claims from the front grow with the pin and pass those after
-// the bounds, which stay flat, so the pool goes after the bounds then; until
-// they pass them, the front is the cheaper place to read.
-func (k *keyset) frontCostly() bool {
-	if len(k.after) == 0 || k.fullCost < k.cheap {
-		return false
-	}
-	return !k.perTenant || k.fullCost > k.afterCost
+	return len(k.after) > 0 && k.fullCost >= k.cheap && now.Sub(k.lastFull) >= k.gap()
 }
 
 // gap is the time between claims from the front while bounds are in use.
@@ -231,15 +208,6 @@ func (k *keyset) frontTypical() time.Duration {
 // observe records a claim: whether it was from the front (bounded false),
 // what it cost, whether it filled its batch, and what it took.
 func (k *keyset) observe(bounded bool, took time.Duration, filled bool, jobs []store.ClaimedJob, now time.Time) {
-	if bounded && k.perTenant {
-		// From the first claim after the bounds, and quick to follow: the
-		// comparison with the front has to settle in a few claims.
-		if k.afterCost == 0 {
-			k.afterCost = took
-		} else {
-			k.afterCost = (k.afterCost + took) / 2
-		}
-	}
 	if !bounded {
 		k.lastFull = now
 		// From zero, not from the first claim's cost: a connection's first

@@ -83,68 +83,6 @@ func TestKeysetOneSlowClaimKeepsThePoolAtTheFront(t *testing.T) {
 	require.NotNil(t, k.bounds(now, false), "slow claims in a row: after the bounds")
 }
 
-// A tenant-capped pool goes after its bounds only while its claims from the
-// front cost more than those after the bounds: a few slow claims from the
-// front on a healthy server (autovacuum, a checkpoint) sent it after them at
-// more than twice the cost, where it stayed until the periodic claims from
-// the front brought their average down. Under a pin the claims from the
-// front keep growing and pass the flat cost after the bounds: it goes after
-// them then, and stays.
-func TestCappedKeysetGoesAfterTheBoundsOnlyWhileThatIsCheaper(t *testing.T) {
-	t0 := time.Unix(1_700_000_000, 0)
-	k := newKeyset(true)
-	now := t0
-	id := int64(0)
-	claim := func(bounded bool, took time.Duration) {
-		now, id = now.Add(time.Millisecond), id+1
-		k.observe(bounded, took, true, []store.ClaimedJob{tenantJob("q", "t", t0, id)}, now)
-	}
-	claim(false, 200*time.Millisecond) // the first: planned
-	for range 10 {
-		claim(false, 9*time.Millisecond)
-	}
-	require.Nil(t, k.bounds(now, false), "healthy: from the front")
-
-	// A slow stretch: the claims from the front pass keysetCheapCapped.
-	for range 4 {
-		claim(false, 30*time.Millisecond)
-	}
-	require.GreaterOrEqual(t, k.fullCost, keysetCheapCapped)
-	require.NotNil(t, k.bounds(now, false), "no claim after the bounds seen yet: tried")
-	require.True(t, !k.frontDue(now), "the periodic claim from the front is not due yet")
-
-	// The claims after the bounds cost more than those from the front did.
-	claim(true, 40*time.Millisecond)
-	require.Nil(t, k.bounds(now, false), "after the bounds costs more: back to the front")
-	require.False(t, k.frontDue(now.Add(time.Hour)), "from the front already: no claim beside")
-	for range 3 {
-		claim(false, 9*time.Millisecond)
-	}
-	require.Less(t, k.fullCost, keysetCheapCapped, "the front is cheap again")
-	require.Nil(t, k.bounds(now, false))
-
-	// A pin: the claims from the front grow past the cost after the bounds.
-	for i := range 6 {
-		claim(false, time.Duration(50+20*i)*time.Millisecond)
-	}
-	require.Greater(t, k.fullCost, k.afterCost)
-	require.NotNil(t, k.bounds(now, false), "under a pin: after the bounds")
-	for range 10 {
-		claim(true, 40*time.Millisecond)
-	}
-	require.NotNil(t, k.bounds(now, false), "and after them while the front stays dearer")
-
-	// A pool without a tenant cap compares nothing: its claim after its
-	// bounds is the plain claim, which costs no more than from the front.
-	u := newKeyset(false)
-	u.observe(false, 0, true, []store.ClaimedJob{job("q", 0, t0, 1)}, t0)
-	for range 3 {
-		u.observe(false, 30*time.Millisecond, true, []store.ClaimedJob{job("q", 0, t0, 2)}, t0)
-	}
-	u.observe(true, time.Second, true, []store.ClaimedJob{job("q", 0, t0, 3)}, t0)
-	require.NotNil(t, u.bounds(t0, false))
-}
-
 // A capped pool's claim of more than three batches is weighed pro rata:
 // keysetCheapCapped holds for claims of three, and a healthy claim's cost
 // grows with the jobs it takes.
