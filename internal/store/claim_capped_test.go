@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -398,4 +399,57 @@ func TestCappedClaimHonoursTenantWeights(t *testing.T) {
 	ws, err = st.TenantWeights(ctx, db.Pool, "few")
 	require.NoError(t, err)
 	require.Empty(t, ws)
+}
+
+// Where every visited tenant's first job is claimable as it stands, none
+// weighs more than 1 and they fill the batch, the capped claim takes those
+// first jobs in visit order without the shares' rounds (capped_tail's
+// firsts); a job without a tenant, a weighted tenant or a first job that
+// cannot be taken sends it through the rounds, which give each its turn.
+// The same queue, claimed each way in a rolled-back transaction.
+func TestCappedClaimTakesTheVisitsFirstJobsWhereTheyFillTheBatch(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	ctx := context.Background()
+	st := store.New("skiplock")
+	// Ten tenants of three jobs, the second and third of each due earlier
+	// than the first of the next tenant, so claim order across tenants is
+	// not visit order.
+	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority, run_at)
+		SELECT 'q', 'k', 't' || (g / 3)::text, 2 - g % 3, now() - interval '1 hour' + g * interval '1 second'
+		FROM generate_series(0, 29) AS g`)
+	seed(t, db, `ANALYZE skiplock.jobs`)
+	claim := func(setup string) []store.ClaimedJob {
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		if setup != "" {
+			_, err = tx.Exec(ctx, setup)
+			require.NoError(t, err)
+		}
+		res, err := st.Claim(ctx, tx, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Batch: 4,
+			WorkerID: benchWorker, Lease: time.Minute, TenantCap: 2, TenantCursor: map[string]string{"q": "t3"}})
+		require.NoError(t, err)
+		return res.Jobs
+	}
+	tenants := func(jobs []store.ClaimedJob) []string {
+		var out []string
+		for _, j := range jobs {
+			out = append(out, fmt.Sprintf("%s/%d", cmp.Or(j.Tenant, "-"), j.Priority))
+		}
+		slices.Sort(out)
+		return out
+	}
+	// The next four tenants after t3, each's first job (priority 2).
+	require.Equal(t, []string{"t4/2", "t5/2", "t6/2", "t7/2"}, tenants(claim("")))
+	// A job without a tenant has the first place of every round.
+	require.Equal(t, []string{"-/0", "t4/2", "t5/2", "t6/2"},
+		tenants(claim(`INSERT INTO skiplock.jobs (queue, kind, run_at) VALUES ('q', 'k', now() - interval '2 hours')`)))
+	// A tenant of weight 2 has two jobs in the first round.
+	require.Equal(t, []string{"t4/1", "t4/2", "t5/2", "t6/2"},
+		tenants(claim(`INSERT INTO skiplock.tenant_weights (queue, tenant, weight) VALUES ('q', 't4', 2)`)))
+	// A first job that cannot be taken yet (not due) leaves its tenant's
+	// next one to the round.
+	require.Equal(t, []string{"t4/1", "t5/2", "t6/2", "t7/2"},
+		tenants(claim(`UPDATE skiplock.jobs SET run_at = now() + interval '1 hour' WHERE tenant = 't4' AND priority = 2`)))
 }

@@ -77,7 +77,32 @@ visit AS (
 -- cursor left where it was made each claim visit the same empty ones again
 -- while the jobs waited further on (a pinned 1,000-tenant queue fed
 -- round-robin: claims that found nothing for 100 ms, then jobs 330 ms old).
+firsts AS (
+    -- Whether the batch is the visit's first jobs as they stand: every
+    -- visited tenant with a job had its first one claimable (ok: due, of a
+    -- kind taken, no entity), none weighs more than 1, there are $3 of them
+    -- or more, and no job without a tenant is among the shares. The rounds
+    -- below then give those first jobs in visit order and nothing else
+    -- (each tenant's first round is its first job; the shares of later
+    -- rounds and spare capacity are not read), so best takes them so,
+    -- without the shares' window and sorts: the many small tenants of a
+    -- SaaS queue, 1.5-2 ms of a capped claim of 250 that took 10-15 alone,
+    -- and the capped drain 7 % faster at the median of ten rounds (20,000
+    -- tenants × 5 jobs, cap 5; issue 40).
+    SELECT coalesce(bool_and(t.ok OR t.id IS NULL) AND bool_and(t.w <= 1)
+                    AND count(*) FILTER (WHERE t.ok) >= $3, false)
+           AND NOT EXISTS (SELECT 1 FROM shares AS s WHERE s.n = 0) AS yes
+    FROM tenants AS t
+),
 best AS (
+    SELECT f.id FROM (
+        SELECT t.id FROM tenants AS t
+        WHERE t.ok
+        ORDER BY t.n, t.priority DESC, t.run_at, t.id
+        LIMIT $3
+    ) AS f
+    WHERE (SELECT x.yes FROM firsts AS x)
+  UNION ALL
     -- Shares in rounds: every visited tenant's first job (in visit order),
     -- then every one's second, and so on, so each visited tenant has a
     -- job in the batch while there are at most $3 of them, whatever the
@@ -85,15 +110,15 @@ best AS (
     -- spare capacity in claim order. A job listed both as a share and as
     -- spare keeps its share; one job per entity per batch (the unique
     -- running index is the guard).
-    SELECT d.id FROM (
+    (SELECT d.id FROM (
         SELECT c.id, c.rank, c.ord, c.n, c.priority, c.run_at,
                row_number() OVER (PARTITION BY COALESCE(c.entity, c.id::text)
                                   ORDER BY c.rank, c.ord, c.n, c.priority DESC, c.run_at, c.id) AS rn
         FROM candidates AS c
     ) AS d
-    WHERE d.rn = 1
+    WHERE d.rn = 1 AND NOT (SELECT x.yes FROM firsts AS x)
     ORDER BY d.rank, d.ord, d.n, d.priority DESC, d.run_at, d.id
-    LIMIT $3
+    LIMIT $3)
 ),
 picked AS (
     -- Locked, and read from the newest row version (re-checked: still ready),
