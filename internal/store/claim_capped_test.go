@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -403,23 +404,28 @@ func TestCappedClaimHonoursTenantWeights(t *testing.T) {
 
 // Where every visited tenant's first job is claimable as it stands, none
 // weighs more than 1 and they fill the batch, the capped claim takes those
-// first jobs in visit order without the shares' rounds (capped_tail's
-// firsts); a job without a tenant, a weighted tenant or a first job that
-// cannot be taken sends it through the rounds, which give each its turn.
-// The same queue, claimed each way in a rolled-back transaction.
+// first jobs in visit order without running the shares' rounds (capped_tail's
+// firsts: the plan never executes candidates); a job without a tenant, a
+// weighted tenant or a first job that cannot be taken sends it through the
+// rounds, which give each its turn. Each case claims the same queue in a
+// rolled-back transaction; the jobs are the ones the rounds gave before
+// firsts existed.
 func TestCappedClaimTakesTheVisitsFirstJobsWhereTheyFillTheBatch(t *testing.T) {
 	t.Parallel()
 	db := dbtest.New(t)
 	ctx := context.Background()
 	st := store.New("skiplock")
-	// Ten tenants of three jobs, the second and third of each due earlier
-	// than the first of the next tenant, so claim order across tenants is
-	// not visit order.
+	// Ten tenants of three jobs of priorities 2, 1, 0. The cursor at t3 makes
+	// the visit's tenants (t4 on) other than the queue's next jobs in claim
+	// order (t0's to t3's first), which spare capacity would take.
 	seed(t, db, `INSERT INTO skiplock.jobs (queue, kind, tenant, priority, run_at)
 		SELECT 'q', 'k', 't' || (g / 3)::text, 2 - g % 3, now() - interval '1 hour' + g * interval '1 second'
 		FROM generate_series(0, 29) AS g`)
 	seed(t, db, `ANALYZE skiplock.jobs`)
-	claim := func(setup string) []store.ClaimedJob {
+	// claim claims in a transaction after setup and rolls it back; rounds:
+	// whether the same claim, explained after it in that transaction, ran
+	// the shares' rounds (candidates executed).
+	claim := func(setup string, rounds bool) []store.ClaimedJob {
 		tx, err := db.Pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
@@ -427,6 +433,20 @@ func TestCappedClaimTakesTheVisitsFirstJobsWhereTheyFillTheBatch(t *testing.T) {
 			_, err = tx.Exec(ctx, setup)
 			require.NoError(t, err)
 		}
+		_, err = tx.Exec(ctx, "SAVEPOINT explained")
+		require.NoError(t, err)
+		for _, settings := range []string{"claim_settings", "claim_capped_settings"} {
+			_, err = tx.Exec(ctx, st.SQL(settings))
+			require.NoError(t, err)
+		}
+		plan := dbtest.Explain(t, tx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) "+st.SQL("claim_capped"),
+			[]string{"q"}, []string(nil), 4, benchWorker, time.Minute.Microseconds(), 2, []string{"t3"})
+		_, err = tx.Exec(ctx, "ROLLBACK TO SAVEPOINT explained")
+		require.NoError(t, err)
+		lines := strings.Split(plan, "\n")
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "CTE candidates") })
+		require.True(t, i >= 0 && i+1 < len(lines), plan)
+		require.Equal(t, !rounds, strings.Contains(lines[i+1], "never executed"), "the rounds run: %v\n%s", rounds, plan)
 		res, err := st.Claim(ctx, tx, store.ClaimRequest{Strategy: store.ClaimCapped, Queues: []string{"q"}, Batch: 4,
 			WorkerID: benchWorker, Lease: time.Minute, TenantCap: 2, TenantCursor: map[string]string{"q": "t3"}})
 		require.NoError(t, err)
@@ -441,15 +461,15 @@ func TestCappedClaimTakesTheVisitsFirstJobsWhereTheyFillTheBatch(t *testing.T) {
 		return out
 	}
 	// The next four tenants after t3, each's first job (priority 2).
-	require.Equal(t, []string{"t4/2", "t5/2", "t6/2", "t7/2"}, tenants(claim("")))
+	require.Equal(t, []string{"t4/2", "t5/2", "t6/2", "t7/2"}, tenants(claim("", false)))
 	// A job without a tenant has the first place of every round.
 	require.Equal(t, []string{"-/0", "t4/2", "t5/2", "t6/2"},
-		tenants(claim(`INSERT INTO skiplock.jobs (queue, kind, run_at) VALUES ('q', 'k', now() - interval '2 hours')`)))
+		tenants(claim(`INSERT INTO skiplock.jobs (queue, kind, run_at) VALUES ('q', 'k', now() - interval '2 hours')`, true)))
 	// A tenant of weight 2 has two jobs in the first round.
 	require.Equal(t, []string{"t4/1", "t4/2", "t5/2", "t6/2"},
-		tenants(claim(`INSERT INTO skiplock.tenant_weights (queue, tenant, weight) VALUES ('q', 't4', 2)`)))
+		tenants(claim(`INSERT INTO skiplock.tenant_weights (queue, tenant, weight) VALUES ('q', 't4', 2)`, true)))
 	// A first job that cannot be taken yet (not due) leaves its tenant's
 	// next one to the round.
 	require.Equal(t, []string{"t4/1", "t5/2", "t6/2", "t7/2"},
-		tenants(claim(`UPDATE skiplock.jobs SET run_at = now() + interval '1 hour' WHERE tenant = 't4' AND priority = 2`)))
+		tenants(claim(`UPDATE skiplock.jobs SET run_at = now() + interval '1 hour' WHERE tenant = 't4' AND priority = 2`, true)))
 }
