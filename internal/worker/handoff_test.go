@@ -203,3 +203,46 @@ func TestOffersSurviveTheProducerParkingAgain(t *testing.T) {
 	require.NoError(t, r.Stop(context.Background()))
 	require.EqualValues(t, 2, r.Stats().HandedOff)
 }
+
+// The claim an idle wait ends in (a wake-up here; the poll alike) keeps the
+// executors it leaves free open to offers while it runs: a job this process
+// enqueues meanwhile is handed off and runs before that claim answers,
+// where it used to go to ready and wait for that claim and the next. The
+// offers stop at what the pool may hold: three executors, a claim of one
+// batch (one job), so three offers and the claim's job make Concurrency +
+// BatchSize. The first claim after the start is not from an idle wait:
+// no offers while it runs.
+func TestIdleClaimKeepsItsFreeExecutorsOpenToOffers(t *testing.T) {
+	f := newFakeData()
+	g := newGate(50, 51)
+	r := startFake(t, f, g, 3, 1)
+	first := f.nextClaim(t)
+	require.Nil(t, r.Offer("q", "k", false), "the first claim is not from an idle wait")
+	first.give(nil)
+	f.nextClaim(t).give(nil)
+	offerSoon(t, r).Release() // parked idle, offers open
+
+	r.pools[0].wake() // a NOTIFY of another process's job: the producer claims
+	c := f.nextClaim(t)
+	require.Equal(t, 1, c.req.Batch)
+	var taken []*Offer
+	for o := r.Offer("q", "k", false); o != nil; o = r.Offer("q", "k", false) {
+		taken = append(taken, o)
+	}
+	require.Len(t, taken, 3, "every executor the claim of one leaves free, and no more")
+	taken[0].Deliver(jobs(50)[0])
+	require.EqualValues(t, 50, g.waitStarted(t), "the handed-off job runs while the claim is out")
+	taken[1].Release()
+	taken[2].Release()
+
+	c.give(jobs(51)) // the claim's own job: an executor is free for it
+	require.EqualValues(t, 51, g.waitStarted(t))
+	require.Nil(t, r.Offer("q", "k", false), "the claim came back full: the producer claims again, offers closed")
+	f.nextClaim(t).give(nil)
+	close(g.release[50])
+	close(g.release[51])
+	require.Equal(t, []int64{50, 51}, f.nextDone(t, 2))
+	require.NoError(t, r.Stop(context.Background()))
+	require.EqualValues(t, 1, r.Stats().HandedOff)
+	require.EqualValues(t, 2, r.Stats().Claimed)
+}

@@ -189,6 +189,10 @@ type producing struct {
 	finished, finishedAt int64
 	ranAt                int64
 	claimBound           bool
+	// fromIdle: the producer left a wait with its executors open to offers
+	// (the poll or a wake-up ended it), and its next claim keeps them open
+	// (openClaiming).
+	fromIdle bool
 	// runsPerClaim: the jobs the executors run in the time the last claim
 	// took, at the mean run of the jobs finished since the one before
 	// (noteClaim); 0 until a claim has found it.
@@ -293,6 +297,12 @@ const batchesBound = 5
 // claimNext claims n jobs and hands them to the executors; it reports
 // whether to claim again at once.
 func (p *pool) claimNext(s *producing, n int) bool {
+	if s.fromIdle {
+		s.fromIdle = false
+		if p.openClaiming(s, n) {
+			defer p.offers.closeAll()
+		}
+	}
 	got, err := p.claim(n)
 	if isEntityRace(err) && s.entityRaces < 3 {
 		// Another claimer took a job of the same entity first: the unique
@@ -349,7 +359,9 @@ func (p *pool) claimOn(s *producing, got claimResult, n int) bool {
 // pool holds and reports false. While it waits idle, its free executors
 // are open to offers (handoff.go).
 func (p *pool) await(s *producing) bool {
-	if p.openIdle(s) {
+	s.fromIdle = false
+	opened := p.openIdle(s)
+	if opened {
 		defer p.offers.closeAll()
 	}
 	select {
@@ -363,9 +375,9 @@ func (p *pool) await(s *producing) bool {
 		s.inflight -= p.frontEnded(s, r)
 		s.more = true
 	case <-p.wakeCh:
-		s.more, s.cutRun = true, 0
+		s.more, s.cutRun, s.fromIdle = true, 0, opened
 	case <-s.poll.C:
-		s.more, s.cutRun = true, 0
+		s.more, s.cutRun, s.fromIdle = true, 0, opened
 		resetTimer(s.poll, p.r.cfg.PollInterval)
 	}
 	return true
