@@ -157,8 +157,8 @@ func (p *pool) openIdle(s *producing) bool {
 // claim (every PollInterval) usually finds nothing, and while it ran the
 // offers were closed: a job this process enqueued then went to ready and
 // waited for that claim and the next: 2-25 ms, where a hand-off takes a
-// fraction of one, in 2-3 of the 10 slowest of 1,000 idle pickups (issue
-// 40).
+// fraction of a millisecond, in 2-3 of the 10 slowest of 1,000 idle
+// pickups (issue 40).
 func (p *pool) openClaiming(s *producing, n int) bool {
 	return p.openOffers(s, n)
 }
