@@ -141,8 +141,9 @@ func (o *offers) count(s *producing) (reserved int) {
 // waits with nothing to claim (its last claim came back short) and no
 // limit covers it: those not running or holding a job (offers already
 // taken hold some of them: take counts them). It reports whether it
-// opened any; closeAll closes them again. Outside openIdle, openClaiming
-// and closeAll the offers are closed, so a busy producer does nothing here.
+// opened any; closeAll closes them again. Outside openIdle, claimNext's
+// openOffers and closeAll the offers are closed, so a busy producer does
+// nothing here.
 func (p *pool) openIdle(s *producing) bool {
 	if s.more {
 		return false
@@ -150,22 +151,16 @@ func (p *pool) openIdle(s *producing) bool {
 	return p.openOffers(s, 0)
 }
 
-// openClaiming keeps the offers open through the claim of n jobs that an
-// idle wait ended in (the poll, or a wake-up: producing.fromIdle), for the
-// executors that claim leaves free: each job it brings takes one, so the
-// pool never holds more than Concurrency + BatchSize. An idle pool's poll
-// claim (every PollInterval) usually finds nothing, and while it ran the
-// offers were closed: a job this process enqueued then went to ready and
-// waited for that claim and the next: 2-25 ms, where a hand-off takes a
-// fraction of a millisecond, in 2-3 of the 10 slowest of 1,000 idle
-// pickups (issue 40).
-func (p *pool) openClaiming(s *producing, n int) bool {
-	return p.openOffers(s, n)
-}
-
 // openOffers opens to offers the executors free once n jobs being claimed
 // have theirs (at most Concurrency + BatchSize in hand), unless a limit
-// covers the pool or it is stopping.
+// covers the pool or it is stopping: n = 0 from an idle wait (openIdle),
+// n the claim's size through the claim that wait ends in (the poll, or a
+// wake-up: producing.fromIdle, claimNext). An idle pool's poll claim
+// (every PollInterval) usually finds nothing, and while it ran the offers
+// were closed: a job this process enqueued then went to ready and waited
+// for that claim and the next: 2-25 ms, where a hand-off takes a fraction
+// of a millisecond, in 2-3 of the 10 slowest of 1,000 idle pickups (issue
+// 40).
 func (p *pool) openOffers(s *producing, n int) bool {
 	if len(p.limits) > 0 || p.stopping() {
 		return false

@@ -191,7 +191,7 @@ type producing struct {
 	claimBound           bool
 	// fromIdle: the producer left a wait with its executors open to offers
 	// (the poll or a wake-up ended it), and its next claim keeps them open
-	// (openClaiming).
+	// (openOffers).
 	fromIdle bool
 	// runsPerClaim: the jobs the executors run in the time the last claim
 	// took, at the mean run of the jobs finished since the one before
@@ -299,7 +299,7 @@ const batchesBound = 5
 func (p *pool) claimNext(s *producing, n int) bool {
 	if s.fromIdle {
 		s.fromIdle = false
-		if p.openClaiming(s, n) {
+		if p.openOffers(s, n) {
 			defer p.offers.closeAll()
 		}
 	}
