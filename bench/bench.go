@@ -141,6 +141,22 @@ type Result struct {
 	Limit                 int      `json:"limit,omitempty"`
 	AllTenantsStartedS    *float64 `json:"all_tenants_started_s,omitempty"`
 	BurstStartedBeforeAll *int64   `json:"burst_started_before_all_tenants,omitempty"`
+
+	// Reference (Options.Reference) is the plain-SQL reference run just
+	// before this run's seed, and the drain's ratio to it.
+	Reference *References `json:"reference,omitempty"`
+}
+
+// References are the plain-SQL reference at 10 and at 50 jobs a statement
+// (RunReference), run one after the other just before a drain, and the
+// drain's jobs/s over each: the drain against the same row work with
+// nothing in between, in the same minutes (issue 40 asks ≥ 1.5 × B10 and
+// ≥ 0.5 × B50 at the median of ten runs).
+type References struct {
+	B10   ReferenceResult `json:"b10"`
+	B50   ReferenceResult `json:"b50"`
+	VsB10 float64         `json:"vs_b10"`
+	VsB50 float64         `json:"vs_b50"`
 }
 
 // SeedChunk is how many jobs one seeding transaction (one COPY) loads.
@@ -174,6 +190,19 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	if err := checkSchema(ctx, pool, st); err != nil {
 		return Result{}, err
 	}
+	var refs *References
+	if o.Reference > 0 {
+		refs = &References{}
+		for _, r := range []struct {
+			n   int
+			out *ReferenceResult
+		}{{10, &refs.B10}, {50, &refs.B50}} {
+			fmt.Fprintf(progress, "bench: the plain-SQL reference, %d jobs a statement, %d clients, %s\n", r.n, ReferenceClients, o.Reference)
+			if *r.out, err = RunReference(ctx, pool, r.n, o.Reference); err != nil {
+				return Result{}, err
+			}
+		}
+	}
 	tr := newTracer(st)
 	queue, workerID := names()
 	conns := int32(8)
@@ -187,7 +216,7 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 	defer bp.Close()
 
 	res := Result{Queue: queue, Jobs: o.Jobs + o.Burst, Workers: o.Workers, Batch: o.Batch, Handler: h.String(),
-		Tenants: o.Tenants, Burst: o.Burst, TenantCap: o.TenantCap, Limit: o.Limit}
+		Tenants: o.Tenants, Burst: o.Burst, TenantCap: o.TenantCap, Limit: o.Limit, Reference: refs}
 	seeded := o.Jobs + o.Burst
 	var (
 		// One flag per seeded tenant (tenantName's index), set by its first
@@ -377,6 +406,10 @@ func Run(ctx context.Context, pool *pgxpool.Pool, o Options) (Result, error) {
 
 	n := float64(seeded)
 	res.JobsPerS = n / res.Seconds
+	if res.Reference != nil {
+		res.Reference.VsB10 = res.JobsPerS / res.Reference.B10.JobsPerS
+		res.Reference.VsB50 = res.JobsPerS / res.Reference.B50.JobsPerS
+	}
 	if at := allStarted.Load(); at != 0 {
 		s, b := time.Duration(at-start.UnixNano()).Seconds(), burstAtAll.Load()
 		res.AllTenantsStartedS, res.BurstStartedBeforeAll = &s, &b

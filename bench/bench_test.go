@@ -63,6 +63,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Batch: 1001}, "batch"},
 		{Options{Handler: "sleep:9ms-1ms"}, "handler"},
 		{Options{Schema: "Bad-Schema"}, "schema"},
+		{Options{Reference: time.Millisecond}, "reference"},
+		{Options{Reference: MaxReference + time.Second}, "reference"},
 	}
 	for _, b := range bad {
 		err := b.o.Validate()
@@ -275,4 +277,65 @@ func TestRunNamesOtherWriters(t *testing.T) {
 	time.Sleep(600 * time.Millisecond)
 	require.NotContains(t, stop(), name+" (a writing client)", "the run's own connections are not other writers")
 	require.NoError(t, tx.Rollback(ctx))
+}
+
+// TestRunReference runs the plain-SQL reference for a second against real
+// PostgreSQL: whole life cycles of the asked size, a plausible rate, and
+// its schema gone after; a bad size or duration is refused naming the flag.
+func TestRunReference(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	r, err := RunReference(ctx, db.Pool, 10, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 10, r.PerStatement)
+	require.Equal(t, ReferenceClients, r.Clients)
+	require.Positive(t, r.Jobs)
+	require.Zero(t, r.Jobs%10, "only whole life cycles of 10 jobs are counted")
+	require.GreaterOrEqual(t, r.Seconds, 1.0)
+	require.InDelta(t, float64(r.Jobs)/r.Seconds, r.JobsPerS, 1e-6)
+	var left int
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'skiplock\_ref\_%'`).Scan(&left))
+	require.Zero(t, left, "the reference's schema is dropped")
+
+	for _, c := range []struct {
+		n int
+		d time.Duration
+	}{{0, time.Second}, {1001, time.Second}, {10, 0}, {10, MaxReference + time.Second}} {
+		_, err := RunReference(ctx, db.Pool, c.n, c.d)
+		var oe *OptionError
+		require.ErrorAs(t, err, &oe, "%+v", c)
+		require.Equal(t, "reference", oe.Option)
+	}
+}
+
+// TestRunRepeatedWithReference: with Options.Reference every run carries
+// the references run just before it and the drain's ratio to each, and the
+// report the spread of those ratios.
+func TestRunRepeatedWithReference(t *testing.T) {
+	db := dbtest.New(t)
+	ctx := context.Background()
+	rep, err := RunRepeated(ctx, db.Pool, Options{Jobs: 200, Workers: 4, Batch: 10, Handler: "noop", Schema: "rf",
+		Reference: time.Second}, 2)
+	require.NoError(t, err)
+	require.Len(t, rep.Runs, 2)
+	var vs []float64
+	for _, r := range rep.Runs {
+		require.NotNil(t, r.Reference)
+		require.Equal(t, 10, r.Reference.B10.PerStatement)
+		require.Equal(t, 50, r.Reference.B50.PerStatement)
+		require.Positive(t, r.Reference.B10.JobsPerS)
+		require.Positive(t, r.Reference.B50.JobsPerS)
+		require.InDelta(t, r.JobsPerS/r.Reference.B10.JobsPerS, r.Reference.VsB10, 1e-9)
+		require.InDelta(t, r.JobsPerS/r.Reference.B50.JobsPerS, r.Reference.VsB50, 1e-9)
+		vs = append(vs, r.Reference.VsB10)
+	}
+	require.NotNil(t, rep.VsRefB10)
+	require.NotNil(t, rep.VsRefB50)
+	require.NotNil(t, rep.RefB50OverB10)
+	require.Equal(t, spreadOf(vs), *rep.VsRefB10)
+
+	plain, err := RunRepeated(ctx, db.Pool, Options{Jobs: 50, Workers: 2, Batch: 10, Handler: "noop", Schema: "rf"}, 1)
+	require.NoError(t, err)
+	require.Nil(t, plain.Runs[0].Reference, "no reference unless asked")
+	require.Nil(t, plain.VsRefB10)
 }

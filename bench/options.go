@@ -173,6 +173,13 @@ type Options struct {
 	// with a limit above Workers + Batch it never binds, and the drain
 	// measures what the limit machinery costs (issue 18).
 	Limit int
+	// Reference, when set, runs the plain-SQL reference (RunReference)
+	// for this long at 10 and then at 50 jobs a statement just before the
+	// run's seed, and Result.Reference gives the drain's rate as a ratio to
+	// each: the figure that holds still where the machine's speed does not
+	// (issue 40 judges the drain by it). Between 1s and MaxReference; 0 runs
+	// none.
+	Reference time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -218,6 +225,8 @@ func (o Options) validate() (Handler, error) {
 		return Handler{}, optErr("tenant-cap", "must be between 0 and 1000, got %d", o.TenantCap)
 	case o.Limit < 0 || o.Limit > 1_000_000:
 		return Handler{}, optErr("limit", "must be between 0 and 1000000, got %d", o.Limit)
+	case o.Reference != 0 && (o.Reference < time.Second || o.Reference > MaxReference):
+		return Handler{}, optErr("reference", "must be between 1s and %s, got %s", MaxReference, o.Reference)
 	}
 	if err := validateSchema(o.Schema); err != nil {
 		return Handler{}, err

@@ -51,6 +51,15 @@ type Repeated struct {
 	ClaimP50MS     Spread   `json:"claim_p50_ms"`
 	ClaimP99MS     Spread   `json:"claim_p99_ms"`
 	WALBytesPerJob Spread   `json:"wal_bytes_per_job"`
+	// With Options.Reference: the drain's ratio to the plain-SQL reference
+	// at 10 and at 50 jobs a statement, each run's to the references run
+	// just before it. Their Ratio is the steadiness issue 40 asks of the
+	// drain (min ≥ 0.75 × max: Ratio ≤ 1.33); RefB50OverB10 is the same of
+	// the references against each other, the steadiness the machine itself
+	// gave in those minutes.
+	VsRefB10      *Spread `json:"vs_reference_b10,omitempty"`
+	VsRefB50      *Spread `json:"vs_reference_b50,omitempty"`
+	RefB50OverB10 *Spread `json:"reference_b50_over_b10,omitempty"`
 }
 
 // RunRepeated runs the benchmark n times, each in a fresh schema of its
@@ -97,6 +106,12 @@ func RunRepeated(ctx context.Context, pool *pgxpool.Pool, o Options, n int) (Rep
 	rep.ClaimP50MS = pick(func(r Result) float64 { return r.ClaimP50MS })
 	rep.ClaimP99MS = pick(func(r Result) float64 { return r.ClaimP99MS })
 	rep.WALBytesPerJob = pick(func(r Result) float64 { return r.WALBytesPerJob })
+	if o.Reference > 0 {
+		b10 := pick(func(r Result) float64 { return r.Reference.VsB10 })
+		b50 := pick(func(r Result) float64 { return r.Reference.VsB50 })
+		m := pick(func(r Result) float64 { return r.Reference.B50.JobsPerS / r.Reference.B10.JobsPerS })
+		rep.VsRefB10, rep.VsRefB50, rep.RefB50OverB10 = &b10, &b50, &m
+	}
 	return rep, nil
 }
 

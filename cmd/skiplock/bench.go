@@ -22,6 +22,7 @@ type benchFlags struct {
 	samples              int
 	cpuProfile           string
 	repeat               int
+	reference            time.Duration
 	deleteCompleted      bool
 	tenants, burst       int
 	tenantCap            int
@@ -104,6 +105,7 @@ pool).`,
 	fl.BoolVar(&f.deleteCompleted, "delete-completed", false, "delete finished jobs instead of keeping them in the jobs_done history (the default), to measure the history's cost")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a pprof CPU profile of the drain to this file")
 	fl.IntVar(&f.repeat, "repeat", 1, "run the drain N times, each in a fresh schema (migrated, then dropped), and report min / median / max and the spread")
+	fl.DurationVar(&f.reference, "reference", 0, "before each drain, run the plain-SQL reference (8 clients, a job's life cycle as INSERT, UPDATE and DELETE) this long at 10 and at 50 jobs a statement, and report the drain as a ratio to each (e.g. 15s; 0: none)")
 	fl.StringVar(&f.workflow, "workflow", "", "run workflows of this shape instead: fanout:N (a root, N leaves, a join)")
 	fl.StringVar(&f.pressure, "pressure", "", "run the pressure suite: clean, idle-tx, rr-readers, overload or all")
 	fl.IntVar(&f.rate, "rate", bench.DefaultPressureRate, "--pressure: offered jobs/s")
@@ -129,7 +131,7 @@ var pressureFlags = []string{"rate", "payload-bytes", "handler-time", "warmup", 
 
 func (g *globals) runPressure(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit", "burst", "repeat"} {
+	for _, name := range []string{"jobs", "handler", "latency", "samples", "cpuprofile", "workflow", "limit", "burst", "repeat", "reference"} {
 		if fl.Changed(name) {
 			return usageError("--%s: not used with --pressure", name)
 		}
@@ -238,7 +240,7 @@ func (g *globals) runBench(cmd *cobra.Command, f benchFlags) error {
 		}
 	}
 	if f.latency {
-		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "tenants", "burst", "tenant-cap", "limit", "workflow", "repeat"} {
+		for _, name := range []string{"jobs", "workers", "batch", "handler", "cpuprofile", "delete-completed", "tenants", "burst", "tenant-cap", "limit", "workflow", "repeat", "reference"} {
 			if fl.Changed(name) {
 				return usageError("--%s: not used with --latency", name)
 			}
@@ -272,7 +274,7 @@ func (g *globals) runBench(cmd *cobra.Command, f benchFlags) error {
 	o := bench.Options{Jobs: f.jobs, Workers: f.workers, Batch: f.batch, Handler: f.handler, Schema: g.schema,
 		DeleteCompleted: f.deleteCompleted, Progress: cmd.ErrOrStderr(),
 		Logger: g.loggerAt(cmd.ErrOrStderr(), slog.LevelWarn), ListenURL: g.listenURL(f.listenURL),
-		Tenants: f.tenants, Burst: f.burst, TenantCap: f.tenantCap, Limit: f.limit}
+		Tenants: f.tenants, Burst: f.burst, TenantCap: f.tenantCap, Limit: f.limit, Reference: f.reference}
 	if err := o.Validate(); err != nil {
 		return benchUsage(err)
 	}
@@ -339,6 +341,17 @@ func (g *globals) runRepeated(cmd *cobra.Command, o bench.Options, n int) error 
 	line("claim p50", " ms", rep.ClaimP50MS, "%.2f%s")
 	line("claim p99", " ms", rep.ClaimP99MS, "%.2f%s")
 	line("WAL per job", " B", rep.WALBytesPerJob, "%.0f%s")
+	if rep.VsRefB10 != nil {
+		fmt.Fprintf(w, "  against the plain-SQL reference run just before each drain (%d clients, %s each):\n", bench.ReferenceClients, o.Reference)
+		fmt.Fprintf(w, "  %-4s %12s %12s %10s %10s\n", "run", "ref 10/stmt", "ref 50/stmt", "÷ ref 10", "÷ ref 50")
+		for i, r := range rep.Runs {
+			fmt.Fprintf(w, "  %-4d %12.0f %12.0f %9.2f× %9.3f×\n", i+1, r.Reference.B10.JobsPerS, r.Reference.B50.JobsPerS,
+				r.Reference.VsB10, r.Reference.VsB50)
+		}
+		line("÷ ref 10", "×", *rep.VsRefB10, "%.2f%s")
+		line("÷ ref 50", "×", *rep.VsRefB50, "%.3f%s")
+		line("ref 50 ÷ 10", "×", *rep.RefB50OverB10, "%.3f%s")
+	}
 	for i, r := range rep.Runs {
 		if len(r.OtherWriters) > 0 {
 			fmt.Fprintf(w, "  run %d's WAL counts other writers seen during it too: %s\n", i+1,
@@ -379,6 +392,10 @@ func printBench(w io.Writer, r bench.Result) {
 		fmt.Fprintf(w, "                  counts other writers seen during the run too: %s\n", termSafe(strings.Join(r.OtherWriters, ", ")))
 	}
 	fmt.Fprintf(w, "  round trips     %.3f per job during the drain\n", r.StatementsPerJob)
+	if ref := r.Reference; ref != nil {
+		fmt.Fprintf(w, "  plain SQL       %.0f jobs/s at 10 a statement, %.0f at 50 (%d clients, %.0f s each, just before): this drain %.2f × and %.3f × them\n",
+			ref.B10.JobsPerS, ref.B50.JobsPerS, ref.B10.Clients, ref.B10.Seconds, ref.VsB10, ref.VsB50)
+	}
 	if strings.HasPrefix(r.Handler, "steps:") {
 		fmt.Fprintf(w, "  checkpoints     %.2f written per job (those still queued when a job completes are withdrawn)\n", r.CheckpointsPerJob)
 	}
@@ -414,7 +431,7 @@ func printLatency(w io.Writer, r bench.LatencyResult) {
 
 func (g *globals) runWorkflowBench(cmd *cobra.Command, f benchFlags) error {
 	fl := cmd.Flags()
-	for _, name := range []string{"handler", "cpuprofile", "limit", "repeat"} {
+	for _, name := range []string{"handler", "cpuprofile", "limit", "repeat", "reference"} {
 		if fl.Changed(name) {
 			return usageError("--%s: not used with --workflow (its tasks are no-ops)", name)
 		}

@@ -67,3 +67,34 @@ func TestBenchRepeatCLI(t *testing.T) {
 		require.Regexp(t, `--(repeat|cpuprofile)\b`, stderr)
 	}
 }
+
+// TestBenchReferenceCLI runs a drain beside the plain-SQL reference
+// through `bench --reference` (once, and with --repeat: the ratios'
+// spread) and checks the flags it refuses.
+func TestBenchReferenceCLI(t *testing.T) {
+	t.Parallel()
+	db := dbtest.New(t)
+	code, out, stderr := runCLI(t, "bench", "--database-url", db.URL, "--jobs", "50", "--workers", "2", "--batch", "5",
+		"--handler", "noop", "--reference", "1s", "--json")
+	require.Equal(t, 0, code, stderr)
+	var res bench.Result
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.NotNil(t, res.Reference)
+	require.Positive(t, res.Reference.B10.JobsPerS)
+	require.Positive(t, res.Reference.B50.JobsPerS)
+	require.InDelta(t, res.JobsPerS/res.Reference.B10.JobsPerS, res.Reference.VsB10, 1e-9)
+
+	code, out, stderr = runCLI(t, "bench", "--database-url", db.URL, "--jobs", "20", "--workers", "2", "--batch", "5",
+		"--handler", "noop", "--repeat", "2", "--reference", "1s")
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, out, "against the plain-SQL reference run just before each drain")
+	require.Contains(t, out, "÷ ref 10     min ")
+	require.Contains(t, out, "ref 50 ÷ 10  min ")
+
+	for _, args := range [][]string{{"--reference", "10ms"}, {"--reference", "1s", "--latency"},
+		{"--reference", "1s", "--pressure", "clean"}, {"--reference", "1s", "--workflow", "fanout:2"}} {
+		code, _, stderr := runCLI(t, append([]string{"bench", "--database-url", db.URL}, args...)...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Regexp(t, `--reference\b`, stderr)
+	}
+}
