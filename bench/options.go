@@ -176,8 +176,8 @@ type Options struct {
 	// Reference, when set, runs the plain-SQL reference (RunReference)
 	// for this long at 10 and then at 50 jobs a statement just before the
 	// run's seed, and Result.Reference gives the drain's rate as a ratio to
-	// each: the figure that holds still where the machine's speed does not
-	// (issue 40 judges the drain by it). Between 1s and MaxReference; 0 runs
+	// each: the figure issue 40 judges the drain by, as it takes out the
+	// machine's drift from one day to the next. Between 1s and MaxReference; 0 runs
 	// none.
 	Reference time.Duration
 }

@@ -53,8 +53,9 @@ type ReferenceResult struct {
 // (../shared/reference/pgbench/job_3tx_bN.sql; the same statements, sent as
 // pgbench sends them by default, with the simple protocol). It is the rate
 // this server gives the same row work with nothing in between: a drain's
-// ratio to it, measured in the same minutes, holds still where the
-// machine's speed does not. The table lives in a schema of its own
+// ratio to it, measured in the same minutes, takes out the machine's drift
+// from one day to the next (on the development VM, 2-3x), though not its
+// swings from one minute to the next. The table lives in a schema of its own
 // (skiplock_ref_<random>), dropped after the run whatever happened.
 func RunReference(ctx context.Context, pool *pgxpool.Pool, perStatement int, d time.Duration) (ReferenceResult, error) {
 	switch {
