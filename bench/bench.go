@@ -479,11 +479,17 @@ func checkSchema(ctx context.Context, pool *pgxpool.Pool, st *store.Store) error
 
 // names returns a fresh queue name and worker id.
 func names() (queue, workerID string) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	id := hex.EncodeToString(b)
+	id := randomID()
 	host, _ := os.Hostname()
 	return "bench_" + id, fmt.Sprintf("bench:%s:%d:%s", host, os.Getpid(), id)
+}
+
+// randomID is 8 random hex digits: what sets a run's queue, schemas and
+// worker id apart from another's.
+func randomID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // orQuiet is l, or warnings and errors as text on w when l is nil.

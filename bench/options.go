@@ -225,8 +225,11 @@ func (o Options) validate() (Handler, error) {
 		return Handler{}, optErr("tenant-cap", "must be between 0 and 1000, got %d", o.TenantCap)
 	case o.Limit < 0 || o.Limit > 1_000_000:
 		return Handler{}, optErr("limit", "must be between 0 and 1000000, got %d", o.Limit)
-	case o.Reference != 0 && (o.Reference < time.Second || o.Reference > MaxReference):
-		return Handler{}, optErr("reference", "must be between 1s and %s, got %s", MaxReference, o.Reference)
+	}
+	if o.Reference != 0 {
+		if err := checkReference(o.Reference); err != nil {
+			return Handler{}, err
+		}
 	}
 	if err := validateSchema(o.Schema); err != nil {
 		return Handler{}, err

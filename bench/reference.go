@@ -2,9 +2,7 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"embed"
-	"encoding/hex"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -58,26 +56,20 @@ type ReferenceResult struct {
 // swings from one minute to the next. The table lives in a schema of its own
 // (skiplock_ref_<random>), dropped after the run whatever happened.
 func RunReference(ctx context.Context, pool *pgxpool.Pool, perStatement int, d time.Duration) (ReferenceResult, error) {
-	switch {
-	case perStatement < 1 || perStatement > 1000:
+	if perStatement < 1 || perStatement > 1000 {
 		return ReferenceResult{}, optErr("reference", "jobs per statement must be between 1 and 1000, got %d", perStatement)
-	case d < time.Second || d > MaxReference:
-		return ReferenceResult{}, optErr("reference", "must be between 1s and %s, got %s", MaxReference, d)
 	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := "skiplock_ref_" + hex.EncodeToString(b)
+	if err := checkReference(d); err != nil {
+		return ReferenceResult{}, err
+	}
+	schema := "skiplock_ref_" + randomID()
 	q := sqlfile.Render(referenceSQL, schema, nil)
 	rp, err := ownPool(ctx, pool, nil, ReferenceClients, "reference")
 	if err != nil {
 		return ReferenceResult{}, err
 	}
 	defer rp.Close()
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_, _ = rp.Exec(dctx, q["reference_drop"])
-	}()
+	defer dropSchema(pool, schema)
 	for _, name := range []string{"reference_schema", "reference_table", "reference_index"} {
 		if _, err := rp.Exec(ctx, q[name]); err != nil {
 			return ReferenceResult{}, fmt.Errorf("bench: reference: %s: %w", name, err)
@@ -123,6 +115,15 @@ func RunReference(ctx context.Context, pool *pgxpool.Pool, perStatement int, d t
 	res.Jobs = jobs.Load()
 	res.JobsPerS = float64(res.Jobs) / res.Seconds
 	return res, nil
+}
+
+// checkReference checks how long a reference is to run (Options.Reference,
+// RunReference's d).
+func checkReference(d time.Duration) error {
+	if d < time.Second || d > MaxReference {
+		return optErr("reference", "must be between 1s and %s, got %s", MaxReference, d)
+	}
+	return nil
 }
 
 // referenceClient repeats the life cycle on c until deadline, adding the

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"slices"
@@ -117,9 +115,7 @@ func RunRepeated(ctx context.Context, pool *pgxpool.Pool, o Options, n int) (Rep
 
 // freshSchema creates and migrates a schema named prefix_r<random>.
 func freshSchema(ctx context.Context, pool *pgxpool.Pool, prefix string) (string, error) {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	schema := prefix + "_r" + hex.EncodeToString(b)
+	schema := prefix + "_r" + randomID()
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := migrations.UpTx(ctx, tx, schema, 0)
 		return err

@@ -2,7 +2,8 @@
 -- server runs it with nothing in between, the yardstick issue 40 measures
 -- the drain against (../shared/reference/pgbench: schema.sql and
 -- job_3tx_bN.sql, statement for statement). Its table lives in a schema of
--- its own, created for one reference run and dropped after it.
+-- its own, created for one reference run and dropped after it (the
+-- harness's dropSchema, as its --repeat schemas are).
 
 -- name: reference_schema
 CREATE SCHEMA {{schema}};
@@ -38,6 +39,3 @@ UPDATE {{schema}}.q_job SET state = 1, attempt = attempt + 1 WHERE id = ANY ($1:
 -- name: reference_complete
 -- The jobs $1 completed (deleted) in one statement.
 DELETE FROM {{schema}}.q_job WHERE id = ANY ($1::bigint[]);
-
--- name: reference_drop
-DROP SCHEMA IF EXISTS {{schema}} CASCADE;
